@@ -1,0 +1,1 @@
+//! Conformance kit for `.wasm` drivers (grows in the conformance issue).

@@ -1,0 +1,165 @@
+//! Command-line parsing for the reference provider: the turn flags, the
+//! `--version` / `--help` short-circuits and the internal `--grandchild` mode.
+
+use std::path::PathBuf;
+
+/// The protocol version reported by `--version`.
+pub const VERSION: &str = "1.0.0";
+
+/// Usage text printed by `--help` and after a usage error.
+pub const USAGE: &str = "\
+usage: reference-provider [--model M] [--resume SESSION_ID] [--state-dir DIR] [--delay-ms N]
+       reference-provider --version
+The prompt is read from stdin until EOF; JSON Lines events are written to stdout.";
+
+/// What the process was asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Print `reference-provider <VERSION>` and exit 0.
+    Version,
+    /// Print the usage text and exit 0.
+    Help,
+    /// Internal: behave as the `[[grandchild]]` helper (ignore SIGTERM, sleep forever).
+    Grandchild,
+    /// Run one scripted turn with the prompt read from stdin.
+    Turn(TurnArgs),
+}
+
+/// Flags of a normal turn invocation.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TurnArgs {
+    /// `--model M`; `None` means the default model.
+    pub model: Option<String>,
+    /// `--resume SESSION_ID`.
+    pub resume: Option<String>,
+    /// `--state-dir DIR`; `None` means the environment-derived default.
+    pub state_dir: Option<PathBuf>,
+    /// `--delay-ms N`: pause between output lines.
+    pub delay_ms: u64,
+}
+
+/// Parses the arguments (without the program name).
+///
+/// Flags take their value either as the next argument or after `=`
+/// (`--model m` or `--model=m`); a repeated flag keeps its last value.
+/// Returns a human-readable message for any usage error.
+pub fn parse<I>(args: I) -> Result<Command, String>
+where
+    I: IntoIterator<Item = String>,
+{
+    let args: Vec<String> = args.into_iter().collect();
+    if args.iter().any(|a| a == "--grandchild") {
+        return if args.len() == 1 {
+            Ok(Command::Grandchild)
+        } else {
+            Err("--grandchild must be the only argument".to_string())
+        };
+    }
+
+    let mut turn = TurnArgs::default();
+    let mut iter = args.into_iter();
+    while let Some(arg) = iter.next() {
+        let (flag, inline_value) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => {
+                (flag.to_string(), Some(value.to_string()))
+            }
+            _ => (arg.clone(), None),
+        };
+        match flag.as_str() {
+            "--version" | "-V" if inline_value.is_none() => return Ok(Command::Version),
+            "--help" | "-h" if inline_value.is_none() => return Ok(Command::Help),
+            "--model" | "--resume" | "--state-dir" | "--delay-ms" => {
+                let value = match inline_value {
+                    Some(value) => value,
+                    None => iter
+                        .next()
+                        .ok_or_else(|| format!("{flag} requires a value"))?,
+                };
+                match flag.as_str() {
+                    "--model" => turn.model = Some(value),
+                    "--resume" => turn.resume = Some(value),
+                    "--state-dir" => {
+                        if value.is_empty() {
+                            return Err("--state-dir must not be empty".to_string());
+                        }
+                        turn.state_dir = Some(PathBuf::from(value));
+                    }
+                    _ => {
+                        turn.delay_ms = value.parse().map_err(|_| {
+                            format!("--delay-ms expects a non-negative integer, got {value:?}")
+                        })?;
+                    }
+                }
+            }
+            _ if arg.starts_with('-') && arg != "-" => {
+                return Err(format!("unknown flag: {arg}"));
+            }
+            _ => {
+                return Err(format!(
+                    "unexpected argument: {arg} (the prompt is read from stdin)"
+                ));
+            }
+        }
+    }
+    Ok(Command::Turn(turn))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_strs(args: &[&str]) -> Result<Command, String> {
+        parse(args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn no_flags_is_a_default_turn() {
+        assert_eq!(parse_strs(&[]), Ok(Command::Turn(TurnArgs::default())));
+    }
+
+    #[test]
+    fn all_flags_in_both_spellings() {
+        let expected = Command::Turn(TurnArgs {
+            model: Some("m".into()),
+            resume: Some("ref-00".into()),
+            state_dir: Some(PathBuf::from("/tmp/x")),
+            delay_ms: 5,
+        });
+        let spaced = [
+            "--model",
+            "m",
+            "--resume",
+            "ref-00",
+            "--state-dir",
+            "/tmp/x",
+            "--delay-ms",
+            "5",
+        ];
+        assert_eq!(parse_strs(&spaced), Ok(expected.clone()));
+        let inline = [
+            "--model=m",
+            "--resume=ref-00",
+            "--state-dir=/tmp/x",
+            "--delay-ms=5",
+        ];
+        assert_eq!(parse_strs(&inline), Ok(expected));
+    }
+
+    #[test]
+    fn version_help_and_grandchild() {
+        assert_eq!(parse_strs(&["--version"]), Ok(Command::Version));
+        assert_eq!(parse_strs(&["--model", "m", "--help"]), Ok(Command::Help));
+        assert_eq!(parse_strs(&["--grandchild"]), Ok(Command::Grandchild));
+        assert!(parse_strs(&["--grandchild", "--model", "m"]).is_err());
+    }
+
+    #[test]
+    fn usage_errors() {
+        assert!(parse_strs(&["--bogus"]).is_err());
+        assert!(parse_strs(&["--model"]).is_err());
+        assert!(parse_strs(&["--delay-ms", "soon"]).is_err());
+        assert!(parse_strs(&["--state-dir="]).is_err());
+        assert!(parse_strs(&["hello"]).is_err());
+        assert!(parse_strs(&["--version=2"]).is_err());
+    }
+}

@@ -1,0 +1,289 @@
+//! Directive parsing: finds the `[[name]]` / `[[name arg]]` test hooks in a
+//! prompt, removes them from the prompt text and collects them into a [`Script`].
+
+/// Directive names the provider understands. A `[[...]]` token whose name is
+/// not in this list is ordinary prompt text and is left untouched.
+const KNOWN: &[&str] = &[
+    "fail",
+    "exit",
+    "crash",
+    "sleep",
+    "hang",
+    "grandchild",
+    "ignore-term",
+    "noise",
+    "stderr",
+    "spam",
+    "malformed",
+];
+
+/// The behaviour requested by the directives of one prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Script {
+    /// `[[fail]]`: report an agent error instead of answering.
+    pub fail: bool,
+    /// `[[exit N]]`: exit code after a full successful output (last one wins).
+    pub exit_code: u8,
+    /// `[[crash]]`: stop after the first text delta with no result.
+    pub crash: bool,
+    /// `[[sleep MS]]`: pause after the session line (several add up).
+    pub sleep_ms: u64,
+    /// `[[hang]]`: sleep forever after the session line.
+    pub hang: bool,
+    /// `[[grandchild]]`: spawn a SIGTERM-ignoring grandchild process.
+    pub grandchild: bool,
+    /// `[[ignore-term]]`: the provider itself ignores SIGTERM.
+    pub ignore_term: bool,
+    /// `[[noise]]`: a non-JSON stdout line and a stderr line before the session line.
+    pub noise: bool,
+    /// `[[stderr TEXT]]`: lines written to stderr, in prompt order.
+    pub stderr_lines: Vec<String>,
+    /// `[[spam N]]`: send the reply as N text deltas (last one wins).
+    pub spam: Option<u32>,
+    /// `[[malformed]]`: a truncated JSON line before the result line.
+    pub malformed: bool,
+}
+
+/// A prompt with its directives separated out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parsed {
+    /// The prompt text with directives removed (what is echoed and stored).
+    pub prompt: String,
+    /// The requested behaviour.
+    pub script: Script,
+}
+
+/// Splits `raw` into the cleaned prompt and its [`Script`].
+///
+/// Each directive token is removed; the spaces around it collapse to a single
+/// space (to none at the start or end of a line), and when at least one
+/// directive was removed the whole prompt is trimmed. A prompt without
+/// directives is returned unchanged. A known directive with a missing,
+/// superfluous or invalid argument is an error.
+pub fn parse(raw: &str) -> Result<Parsed, String> {
+    let mut script = Script::default();
+    let mut out = String::with_capacity(raw.len());
+    let mut removed_any = false;
+    let mut rest = raw;
+
+    while let Some(start) = rest.find("[[") {
+        out.push_str(&rest[..start]);
+        let candidate = &rest[start..];
+        match directive_at(candidate) {
+            Some((name, arg, len)) => {
+                apply(&mut script, name, arg)?;
+                removed_any = true;
+                rest = &candidate[len..];
+                if out.is_empty() || out.ends_with(' ') || out.ends_with('\n') {
+                    rest = rest.trim_start_matches(' ');
+                }
+                if rest.is_empty() || rest.starts_with('\n') || rest.starts_with("\r\n") {
+                    let trimmed = out.trim_end_matches(' ').len();
+                    out.truncate(trimmed);
+                }
+            }
+            None => {
+                // Not a directive: keep one `[` and look again from the next char.
+                out.push('[');
+                rest = &candidate[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+
+    let prompt = if removed_any {
+        out.trim().to_string()
+    } else {
+        out
+    };
+    Ok(Parsed { prompt, script })
+}
+
+/// If `text` starts with a token `[[name...]]` whose name is known, returns
+/// the name, the raw argument part (if any) and the token's byte length.
+fn directive_at(text: &str) -> Option<(&str, Option<&str>, usize)> {
+    let inner_and_rest = text.strip_prefix("[[")?;
+    let close = inner_and_rest.find("]]")?;
+    let inner = &inner_and_rest[..close];
+    let (name, arg) = match inner.find(char::is_whitespace) {
+        Some(at) => {
+            let sep_len = inner[at..].chars().next().map_or(1, char::len_utf8);
+            (&inner[..at], Some(&inner[at + sep_len..]))
+        }
+        None => (inner, None),
+    };
+    if !KNOWN.contains(&name) {
+        return None;
+    }
+    Some((name, arg, 2 + close + 2))
+}
+
+/// Records directive `name` with argument `arg` in `script`.
+fn apply(script: &mut Script, name: &str, arg: Option<&str>) -> Result<(), String> {
+    let token = match arg {
+        Some(arg) => format!("[[{name} {arg}]]"),
+        None => format!("[[{name}]]"),
+    };
+    if let Some(arg) = arg
+        && (arg.is_empty() || arg.contains(char::is_whitespace))
+    {
+        return Err(format!(
+            "invalid directive {token}: the argument must be a single whitespace-free word"
+        ));
+    }
+    let no_arg = |flag: &mut bool| -> Result<(), String> {
+        match arg {
+            None => {
+                *flag = true;
+                Ok(())
+            }
+            Some(_) => Err(format!("invalid directive {token}: takes no argument")),
+        }
+    };
+    let number = |what: &str| -> Result<u64, String> {
+        arg.ok_or_else(|| format!("invalid directive {token}: expects {what}"))?
+            .parse::<u64>()
+            .map_err(|_| format!("invalid directive {token}: expects {what}"))
+    };
+    match name {
+        "fail" => no_arg(&mut script.fail),
+        "crash" => no_arg(&mut script.crash),
+        "hang" => no_arg(&mut script.hang),
+        "grandchild" => no_arg(&mut script.grandchild),
+        "ignore-term" => no_arg(&mut script.ignore_term),
+        "noise" => no_arg(&mut script.noise),
+        "malformed" => no_arg(&mut script.malformed),
+        "exit" => {
+            let code = number("an exit code 0-255")?;
+            script.exit_code = u8::try_from(code)
+                .map_err(|_| format!("invalid directive {token}: expects an exit code 0-255"))?;
+            Ok(())
+        }
+        "sleep" => {
+            let ms = number("a duration in milliseconds")?;
+            script.sleep_ms = script.sleep_ms.saturating_add(ms);
+            Ok(())
+        }
+        "spam" => {
+            let n = number("a delta count of at least 1")?;
+            match u32::try_from(n) {
+                Ok(n) if n >= 1 => {
+                    script.spam = Some(n);
+                    Ok(())
+                }
+                _ => Err(format!(
+                    "invalid directive {token}: expects a delta count of at least 1"
+                )),
+            }
+        }
+        "stderr" => match arg {
+            Some(text) => {
+                script.stderr_lines.push(text.to_string());
+                Ok(())
+            }
+            None => Err(format!(
+                "invalid directive {token}: expects a word to print"
+            )),
+        },
+        other => unreachable!("directive {other} is in KNOWN but not handled"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prompt_of(raw: &str) -> String {
+        parse(raw).expect("valid prompt").prompt
+    }
+
+    #[test]
+    fn prompt_without_directives_is_unchanged() {
+        let parsed = parse("  hello  world ").unwrap();
+        assert_eq!(parsed.prompt, "  hello  world ");
+        assert_eq!(parsed.script, Script::default());
+    }
+
+    #[test]
+    fn directives_are_removed_and_spaces_collapsed() {
+        assert_eq!(prompt_of("[[fail]] hello"), "hello");
+        assert_eq!(prompt_of("hello [[fail]]"), "hello");
+        assert_eq!(prompt_of("hello [[fail]] world"), "hello world");
+        assert_eq!(
+            prompt_of("hello [[noise]] [[sleep 5]] world"),
+            "hello world"
+        );
+        assert_eq!(prompt_of("a[[fail]]b"), "ab");
+        assert_eq!(
+            prompt_of("line one [[crash]]\nline two"),
+            "line one\nline two"
+        );
+        assert_eq!(prompt_of("[[fail]]"), "");
+    }
+
+    #[test]
+    fn unknown_and_unclosed_tokens_are_text() {
+        assert_eq!(
+            prompt_of("keep [[this]] and [[fail"),
+            "keep [[this]] and [[fail"
+        );
+        assert_eq!(prompt_of("[[[fail]]]"), "[]");
+        assert_eq!(prompt_of("[[ fail]]"), "[[ fail]]");
+    }
+
+    #[test]
+    fn all_directives_combine() {
+        let raw = "[[fail]] [[exit 7]] [[crash]] [[sleep 10]] [[sleep 5]] [[hang]] [[grandchild]] \
+                   [[ignore-term]] [[noise]] [[stderr one]] [[stderr two]] [[spam 3]] [[malformed]] hi";
+        let parsed = parse(raw).unwrap();
+        assert_eq!(parsed.prompt, "hi");
+        assert_eq!(
+            parsed.script,
+            Script {
+                fail: true,
+                exit_code: 7,
+                crash: true,
+                sleep_ms: 15,
+                hang: true,
+                grandchild: true,
+                ignore_term: true,
+                noise: true,
+                stderr_lines: vec!["one".into(), "two".into()],
+                spam: Some(3),
+                malformed: true,
+            }
+        );
+    }
+
+    #[test]
+    fn last_exit_and_spam_win() {
+        let script = parse("[[exit 3]] [[exit 4]] [[spam 2]] [[spam 9]]")
+            .unwrap()
+            .script;
+        assert_eq!(script.exit_code, 4);
+        assert_eq!(script.spam, Some(9));
+    }
+
+    #[test]
+    fn invalid_arguments_are_errors() {
+        for raw in [
+            "[[fail now]]",
+            "[[exit]]",
+            "[[exit 256]]",
+            "[[exit -1]]",
+            "[[sleep soon]]",
+            "[[spam 0]]",
+            "[[spam]]",
+            "[[stderr]]",
+            "[[stderr two words]]",
+            "[[exit  3]]",
+        ] {
+            assert!(parse(raw).is_err(), "{raw} should be rejected");
+        }
+    }
+
+    #[test]
+    fn non_ascii_text_survives() {
+        assert_eq!(prompt_of("héllo [[noise]] wörld ✓"), "héllo wörld ✓");
+    }
+}

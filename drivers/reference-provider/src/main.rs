@@ -1,0 +1,71 @@
+//! `reference-provider`: a scripted, deterministic fake coding-agent CLI that
+//! speaks the reference JSON Lines protocol (see `PROTOCOL.md`). This file owns
+//! the entry point: argument dispatch, reading the prompt from stdin and
+//! mapping the turn's outcome to the process exit code.
+
+mod cli;
+mod directives;
+mod events;
+mod process;
+mod session;
+mod turn;
+
+use std::io::{self, Read};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use cli::Command;
+use events::Emitter;
+use turn::TurnConfig;
+
+/// Dispatches on the command line and exits with the turn's exit code.
+fn main() -> ExitCode {
+    let args: Result<Vec<String>, _> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.into_string())
+        .collect();
+    let command = match args {
+        Ok(args) => cli::parse(args),
+        Err(arg) => Err(format!(
+            "argument is not valid UTF-8: {}",
+            arg.to_string_lossy()
+        )),
+    };
+    match command {
+        Err(message) => usage_error(&message),
+        Ok(Command::Version) => {
+            println!("reference-provider {}", cli::VERSION);
+            ExitCode::SUCCESS
+        }
+        Ok(Command::Help) => {
+            println!("{}", cli::USAGE);
+            ExitCode::SUCCESS
+        }
+        Ok(Command::Grandchild) => process::run_grandchild(),
+        Ok(Command::Turn(args)) => {
+            let mut raw = Vec::new();
+            if let Err(error) = io::stdin().lock().read_to_end(&mut raw) {
+                return usage_error(&format!("cannot read the prompt from stdin: {error}"));
+            }
+            let Ok(prompt) = String::from_utf8(raw) else {
+                return usage_error("the prompt on stdin is not valid UTF-8");
+            };
+            let config = TurnConfig {
+                model: args
+                    .model
+                    .unwrap_or_else(|| turn::DEFAULT_MODEL.to_string()),
+                resume: args.resume,
+                state_dir: args.state_dir.or_else(session::default_state_dir),
+            };
+            let mut out = Emitter::new(io::stdout().lock(), Duration::from_millis(args.delay_ms));
+            let code = turn::run(&config, &prompt, &mut out, &mut io::stderr().lock());
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// Reports a usage error on stderr and returns exit code 2.
+fn usage_error(message: &str) -> ExitCode {
+    eprintln!("reference-provider: {message}\n{}", cli::USAGE);
+    ExitCode::from(turn::EXIT_USAGE)
+}

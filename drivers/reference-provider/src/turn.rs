@@ -1,0 +1,539 @@
+//! One scripted turn: resolves the session, applies the prompt's directives and
+//! writes the event sequence, then persists the session and picks the exit code.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::directives;
+use crate::events::{EchoInput, Emitter, Event, Usage};
+use crate::process;
+use crate::session::{self, SessionStore};
+
+/// Exit code of a successful turn.
+pub const EXIT_OK: u8 = 0;
+/// Exit code of an agent failure or a crash.
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit code of a usage error.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code of a rejected `--resume`.
+pub const EXIT_RESUME_REJECTED: u8 = 3;
+
+/// Model reported when `--model` is not given.
+pub const DEFAULT_MODEL: &str = "reference-1";
+
+/// Id of the single thinking block.
+const THINK_ID: &str = "think-1";
+/// Id of the single tool call.
+const CALL_ID: &str = "call-1";
+/// Id of the single reply message.
+const MSG_ID: &str = "msg-1";
+
+/// Settings of one turn, resolved from the command line and environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnConfig {
+    /// Model name to report.
+    pub model: String,
+    /// Session to resume, if any.
+    pub resume: Option<String>,
+    /// Where session files live; `None` if no state directory could be resolved.
+    pub state_dir: Option<PathBuf>,
+}
+
+/// Runs one turn for the raw stdin prompt and returns the process exit code.
+///
+/// Protocol lines go to `out`, diagnostics to `err`. A failure to write
+/// output ends the turn with exit code 1.
+pub fn run<W: Write, E: Write>(
+    cfg: &TurnConfig,
+    raw_prompt: &str,
+    out: &mut Emitter<W>,
+    err: &mut E,
+) -> u8 {
+    match turn(cfg, raw_prompt, out, err) {
+        Ok(code) => code,
+        Err(error) => {
+            let _ = writeln!(err, "reference-provider: cannot write output: {error}");
+            EXIT_FAILURE
+        }
+    }
+}
+
+/// The reply text for `prompt`, given the earlier prompts of the session.
+pub fn reply_text(prompt: &str, history: &[String]) -> String {
+    match history.last() {
+        None => format!("Reference reply: {prompt}"),
+        Some(previous) => format!(
+            "Reference reply (turn {}, previously: {previous}): {prompt}",
+            history.len() + 1
+        ),
+    }
+}
+
+/// The text deltas carrying `reply`: its two halves split at the middle char
+/// boundary (one delta if it has fewer than two chars), or with `spam = Some(n)`
+/// the whole reply followed by `n - 1` deltas of `.`.
+pub fn reply_deltas(reply: &str, spam: Option<u32>) -> Vec<&str> {
+    if let Some(n) = spam {
+        let mut deltas = vec![reply];
+        deltas.extend(std::iter::repeat_n(".", n.saturating_sub(1) as usize));
+        return deltas;
+    }
+    let chars = reply.chars().count();
+    if chars < 2 {
+        return vec![reply];
+    }
+    let mid = reply
+        .char_indices()
+        .nth(chars / 2)
+        .map_or(reply.len(), |(at, _)| at);
+    vec![&reply[..mid], &reply[mid..]]
+}
+
+/// The body of [`run`]; `Err` only for output write failures.
+fn turn<W: Write, E: Write>(
+    cfg: &TurnConfig,
+    raw_prompt: &str,
+    out: &mut Emitter<W>,
+    err: &mut E,
+) -> io::Result<u8> {
+    let parsed = match directives::parse(trim_trailing_newline(raw_prompt)) {
+        Ok(parsed) => parsed,
+        Err(message) => {
+            writeln!(err, "reference-provider: {message}")?;
+            return Ok(EXIT_USAGE);
+        }
+    };
+    let prompt = parsed.prompt.as_str();
+    let script = &parsed.script;
+    if script.ignore_term {
+        process::ignore_sigterm();
+    }
+
+    let store = cfg.state_dir.as_ref().map(SessionStore::new);
+    let (session_id, history) = match &cfg.resume {
+        None => (session::new_session_id(prompt), Vec::new()),
+        Some(id) => {
+            let Some(store) = &store else {
+                writeln!(
+                    err,
+                    "reference-provider: --resume needs a state directory \
+                     (--state-dir, REFERENCE_PROVIDER_STATE_DIR or HOME)"
+                )?;
+                return Ok(EXIT_USAGE);
+            };
+            let loaded = if session::is_valid_session_id(id) {
+                store.load(id)
+            } else {
+                Ok(None)
+            };
+            match loaded {
+                Ok(Some(history)) => (id.clone(), history),
+                Ok(None) => {
+                    return reject_resume(out, &format!("unknown session: {id}"));
+                }
+                Err(message) => {
+                    return reject_resume(out, &format!("unreadable session {id}: {message}"));
+                }
+            }
+        }
+    };
+    let model = cfg.model.as_str();
+    let input_tokens = prompt.len() as u64 + 10;
+
+    if script.noise {
+        out.line("reference-provider: plain text noise")?;
+        writeln!(err, "reference-provider: warming up")?;
+    }
+    for line in &script.stderr_lines {
+        writeln!(err, "{line}")?;
+    }
+    err.flush()?;
+
+    out.event(&Event::Session {
+        session_id: &session_id,
+        model,
+        resumed: cfg.resume.is_some(),
+    })?;
+
+    if script.grandchild {
+        match process::spawn_grandchild() {
+            Ok(grandchild_pid) => out.event(&Event::Notice {
+                kind: "pids",
+                provider_pid: std::process::id(),
+                grandchild_pid,
+            })?,
+            Err(error) => {
+                let message = format!("cannot spawn grandchild: {error}");
+                return fail_turn(out, &session_id, model, input_tokens, &message);
+            }
+        }
+    }
+    if script.sleep_ms > 0 {
+        std::thread::sleep(Duration::from_millis(script.sleep_ms));
+    }
+    if script.hang {
+        process::sleep_forever();
+    }
+    if script.fail {
+        return fail_turn(
+            out,
+            &session_id,
+            model,
+            input_tokens,
+            "reference failure requested",
+        );
+    }
+
+    let reply = reply_text(prompt, &history);
+    let deltas = reply_deltas(&reply, script.spam);
+    if script.crash {
+        out.event(&Event::TextDelta {
+            id: MSG_ID,
+            text: deltas[0],
+        })?;
+        return Ok(EXIT_FAILURE);
+    }
+
+    write_answer(out, prompt, &deltas)?;
+    if script.malformed {
+        out.line(r#"{"type":"text_delta","id":"msg-1","text":"#)?;
+    }
+
+    let turns = history.len() + 1;
+    if script.exit_code == EXIT_OK {
+        match &store {
+            Some(store) => {
+                let mut prompts = history;
+                prompts.push(prompt.to_string());
+                if let Err(error) = store.save(&session_id, &prompts) {
+                    let message = format!("cannot save session {session_id}: {error}");
+                    return fail_turn(out, &session_id, model, input_tokens, &message);
+                }
+            }
+            None => writeln!(
+                err,
+                "reference-provider: no state directory; session {session_id} was not saved"
+            )?,
+        }
+    }
+
+    let text = deltas.concat();
+    let summary = format!("Answered in {turns} turn(s).");
+    out.event(&Event::Result {
+        status: "success",
+        session_id: &session_id,
+        model,
+        text: &text,
+        summary: Some(&summary),
+        usage: Usage {
+            input_tokens,
+            output_tokens: text.len() as u64,
+            cache_read_tokens: Some(0),
+        },
+    })?;
+    Ok(script.exit_code)
+}
+
+/// Strips one trailing newline (`\n` or `\r\n`) from the stdin prompt.
+pub fn trim_trailing_newline(raw: &str) -> &str {
+    raw.strip_suffix('\n')
+        .map_or(raw, |rest| rest.strip_suffix('\r').unwrap_or(rest))
+}
+
+/// Thinking, the echo tool round trip and the reply deltas.
+fn write_answer<W: Write>(out: &mut Emitter<W>, prompt: &str, deltas: &[&str]) -> io::Result<()> {
+    for text in ["Planning ", "the reply."] {
+        out.event(&Event::ThinkingDelta { id: THINK_ID, text })?;
+    }
+    out.event(&Event::ThinkingEnd { id: THINK_ID })?;
+    out.event(&Event::ToolCall {
+        id: CALL_ID,
+        name: "echo",
+        input: EchoInput { text: prompt },
+    })?;
+    out.event(&Event::ToolResult {
+        id: CALL_ID,
+        output: prompt,
+        is_error: false,
+    })?;
+    for text in deltas {
+        out.event(&Event::TextDelta { id: MSG_ID, text })?;
+    }
+    out.event(&Event::TextEnd { id: MSG_ID })
+}
+
+/// Writes the `resume_rejected` error line and returns exit code 3.
+fn reject_resume<W: Write>(out: &mut Emitter<W>, message: &str) -> io::Result<u8> {
+    out.event(&Event::Error {
+        code: "resume_rejected",
+        message,
+    })?;
+    Ok(EXIT_RESUME_REJECTED)
+}
+
+/// Writes an `agent_error` line and an error result, and returns exit code 1.
+fn fail_turn<W: Write>(
+    out: &mut Emitter<W>,
+    session_id: &str,
+    model: &str,
+    input_tokens: u64,
+    message: &str,
+) -> io::Result<u8> {
+    out.event(&Event::Error {
+        code: "agent_error",
+        message,
+    })?;
+    out.event(&Event::Result {
+        status: "error",
+        session_id,
+        model,
+        text: "",
+        summary: None,
+        usage: Usage {
+            input_tokens,
+            output_tokens: 0,
+            cache_read_tokens: None,
+        },
+    })?;
+    Ok(EXIT_FAILURE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+    use std::fs;
+
+    /// A unique, initially absent directory under the system temp dir.
+    fn temp_dir(tag: &str) -> PathBuf {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        std::env::temp_dir().join(format!(
+            "reference-provider-turn-{tag}-{}-{nanos}",
+            std::process::id()
+        ))
+    }
+
+    /// Runs a turn in-process; returns (exit code, stdout lines, stderr).
+    fn run_in(cfg: &TurnConfig, prompt: &str) -> (u8, Vec<String>, String) {
+        let mut out = Emitter::new(Vec::new(), Duration::ZERO);
+        let mut err = Vec::new();
+        let code = run(cfg, prompt, &mut out, &mut err);
+        let stdout = String::from_utf8(out.into_inner()).unwrap();
+        let lines = stdout.lines().map(str::to_string).collect();
+        (code, lines, String::from_utf8(err).unwrap())
+    }
+
+    fn json_lines(lines: &[String]) -> Vec<Value> {
+        lines
+            .iter()
+            .map(|l| serde_json::from_str(l).expect("json line"))
+            .collect()
+    }
+
+    fn config(state_dir: Option<PathBuf>, resume: Option<&str>) -> TurnConfig {
+        TurnConfig {
+            model: DEFAULT_MODEL.to_string(),
+            resume: resume.map(str::to_string),
+            state_dir,
+        }
+    }
+
+    #[test]
+    fn reply_text_for_new_and_resumed_sessions() {
+        assert_eq!(reply_text("hi", &[]), "Reference reply: hi");
+        assert_eq!(
+            reply_text("again", &["hi".to_string()]),
+            "Reference reply (turn 2, previously: hi): again"
+        );
+        assert_eq!(
+            reply_text("c", &["a".to_string(), "b".to_string()]),
+            "Reference reply (turn 3, previously: b): c"
+        );
+    }
+
+    #[test]
+    fn one_trailing_newline_is_trimmed() {
+        assert_eq!(trim_trailing_newline("hi\n"), "hi");
+        assert_eq!(trim_trailing_newline("hi\r\n"), "hi");
+        assert_eq!(trim_trailing_newline("hi\n\n"), "hi\n");
+        assert_eq!(trim_trailing_newline("hi"), "hi");
+    }
+
+    #[test]
+    fn reply_deltas_split_at_char_boundaries() {
+        assert_eq!(reply_deltas("abcd", None), vec!["ab", "cd"]);
+        assert_eq!(reply_deltas("abcde", None), vec!["ab", "cde"]);
+        assert_eq!(reply_deltas("é✓", None), vec!["é", "✓"]);
+        assert_eq!(reply_deltas("x", None), vec!["x"]);
+        assert_eq!(reply_deltas("", None), vec![""]);
+        assert_eq!(reply_deltas("ab", Some(1)), vec!["ab"]);
+        assert_eq!(reply_deltas("ab", Some(3)), vec!["ab", ".", "."]);
+    }
+
+    #[test]
+    fn full_turn_then_resume() {
+        let dir = temp_dir("resume");
+        let (code, lines, _) = run_in(&config(Some(dir.clone()), None), "hello\n");
+        assert_eq!(code, 0);
+        let events = json_lines(&lines);
+        let id = events[0]["session_id"].as_str().unwrap().to_string();
+        assert!(session::is_valid_session_id(&id));
+        let reply = "Reference reply: hello";
+        let (first, second) = reply.split_at(reply.chars().count() / 2);
+        assert_eq!(
+            events,
+            vec![
+                json!({"type":"session","session_id":id,"model":"reference-1","resumed":false}),
+                json!({"type":"thinking_delta","id":"think-1","text":"Planning "}),
+                json!({"type":"thinking_delta","id":"think-1","text":"the reply."}),
+                json!({"type":"thinking_end","id":"think-1"}),
+                json!({"type":"tool_call","id":"call-1","name":"echo","input":{"text":"hello"}}),
+                json!({"type":"tool_result","id":"call-1","output":"hello","is_error":false}),
+                json!({"type":"text_delta","id":"msg-1","text":first}),
+                json!({"type":"text_delta","id":"msg-1","text":second}),
+                json!({"type":"text_end","id":"msg-1"}),
+                json!({"type":"result","status":"success","session_id":id,"model":"reference-1",
+                       "text":reply,"summary":"Answered in 1 turn(s).",
+                       "usage":{"input_tokens":15,"output_tokens":reply.len(),"cache_read_tokens":0}}),
+            ]
+        );
+
+        let (code, lines, _) = run_in(&config(Some(dir.clone()), Some(&id)), "again");
+        assert_eq!(code, 0);
+        let events = json_lines(&lines);
+        assert_eq!(events[0]["resumed"], json!(true));
+        assert_eq!(events[0]["session_id"], json!(id));
+        let last = events.last().unwrap();
+        assert_eq!(
+            last["text"],
+            json!("Reference reply (turn 2, previously: hello): again")
+        );
+        assert_eq!(last["summary"], json!("Answered in 2 turn(s)."));
+        assert_eq!(
+            SessionStore::new(&dir).load(&id),
+            Ok(Some(vec!["hello".to_string(), "again".to_string()]))
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn unknown_and_invalid_resume_ids_are_rejected() {
+        let dir = temp_dir("reject");
+        for id in ["ref-0123456789abcdef", "../etc/passwd"] {
+            let (code, lines, _) = run_in(&config(Some(dir.clone()), Some(id)), "[[noise]] hi");
+            assert_eq!(code, 3);
+            assert_eq!(
+                json_lines(&lines),
+                vec![json!({"type":"error","code":"resume_rejected",
+                            "message":format!("unknown session: {id}")})]
+            );
+        }
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn resume_without_state_dir_is_a_usage_error() {
+        let (code, lines, err) = run_in(&config(None, Some("ref-00")), "hi");
+        assert_eq!(code, 2);
+        assert!(lines.is_empty());
+        assert!(err.contains("state directory"), "{err}");
+    }
+
+    #[test]
+    fn fail_directive() {
+        let dir = temp_dir("fail");
+        let (code, lines, _) = run_in(&config(Some(dir.clone()), None), "[[fail]] hi");
+        assert_eq!(code, 1);
+        let events = json_lines(&lines);
+        let id = events[0]["session_id"].as_str().unwrap();
+        assert_eq!(events.len(), 3);
+        assert_eq!(
+            events[1],
+            json!({"type":"error","code":"agent_error","message":"reference failure requested"})
+        );
+        assert_eq!(
+            events[2],
+            json!({"type":"result","status":"error","session_id":id,"model":"reference-1",
+                   "text":"","summary":null,"usage":{"input_tokens":12,"output_tokens":0}})
+        );
+        assert!(!dir.exists(), "no session file on failure");
+    }
+
+    #[test]
+    fn exit_directive_keeps_output_but_skips_saving() {
+        let dir = temp_dir("exit");
+        let (code, lines, _) = run_in(&config(Some(dir.clone()), None), "hi [[exit 5]]");
+        assert_eq!(code, 5);
+        let events = json_lines(&lines);
+        assert_eq!(events.len(), 10);
+        assert_eq!(events[9]["status"], json!("success"));
+        assert_eq!(events[9]["text"], json!("Reference reply: hi"));
+        assert!(!dir.exists());
+
+        let (code, _, _) = run_in(&config(Some(dir.clone()), None), "hi [[exit 0]]");
+        assert_eq!(code, 0);
+        assert!(dir.exists());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn crash_directive() {
+        let (code, lines, _) = run_in(&config(None, None), "[[crash]] hi");
+        assert_eq!(code, 1);
+        let events = json_lines(&lines);
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0]["type"], json!("session"));
+        assert_eq!(
+            events[1],
+            json!({"type":"text_delta","id":"msg-1","text":"Reference"})
+        );
+    }
+
+    #[test]
+    fn noise_stderr_spam_and_malformed() {
+        let (code, lines, err) = run_in(
+            &config(None, None),
+            "[[noise]] [[stderr alpha]] [[stderr beta]] [[spam 4]] [[malformed]] hi",
+        );
+        assert_eq!(code, 0);
+        assert_eq!(lines[0], "reference-provider: plain text noise");
+        assert!(lines[1].starts_with(r#"{"type":"session""#));
+        assert_eq!(
+            err.lines().take(3).collect::<Vec<_>>(),
+            vec!["reference-provider: warming up", "alpha", "beta"]
+        );
+        let deltas: Vec<Value> = json_lines(&lines[1..lines.len() - 2])
+            .into_iter()
+            .filter(|e| e["type"] == "text_delta")
+            .map(|e| e["text"].clone())
+            .collect();
+        assert_eq!(
+            deltas,
+            vec![
+                json!("Reference reply: hi"),
+                json!("."),
+                json!("."),
+                json!(".")
+            ]
+        );
+        assert_eq!(
+            lines[lines.len() - 2],
+            r#"{"type":"text_delta","id":"msg-1","text":"#
+        );
+        let result: Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+        assert_eq!(result["text"], json!("Reference reply: hi..."));
+        assert_eq!(result["usage"]["output_tokens"], json!(22));
+        assert_eq!(result["usage"]["input_tokens"], json!(12));
+    }
+
+    #[test]
+    fn invalid_directive_is_a_usage_error() {
+        let (code, lines, err) = run_in(&config(None, None), "[[exit nope]]");
+        assert_eq!(code, 2);
+        assert!(lines.is_empty());
+        assert!(err.contains("[[exit nope]]"), "{err}");
+    }
+}

@@ -1,0 +1,607 @@
+//! The reference driver: protocol knowledge of the scripted `reference-provider` CLI (see
+//! `drivers/reference-provider/PROTOCOL.md`), and nothing else.
+//!
+//! It builds the provider's command line from the request and maps its JSON Lines onto the
+//! unified contract: session → `init`, thinking and text deltas → reasoning/text lifecycles,
+//! `tool_call`/`tool_result` → a tool lifecycle, `result` → terminal payload, summary, usage and
+//! checkpoint, `error` → failure. It never does I/O: the host runs the process.
+
+use adaptor_sdk::json::{self, check_fields, str_field, u64_field};
+use adaptor_sdk::{
+    Actions, ApprovalCaps, Checkpoint, ConfigError, DecisionModes, Descriptor, Driver, ExitStatus,
+    Failure, FailureReason, ItemKind, Launch, Line, LineFramer, McpCaps, ModelInfo, Outcome,
+    PolicyCaps, RunRequest, SandboxLevels, Session, SessionCaps, SessionMode, SessionState,
+    StartError, StreamingCaps, StructuredOutputCaps, TerminalPayload, Transcript, Usage,
+    VersionRange, empty_outcome, items, top_scope,
+};
+use serde_json::{Value, json};
+
+/// Name of the checkpoint encoding.
+pub const CODEC: &str = "reference/session/v1";
+
+/// Config fields accepted by the driver, with their JSON types.
+const CONFIG_FIELDS: &[(&str, &str)] = &[
+    ("command", "string"),
+    ("model", "string"),
+    ("state_dir", "string"),
+    ("delay_ms", "integer"),
+    ("extra_args", "array-of-strings"),
+];
+
+/// The reference driver.
+pub struct ReferenceDriver;
+
+impl Driver for ReferenceDriver {
+    type Session = ReferenceSession;
+
+    fn describe() -> Descriptor {
+        Descriptor {
+            name: "reference".into(),
+            display_name: "Reference provider".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            default_program: "reference-provider".into(),
+            cli_versions: VersionRange {
+                min: Some("1.0.0".into()),
+                max_exclusive: Some("2.0.0".into()),
+                verified: vec!["1.0.0".into()],
+            },
+            config_schema: config_schema().to_string(),
+            models: vec![ModelInfo {
+                id: "reference-1".into(),
+                label: "Reference model".into(),
+            }],
+            sessions: SessionCaps {
+                resume: true,
+                fork: false,
+                codec: CODEC.into(),
+            },
+            persistent_process: false,
+            structured_output: StructuredOutputCaps {
+                native: false,
+                prompt_validate: true,
+                with_streaming: true,
+                native_with_approvals: false,
+            },
+            policy: PolicyCaps {
+                sandbox: SandboxLevels::empty(),
+                web_search: false,
+                browser: false,
+            },
+            approvals: ApprovalCaps {
+                permission: DecisionModes::empty(),
+                plan_review: DecisionModes::empty(),
+                question: DecisionModes::empty(),
+            },
+            streaming: StreamingCaps {
+                incremental: true,
+                token_level: true,
+                reasoning: true,
+                tool_call_args: false,
+            },
+            mcp: McpCaps {
+                stdio: false,
+                http: false,
+                sse: false,
+            },
+            skills: false,
+            instructions: false,
+        }
+    }
+
+    fn validate_config(config: &Value) -> Result<(), ConfigError> {
+        check_fields(config, CONFIG_FIELDS)?;
+        if let Some(command) = str_field(config, "command")
+            && command.trim().is_empty()
+        {
+            return Err(ConfigError {
+                path: "/command".into(),
+                message: "`command` must not be empty".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn config_fingerprint(config: &Value) -> Result<String, ConfigError> {
+        Self::validate_config(config)?;
+        // Only what decides whether a stored session can be resumed: the model and where the
+        // provider keeps its sessions. The command path and pacing do not matter.
+        let relevant = json!({
+            "model": str_field(config, "model"),
+            "state_dir": str_field(config, "state_dir"),
+        });
+        Ok(json::canonical_fingerprint(
+            "reference/configured-driver/v1;reference/session/v1",
+            &relevant,
+        ))
+    }
+}
+
+fn config_schema() -> Value {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "Reference driver config",
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "command": {"type": "string", "description": "Provider program (default: reference-provider on PATH)."},
+            "model": {"type": "string", "description": "Model name reported by the provider (default reference-1)."},
+            "state_dir": {"type": "string", "description": "Directory where the provider keeps sessions."},
+            "delay_ms": {"type": "integer", "minimum": 0, "description": "Pause between output lines, in milliseconds."},
+            "extra_args": {"type": "array", "items": {"type": "string"}, "description": "Arguments appended to the command line."}
+        }
+    })
+}
+
+/// Open streamed part (text or thinking) and the text accumulated for it.
+#[derive(Debug, Default)]
+struct OpenPart {
+    id: String,
+    text: String,
+}
+
+/// State of one reference-provider turn.
+pub struct ReferenceSession {
+    request: RunRequest,
+    config: Value,
+    stdout: LineFramer,
+    stderr: LineFramer,
+    transcript: Transcript,
+    text: Option<OpenPart>,
+    thinking: Option<OpenPart>,
+    open_tools: Vec<(String, String)>,
+    replies: Vec<String>,
+    session_id: Option<String>,
+    model: Option<String>,
+    usage: Option<Usage>,
+    summary: Option<String>,
+    terminal: Option<TerminalPayload>,
+    result_success: bool,
+    result_session_id: Option<String>,
+    error: Option<(FailureReason, String)>,
+    malformed: Option<String>,
+    status: Option<ExitStatus>,
+}
+
+impl ReferenceSession {
+    fn scope() -> adaptor_sdk::Scope {
+        top_scope()
+    }
+
+    fn handle_line(&mut self, line: Line, out: &mut Actions) {
+        let bytes = match line {
+            Line::Complete(bytes) => bytes,
+            Line::Oversized { len, .. } => {
+                self.malformed
+                    .get_or_insert(format!("a {len}-byte line exceeds the line limit"));
+                return;
+            }
+        };
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if text.trim().is_empty() {
+            return;
+        }
+        if self.terminal.is_some() {
+            self.malformed
+                .get_or_insert("output after the terminal result frame".into());
+            return;
+        }
+        let frame: Value = match serde_json::from_str(&text) {
+            Ok(v @ Value::Object(_)) => v,
+            _ if text.trim_start().starts_with('{') => {
+                self.malformed
+                    .get_or_insert(format!("malformed JSON line: {}", truncate(&text, 200)));
+                return;
+            }
+            _ => {
+                self.transcript
+                    .push(items::text(ItemKind::Stdout, &text), out);
+                return;
+            }
+        };
+        let kind = str_field(&frame, "type").unwrap_or_default().to_owned();
+        match kind.as_str() {
+            "session" => self.on_session(&frame, out),
+            "thinking_delta" => self.on_delta(true, &frame, out),
+            "thinking_end" => self.close_part(true, out),
+            "text_delta" => self.on_delta(false, &frame, out),
+            "text_end" => self.close_part(false, out),
+            "tool_call" => self.on_tool_call(&frame, out),
+            "tool_result" => self.on_tool_result(&frame, out),
+            "notice" => {
+                let message = str_field(&frame, "message").unwrap_or(&text).to_owned();
+                let kind = str_field(&frame, "kind").unwrap_or("notice").to_owned();
+                out.notice(&kind, &message, Some(text.clone()));
+            }
+            "error" => self.on_error(&frame, out),
+            "result" => self.on_result(&frame, &text, out),
+            _ => {
+                out.vendor(&kind, &text);
+                let mut item = items::text(ItemKind::System, &text);
+                item.data_json = Some(text.clone());
+                self.transcript.push(item, out);
+            }
+        }
+    }
+
+    fn on_session(&mut self, frame: &Value, out: &mut Actions) {
+        let id = str_field(frame, "session_id").map(str::to_owned);
+        let model = str_field(frame, "model").map(str::to_owned);
+        if id.is_some() {
+            self.session_id = id.clone();
+        }
+        if model.is_some() {
+            self.model = model.clone();
+        }
+        out.session(id.clone(), model.clone());
+        let mut item = items::blank(ItemKind::Init);
+        item.session_id = id;
+        item.model = model;
+        self.transcript.push(item, out);
+    }
+
+    fn on_delta(&mut self, thinking: bool, frame: &Value, out: &mut Actions) {
+        let id = str_field(frame, "id").unwrap_or("part").to_owned();
+        let delta = str_field(frame, "text").unwrap_or_default().to_owned();
+        let slot = if thinking {
+            &self.thinking
+        } else {
+            &self.text
+        };
+        if slot.as_ref().is_some_and(|p| p.id != id) {
+            self.close_part(thinking, out);
+        }
+        let slot = if thinking {
+            &mut self.thinking
+        } else {
+            &mut self.text
+        };
+        if slot.is_none() {
+            *slot = Some(OpenPart {
+                id: id.clone(),
+                text: String::new(),
+            });
+            if thinking {
+                out.thinking_start(&id, &Self::scope());
+            } else {
+                out.text_start(&id, &Self::scope());
+            }
+        }
+        if delta.is_empty() {
+            return;
+        }
+        if let Some(part) = slot.as_mut() {
+            part.text.push_str(&delta);
+        }
+        if thinking {
+            out.thinking_delta(&id, &delta, &Self::scope());
+        } else {
+            out.text_delta(&id, &delta, &Self::scope());
+        }
+    }
+
+    fn close_part(&mut self, thinking: bool, out: &mut Actions) {
+        let part = if thinking {
+            self.thinking.take()
+        } else {
+            self.text.take()
+        };
+        let Some(part) = part else { return };
+        if thinking {
+            out.thinking_end(&part.id, &Self::scope());
+            self.transcript
+                .push(items::text(ItemKind::Thinking, &part.text), out);
+        } else {
+            out.text_end(&part.id, &Self::scope());
+            self.transcript
+                .push(items::text(ItemKind::Assistant, &part.text), out);
+            self.replies.push(part.text);
+        }
+    }
+
+    fn on_tool_call(&mut self, frame: &Value, out: &mut Actions) {
+        let id = str_field(frame, "id").unwrap_or_default().to_owned();
+        let name = str_field(frame, "name").unwrap_or_default().to_owned();
+        if id.is_empty() || name.is_empty() {
+            self.malformed
+                .get_or_insert("tool_call frame without id or name".into());
+            return;
+        }
+        let input = frame.get("input").map(Value::to_string);
+        out.tool_start(&id, &name, input.clone(), &Self::scope());
+        out.tool_end(&id, &name, input.clone(), &Self::scope());
+        self.open_tools.push((id.clone(), name.clone()));
+        self.transcript
+            .push(items::tool_call(&id, &name, input), out);
+    }
+
+    fn on_tool_result(&mut self, frame: &Value, out: &mut Actions) {
+        let id = str_field(frame, "id").unwrap_or_default().to_owned();
+        if !self.open_tools.iter().any(|(open, _)| *open == id) {
+            self.malformed
+                .get_or_insert(format!("tool_result for unknown tool call `{id}`"));
+            return;
+        }
+        self.open_tools.retain(|(open, _)| *open != id);
+        let output = match frame.get("output") {
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => String::new(),
+        };
+        let is_error = frame
+            .get("is_error")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        out.tool_result(&id, &output, is_error, &Self::scope());
+        self.transcript
+            .push(items::tool_result(&id, &output, is_error), out);
+    }
+
+    fn on_error(&mut self, frame: &Value, out: &mut Actions) {
+        let message = str_field(frame, "message")
+            .unwrap_or("the provider reported an error")
+            .to_owned();
+        let reason = match str_field(frame, "code") {
+            Some("resume_rejected") => FailureReason::ResumeRejected,
+            _ => FailureReason::AgentError,
+        };
+        let mut item = items::text(ItemKind::Failure, &message);
+        item.is_error = true;
+        item.data_json = Some(frame.to_string());
+        self.transcript.push(item, out);
+        self.error.get_or_insert((reason, message));
+    }
+
+    fn on_result(&mut self, frame: &Value, raw: &str, out: &mut Actions) {
+        self.close_part(true, out);
+        self.close_part(false, out);
+        self.result_success = str_field(frame, "status") == Some("success");
+        self.result_session_id = str_field(frame, "session_id").map(str::to_owned);
+        if let Some(model) = str_field(frame, "model") {
+            self.model = Some(model.to_owned());
+        }
+        self.summary = str_field(frame, "summary").map(str::to_owned);
+        if let Some(u) = frame.get("usage").filter(|u| u.is_object()) {
+            let usage = Usage {
+                input_tokens: u64_field(u, "input_tokens"),
+                output_tokens: u64_field(u, "output_tokens"),
+                cache_read_tokens: u64_field(u, "cache_read_tokens"),
+                cache_write_tokens: u64_field(u, "cache_write_tokens"),
+                reasoning_tokens: None,
+                cost_usd: u.get("cost_usd").and_then(Value::as_f64),
+            };
+            out.usage(usage.clone());
+            self.usage = Some(usage);
+        }
+        let mut item = items::blank(ItemKind::Result);
+        item.text = str_field(frame, "text").map(str::to_owned);
+        item.is_error = !self.result_success;
+        item.session_id = self.result_session_id.clone();
+        item.model = self.model.clone();
+        self.transcript.push(item, out);
+        if !self.result_success && self.error.is_none() {
+            self.error = Some((
+                FailureReason::AgentError,
+                format!(
+                    "the provider ended the turn with status `{}`",
+                    str_field(frame, "status").unwrap_or("unknown")
+                ),
+            ));
+        }
+        self.terminal = Some(TerminalPayload {
+            event: "result".into(),
+            json: raw.trim_end_matches(['\r', '\n']).to_owned(),
+        });
+        out.end_turn();
+    }
+
+    fn failure(&self) -> Option<Failure> {
+        let status = self.status.as_ref();
+        let fail = |reason, message: String| {
+            Some(Failure {
+                reason,
+                message,
+                details_json: None,
+            })
+        };
+        if let Some(status) = status {
+            if status.cancelled {
+                return fail(FailureReason::Cancelled, "the run was cancelled".into());
+            }
+            if status.timed_out {
+                return fail(FailureReason::TimedOut, "the run timed out".into());
+            }
+        }
+        if let Some((reason, message)) = &self.error {
+            return fail(reason.clone(), message.clone());
+        }
+        if let Some(problem) = &self.malformed {
+            return fail(FailureReason::ProtocolError, problem.clone());
+        }
+        if self.terminal.is_none() {
+            let how = describe_exit(status);
+            return fail(
+                FailureReason::AgentError,
+                format!("the provider {how} before its result frame"),
+            );
+        }
+        match status {
+            Some(s) if s.code == Some(0) && s.signal.is_none() => None,
+            other => fail(
+                FailureReason::AgentError,
+                format!("the provider {}", describe_exit(other)),
+            ),
+        }
+    }
+}
+
+fn describe_exit(status: Option<&ExitStatus>) -> String {
+    match status {
+        Some(ExitStatus {
+            signal: Some(sig), ..
+        }) => format!("was killed by signal {sig}"),
+        Some(ExitStatus { code: Some(c), .. }) => format!("exited with code {c}"),
+        _ => "ended".into(),
+    }
+}
+
+fn truncate(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => &text[..i],
+        None => text,
+    }
+}
+
+impl Session for ReferenceSession {
+    fn new(request: RunRequest) -> Self {
+        let config = json::parse_config(&request.config_json).unwrap_or(Value::Null);
+        Self {
+            request,
+            config,
+            stdout: LineFramer::default(),
+            stderr: LineFramer::new(64 * 1024),
+            transcript: Transcript::default(),
+            text: None,
+            thinking: None,
+            open_tools: Vec::new(),
+            replies: Vec::new(),
+            session_id: None,
+            model: None,
+            usage: None,
+            summary: None,
+            terminal: None,
+            result_success: false,
+            result_session_id: None,
+            error: None,
+            malformed: None,
+            status: None,
+        }
+    }
+
+    fn start(&mut self) -> Result<Launch, StartError> {
+        ReferenceDriver::validate_config(&self.config)
+            .map_err(|e| StartError::InvalidRequest(format!("{}: {}", e.path, e.message)))?;
+        let cfg = &self.config;
+        let mut args = Vec::new();
+        if let Some(model) = self
+            .request
+            .model
+            .clone()
+            .or_else(|| str_field(cfg, "model").map(str::to_owned))
+        {
+            args.extend(["--model".to_owned(), model]);
+        }
+        if let Some(dir) = str_field(cfg, "state_dir") {
+            args.extend(["--state-dir".to_owned(), dir.to_owned()]);
+        }
+        if let Some(ms) = u64_field(cfg, "delay_ms") {
+            args.extend(["--delay-ms".to_owned(), ms.to_string()]);
+        }
+        if let Some(resume) = &self.request.resume {
+            if resume.mode == SessionMode::Fork {
+                return Err(StartError::Unsupported(
+                    "the reference provider cannot fork sessions".into(),
+                ));
+            }
+            let state = &resume.state;
+            let cwd = state
+                .data
+                .iter()
+                .find(|(k, _)| k == "cwd")
+                .map(|(_, v)| v.as_str());
+            if cwd.is_some_and(|cwd| cwd != self.request.workspace) {
+                return Err(StartError::ResumeRejected(format!(
+                    "session {} belongs to workspace {}, not {}",
+                    state.resume_id,
+                    cwd.unwrap_or_default(),
+                    self.request.workspace
+                )));
+            }
+            args.extend(["--resume".to_owned(), state.resume_id.clone()]);
+        }
+        if let Some(extra) = cfg.get("extra_args").and_then(Value::as_array) {
+            args.extend(extra.iter().filter_map(Value::as_str).map(str::to_owned));
+        }
+        let program = str_field(cfg, "command")
+            .unwrap_or("reference-provider")
+            .to_owned();
+        Ok(Launch {
+            program,
+            args,
+            env: Vec::new(),
+            cwd: None,
+            stdin: self.request.prompt.as_bytes().to_vec(),
+            keep_stdin_open: false,
+            files: Vec::new(),
+        })
+    }
+
+    fn on_stdout(&mut self, chunk: &[u8], out: &mut Actions) {
+        for line in self.stdout.push(chunk) {
+            self.handle_line(line, out);
+        }
+    }
+
+    fn on_stderr(&mut self, chunk: &[u8], out: &mut Actions) {
+        for line in self.stderr.push(chunk) {
+            if let Line::Complete(bytes) = line {
+                let text = String::from_utf8_lossy(&bytes);
+                if !text.trim().is_empty() {
+                    self.transcript
+                        .push(items::text(ItemKind::Stderr, &text), out);
+                }
+            }
+        }
+    }
+
+    fn on_exit(&mut self, status: &ExitStatus, out: &mut Actions) {
+        if let Some(rest) = self.stdout.finish() {
+            if self.terminal.is_none() {
+                self.malformed.get_or_insert("truncated last line".into());
+            } else {
+                self.handle_line(rest, out);
+            }
+        }
+        if let Some(Line::Complete(bytes)) = self.stderr.finish() {
+            let text = String::from_utf8_lossy(&bytes);
+            self.transcript
+                .push(items::text(ItemKind::Stderr, &text), out);
+        }
+        // Close whatever a crash left open so every lifecycle ends.
+        self.close_part(true, out);
+        self.close_part(false, out);
+        self.status = Some(status.clone());
+    }
+
+    fn finish(&mut self) -> Outcome {
+        let failure = self.failure();
+        let checkpoint = self.session_id.clone().map(|id| {
+            let valid = failure.is_none()
+                && self.result_success
+                && self.result_session_id.as_deref() == Some(id.as_str());
+            Checkpoint {
+                state: SessionState {
+                    resume_id: id,
+                    display_id: None,
+                    data: vec![("cwd".into(), self.request.workspace.clone())],
+                },
+                valid,
+            }
+        });
+        let mut outcome = empty_outcome();
+        outcome.text = self.replies.join("\n\n");
+        outcome.summary = self.summary.clone();
+        outcome.transcript = self.transcript.to_vec();
+        outcome.terminal = self.terminal.clone();
+        outcome.usage = self.usage.clone();
+        outcome.model = self.model.clone();
+        outcome.checkpoint = checkpoint;
+        outcome.failure = failure;
+        outcome
+    }
+}
+
+#[cfg(target_family = "wasm")]
+adaptor_sdk::export_driver!(ReferenceDriver);
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,292 @@
+//! [`Agent`]: a driver plus defaults, and the entry points `run` / `stream`.
+//!
+//! Owns option scoping: construction-only settings live on [`AgentBuilder`] (they have no
+//! per-call counterpart, so misusing them per call does not compile); shared options are
+//! [`RunOptions`], set as defaults on the builder and overridden per call (nearer scope wins,
+//! each field replaced whole, defaults never mutated). `run` is `stream` plus
+//! [`Stream::result`]: one code path. Must not: spawn or supervise (see `pipeline.rs`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::driver::Driver;
+use crate::error::Error;
+use crate::guest::GuestLimits;
+use crate::result::RunResult;
+use crate::stream::Stream;
+
+/// Options that can be set as Agent defaults and overridden per call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunOptions {
+    pub(crate) model: Option<String>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) workspace: Option<PathBuf>,
+    pub(crate) instructions: Option<String>,
+    pub(crate) metadata: Option<BTreeMap<String, String>>,
+    pub(crate) streaming: Option<bool>,
+}
+
+macro_rules! shared_options {
+    ($ty:ident $(, $field:ident)?) => {
+        impl $ty {
+            /// Model to use (passed to the driver; wins over the driver config's model).
+            pub fn model(mut self, model: impl Into<String>) -> Self {
+                self$(.$field)?.model = Some(model.into());
+                self
+            }
+
+            /// Wall-clock limit for the whole run; the provider's process group is stopped
+            /// when it elapses and the run fails with reason `timeout`.
+            pub fn timeout(mut self, timeout: Duration) -> Self {
+                self$(.$field)?.timeout = Some(timeout);
+                self
+            }
+
+            /// Workspace directory (default: the current directory). The provider runs here
+            /// and may not be started outside it.
+            pub fn workspace(mut self, dir: impl Into<PathBuf>) -> Self {
+                self$(.$field)?.workspace = Some(dir.into());
+                self
+            }
+
+            /// Instructions appended to the system prompt (drivers that declare it).
+            pub fn instructions(mut self, text: impl Into<String>) -> Self {
+                self$(.$field)?.instructions = Some(text.into());
+                self
+            }
+
+            /// Caller metadata for the run (replaces the whole map of the outer scope).
+            pub fn metadata(mut self, metadata: BTreeMap<String, String>) -> Self {
+                self$(.$field)?.metadata = Some(metadata);
+                self
+            }
+
+            /// Ask the driver for its incremental transport (token deltas). Default: on for
+            /// `stream`, on for `run` too (it is the same pipeline).
+            pub fn streaming(mut self, on: bool) -> Self {
+                self$(.$field)?.streaming = Some(on);
+                self
+            }
+        }
+    };
+}
+
+impl RunOptions {
+    /// Empty options (everything inherited from the Agent).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `self` overridden by `nearer` (field by field; each field replaced whole).
+    pub(crate) fn overridden_by(&self, nearer: &RunOptions) -> RunOptions {
+        RunOptions {
+            model: nearer.model.clone().or_else(|| self.model.clone()),
+            timeout: nearer.timeout.or(self.timeout),
+            workspace: nearer.workspace.clone().or_else(|| self.workspace.clone()),
+            instructions: nearer.instructions.clone().or_else(|| self.instructions.clone()),
+            metadata: nearer.metadata.clone().or_else(|| self.metadata.clone()),
+            streaming: nearer.streaming.or(self.streaming),
+        }
+    }
+}
+
+shared_options!(RunOptions);
+
+/// Construction-only settings.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub event_buffer: usize,
+    pub blocking_events: bool,
+    pub grace_period: Duration,
+    pub end_turn_grace: Duration,
+    pub pass_env: Vec<String>,
+    pub set_env: Vec<(String, String)>,
+    pub program_dirs: Vec<PathBuf>,
+    pub limits: GuestLimits,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            event_buffer: 1024,
+            blocking_events: false,
+            grace_period: Duration::from_secs(2),
+            end_turn_grace: Duration::from_secs(10),
+            pass_env: Vec::new(),
+            set_env: Vec::new(),
+            program_dirs: Vec::new(),
+            limits: GuestLimits::default(),
+        }
+    }
+}
+
+/// Builds an [`Agent`].
+#[derive(Debug, Clone)]
+pub struct AgentBuilder {
+    driver: Driver,
+    defaults: RunOptions,
+    settings: Settings,
+}
+
+shared_options!(AgentBuilder, defaults);
+
+impl AgentBuilder {
+    /// Event buffer capacity (default 1024). In drop mode, droppable deltas are discarded
+    /// when it is full and reported in one `Dropped` event.
+    pub fn event_buffer(mut self, capacity: usize) -> Self {
+        self.settings.event_buffer = capacity.max(2);
+        self
+    }
+
+    /// Never drop events: a slow consumer slows the run down instead.
+    pub fn blocking_events(mut self) -> Self {
+        self.settings.blocking_events = true;
+        self
+    }
+
+    /// Time between SIGTERM and SIGKILL when stopping a provider (default 2 s).
+    pub fn grace_period(mut self, grace: Duration) -> Self {
+        self.settings.grace_period = grace;
+        self
+    }
+
+    /// How long a one-shot provider may keep running after its turn ended (default 10 s).
+    pub fn end_turn_grace(mut self, grace: Duration) -> Self {
+        self.settings.end_turn_grace = grace;
+        self
+    }
+
+    /// Pass this variable from the host's environment to the provider (the default
+    /// environment is only an allowlist: PATH, HOME, locale, XDG dirs, …).
+    pub fn pass_env(mut self, name: impl Into<String>) -> Self {
+        self.settings.pass_env.push(name.into());
+        self
+    }
+
+    /// Set a variable in the provider's environment.
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.settings.set_env.push((name.into(), value.into()));
+        self
+    }
+
+    /// An extra directory searched for the provider program after PATH.
+    pub fn program_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.settings.program_dirs.push(dir.into());
+        self
+    }
+
+    /// Sandbox limits for driver instances.
+    pub fn guest_limits(mut self, limits: GuestLimits) -> Self {
+        self.settings.limits = limits;
+        self
+    }
+
+    /// Build the agent.
+    pub fn build(self) -> Agent {
+        let cancel = CancellationToken::new();
+        Agent {
+            inner: Arc::new(AgentInner {
+                driver: self.driver,
+                defaults: self.defaults,
+                settings: self.settings,
+                closed: AtomicBool::new(false),
+                cancel: cancel.clone(),
+                tracker: TaskTracker::new(),
+            }),
+            _life: Arc::new(Life(cancel)),
+        }
+    }
+}
+
+pub(crate) struct AgentInner {
+    pub driver: Driver,
+    pub defaults: RunOptions,
+    pub settings: Settings,
+    pub closed: AtomicBool,
+    pub cancel: CancellationToken,
+    pub tracker: TaskTracker,
+}
+
+/// Cancels every run of the agent when the last `Agent` handle is dropped.
+struct Life(CancellationToken);
+
+impl Drop for Life {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// A driver with defaults: runs prompts.
+///
+/// Cloning shares the agent. When the last clone is dropped, its running runs are cancelled
+/// (their provider process groups are stopped).
+#[derive(Clone)]
+pub struct Agent {
+    pub(crate) inner: Arc<AgentInner>,
+    _life: Arc<Life>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("driver", &self.inner.driver.name())
+            .field("defaults", &self.inner.defaults)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// Start building an agent for `driver`.
+    pub fn builder(driver: Driver) -> AgentBuilder {
+        AgentBuilder {
+            driver,
+            defaults: RunOptions::default(),
+            settings: Settings::default(),
+        }
+    }
+
+    /// The driver.
+    pub fn driver(&self) -> &Driver {
+        &self.inner.driver
+    }
+
+    /// Run a prompt to completion. Same pipeline as [`Agent::stream`], drained.
+    pub async fn run(&self, prompt: impl Into<String>) -> Result<RunResult, Error> {
+        self.stream(prompt).result().await
+    }
+
+    /// Run with per-call options.
+    pub async fn run_with(&self, prompt: impl Into<String>, options: RunOptions) -> Result<RunResult, Error> {
+        self.stream_with(prompt, options).result().await
+    }
+
+    /// Start a run and stream its events. Must be called inside a Tokio runtime.
+    pub fn stream(&self, prompt: impl Into<String>) -> Stream {
+        self.stream_with(prompt, RunOptions::default())
+    }
+
+    /// Start a run with per-call options.
+    pub fn stream_with(&self, prompt: impl Into<String>, options: RunOptions) -> Stream {
+        crate::pipeline::start(&self.inner, prompt.into(), self.inner.defaults.overridden_by(&options))
+    }
+
+    /// Cancel every running run, wait for them to finish (their processes are gone when this
+    /// returns) and refuse new runs with [`Error::AgentClosed`]. Idempotent.
+    pub async fn close(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        self.inner.tracker.close();
+        self.inner.cancel.cancel();
+        self.inner.tracker.wait().await;
+    }
+
+    /// True after [`Agent::close`].
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::SeqCst)
+    }
+}

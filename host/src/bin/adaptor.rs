@@ -1,0 +1,391 @@
+//! `adaptor`: run a prompt through a `.wasm` driver from the command line, and list drivers.
+//!
+//! Owns argument parsing, the readable terminal view (sanitised: control and escape
+//! sequences from drivers or providers never reach the terminal), JSONL output, Ctrl-C and
+//! exit codes. Everything else is the library's single pipeline.
+//!
+//! Exit codes: 0 success · 1 the run failed · 2 usage, config or setup error · 3 driver fault
+//! (trap or contract violation) · 130 cancelled with Ctrl-C.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use adaptor::{Agent, Driver, Error, Event, Phase, RunOptions, RunResult};
+use clap::{Parser, Subcommand};
+use futures::StreamExt;
+
+#[derive(Parser)]
+#[command(name = "adaptor", version, about = "Drive coding-agent CLIs through sandboxed WASM drivers")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one prompt and stream the result.
+    Run(RunArgs),
+    /// List the drivers found in the driver directories.
+    Drivers {
+        /// Print descriptors as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Built-in driver name or path to a `.wasm` driver.
+    #[arg(long, default_value = "reference")]
+    driver: String,
+    /// Driver config as a JSON object, or `@file.json`.
+    #[arg(long)]
+    config: Option<String>,
+    /// Model override.
+    #[arg(long)]
+    model: Option<String>,
+    /// Workspace directory (default: current directory).
+    #[arg(long)]
+    cwd: Option<PathBuf>,
+    /// Timeout in seconds.
+    #[arg(long)]
+    timeout: Option<f64>,
+    /// Print events as JSON Lines (plus a final `result` line).
+    #[arg(long)]
+    json: bool,
+    /// The prompt.
+    prompt: String,
+}
+
+const EXIT_RUN_FAILED: u8 = 1;
+const EXIT_USAGE: u8 = 2;
+const EXIT_DRIVER_FAULT: u8 = 3;
+const EXIT_INTERRUPTED: u8 = 130;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ADAPTOR_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("adaptor: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_DRIVER_FAULT);
+        }
+    };
+    match cli.command {
+        Command::Drivers { json } => list_drivers(json),
+        Command::Run(args) => runtime.block_on(run(args)),
+    }
+}
+
+fn list_drivers(json: bool) -> ExitCode {
+    let drivers = adaptor::available_drivers();
+    if drivers.is_empty() {
+        eprintln!(
+            "adaptor: no drivers found (searched: {}); build them with `./x.sh build-drivers` or set ADAPTOR_DRIVER_PATH",
+            adaptor::driver_dirs()
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let mut failed = false;
+    for (path, loaded) in drivers {
+        match loaded {
+            Ok(d) if json => {
+                let line = serde_json::json!({
+                    "path": path.display().to_string(),
+                    "sha256": d.sha256(),
+                    "descriptor": d.descriptor(),
+                });
+                println!("{line}");
+            }
+            Ok(d) => {
+                let desc = d.descriptor();
+                println!(
+                    "{:<12} {:<8} {:<24} {}  [{}]",
+                    sanitize(&desc.name),
+                    sanitize(&desc.version),
+                    sanitize(&desc.display_name),
+                    desc.capability_summary(),
+                    path.display()
+                );
+            }
+            Err(e) => {
+                failed = true;
+                eprintln!("{}: {}", path.display(), sanitize(&e.to_string()));
+            }
+        }
+    }
+    if failed {
+        ExitCode::from(EXIT_DRIVER_FAULT)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn parse_config(text: &str) -> Result<serde_json::Value, String> {
+    let text = match text.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?,
+        None => text.to_owned(),
+    };
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("--config is not valid JSON: {e}"))?;
+    if !value.is_object() {
+        return Err("--config must be a JSON object".into());
+    }
+    Ok(value)
+}
+
+async fn run(args: RunArgs) -> ExitCode {
+    let driver = match Driver::open(&args.driver) {
+        Ok(d) => d,
+        Err(e) => return report(&e),
+    };
+    let driver = match args.config.as_deref().map(parse_config).transpose() {
+        Ok(Some(config)) => match driver.with_config(config) {
+            Ok(d) => d,
+            Err(e) => return report(&e),
+        },
+        Ok(None) => driver,
+        Err(msg) => {
+            eprintln!("adaptor: {msg}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let mut builder = Agent::builder(driver);
+    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(PathBuf::from)) {
+        // Programs installed beside `adaptor` (like the reference provider) are found even
+        // when not on PATH.
+        builder = builder.program_dir(dir);
+    }
+    let agent = builder.build();
+    let mut options = RunOptions::new();
+    if let Some(m) = args.model {
+        options = options.model(m);
+    }
+    if let Some(dir) = args.cwd {
+        options = options.workspace(dir);
+    }
+    if let Some(secs) = args.timeout {
+        if !(secs.is_finite() && secs > 0.0) {
+            eprintln!("adaptor: --timeout must be a positive number of seconds");
+            return ExitCode::from(EXIT_USAGE);
+        }
+        options = options.timeout(Duration::from_secs_f64(secs));
+    }
+    let mut stream = agent.stream_with(args.prompt, options);
+    let mut view = View::new(args.json);
+    let mut interrupted = false;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            ev = stream.next() => match ev {
+                Some(ev) => view.event(&ev),
+                None => break,
+            },
+            _ = &mut ctrl_c, if !interrupted => {
+                interrupted = true;
+                eprintln!("\nadaptor: cancelling…");
+                stream.cancel();
+            }
+        }
+    }
+    let result = stream.result().await;
+    view.finish(&result);
+    match result {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(_) if interrupted => ExitCode::from(EXIT_INTERRUPTED),
+        Err(e) => report(&e),
+    }
+}
+
+fn report(e: &Error) -> ExitCode {
+    eprintln!("adaptor: {}", sanitize(&e.to_string()));
+    ExitCode::from(match e {
+        Error::Run(_) => EXIT_RUN_FAILED,
+        Error::DriverTrap { .. } | Error::DriverContract { .. } | Error::Spawn { .. } | Error::Lost(_) => {
+            EXIT_DRIVER_FAULT
+        }
+        _ => EXIT_USAGE,
+    })
+}
+
+/// Replace control characters (ESC, CSI, BEL, …) except newline and tab, so text from
+/// drivers and providers cannot move the cursor, set the clipboard or retitle the terminal.
+fn sanitize(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '\n' | '\t' => c,
+            c if c.is_control() => '\u{fffd}',
+            c => c,
+        })
+        .collect()
+}
+
+struct View {
+    json: bool,
+    color: bool,
+    mid_line: bool,
+    in_thinking: bool,
+}
+
+impl View {
+    fn new(json: bool) -> Self {
+        Self {
+            json,
+            color: std::io::stdout().is_terminal(),
+            mid_line: false,
+            in_thinking: false,
+        }
+    }
+
+    fn line_break(&mut self) {
+        if self.mid_line {
+            println!();
+            self.mid_line = false;
+        }
+    }
+
+    fn dim(&self, s: &str) -> String {
+        if self.color {
+            format!("\x1b[2m{s}\x1b[0m")
+        } else {
+            s.to_owned()
+        }
+    }
+
+    fn event(&mut self, ev: &Event) {
+        if self.json {
+            match serde_json::to_string(ev) {
+                Ok(line) => println!("{line}"),
+                Err(e) => eprintln!("adaptor: cannot serialise event: {e}"),
+            }
+            return;
+        }
+        let mut out = std::io::stdout();
+        match ev {
+            Event::TextDelta(d) if d.phase == Phase::Delta => {
+                if self.in_thinking {
+                    self.line_break();
+                    self.in_thinking = false;
+                }
+                print!("{}", sanitize(&d.text));
+                self.mid_line = !d.text.ends_with('\n');
+            }
+            Event::Thinking(d) if d.phase == Phase::Delta => {
+                if !self.in_thinking {
+                    self.line_break();
+                    self.in_thinking = true;
+                }
+                print!("{}", self.dim(&sanitize(&d.text)));
+                self.mid_line = true;
+            }
+            Event::ToolCall(c) if c.phase == Phase::Start => {
+                self.line_break();
+                self.in_thinking = false;
+                let args = c.args.as_ref().map(|a| a.to_string()).unwrap_or_default();
+                println!("→ {} {}", sanitize(&c.name), sanitize(&truncate(&args, 200)));
+            }
+            Event::ToolResult(r) => {
+                self.line_break();
+                let mark = if r.is_error { "✗" } else { "←" };
+                println!("{mark} {}", sanitize(&truncate(&r.output, 200)));
+            }
+            Event::Notice(n) => {
+                self.line_break();
+                eprintln!("! {}: {}", sanitize(&n.notice), sanitize(&n.message));
+            }
+            _ => {}
+        }
+        let _ = out.flush();
+    }
+
+    fn finish(&mut self, result: &Result<RunResult, Error>) {
+        let res = match result {
+            Ok(r) => Some(r),
+            Err(Error::Run(e)) => Some(&e.result),
+            Err(_) => None,
+        };
+        if self.json {
+            let line = match result {
+                Ok(r) => result_json(r, None),
+                Err(Error::Run(e)) => result_json(
+                    &e.result,
+                    Some(serde_json::json!({"reason": e.reason, "message": e.message})),
+                ),
+                Err(e) => serde_json::json!({"kind": "result", "error": e.to_string()}),
+            };
+            println!("{line}");
+            return;
+        }
+        self.line_break();
+        if let Some(r) = res {
+            let usage = r
+                .usage
+                .as_ref()
+                .map(|u| {
+                    format!(
+                        "{} in / {} out tokens",
+                        u.input_tokens.map_or("?".into(), |n| n.to_string()),
+                        u.output_tokens.map_or("?".into(), |n| n.to_string())
+                    )
+                })
+                .unwrap_or_else(|| "usage not reported".into());
+            let line = format!(
+                "— {} · model {} · session {} · {:.2}s",
+                usage,
+                r.model.as_deref().unwrap_or("?"),
+                r.session_id().unwrap_or("none"),
+                r.duration.as_secs_f64()
+            );
+            println!("{}", self.dim(&sanitize(&line)));
+        }
+    }
+}
+
+fn result_json(r: &RunResult, failure: Option<serde_json::Value>) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "result",
+        "run_id": r.run_id,
+        "provider": r.provider,
+        "text": r.text,
+        "summary": r.summary,
+        "usage": r.usage,
+        "model": r.model,
+        "checkpoint": r.checkpoint,
+        "exit": r.exit,
+        "failure": failure,
+    })
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sanitize;
+
+    #[test]
+    fn escape_sequences_are_neutralised() {
+        let evil = "ok\x1b]52;c;ZXZpbA==\x07 \x1b[2J\rdone\n";
+        let clean = sanitize(evil);
+        assert!(!clean.contains('\x1b') && !clean.contains('\x07') && !clean.contains('\r'));
+        assert!(clean.ends_with("done\n"));
+    }
+}

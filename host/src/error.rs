@@ -1,0 +1,282 @@
+//! The crate's one error type, [`Error`], and the business-failure type [`RunError`].
+//!
+//! Pre-start problems (bad config, program not found, launch refused, …) are distinct
+//! variants; failures after the provider process started are [`Error::Run`] carrying the
+//! partial [`RunResult`]. Must not: format for terminals or decide exit codes (the CLI does).
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::result::RunResult;
+
+/// Every error this crate returns.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A driver could not be loaded.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The driver rejected its configuration.
+    #[error("driver `{driver}` rejected its config at `{path}`: {message}")]
+    InvalidConfig {
+        /// Driver name.
+        driver: String,
+        /// JSON pointer of the offending field (empty for the whole object).
+        path: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// The driver trapped (panic, CPU or memory limit, …). The instance was discarded; the
+    /// next run starts from a fresh one.
+    #[error("driver `{driver}` trapped in `{call}`: {message}")]
+    DriverTrap {
+        /// Driver name.
+        driver: String,
+        /// The guest function that trapped.
+        call: &'static str,
+        /// Trap message (with the guest's stderr, e.g. a panic message).
+        message: String,
+    },
+    /// The driver returned something the host refuses (an invalid event, bad JSON, …).
+    #[error("driver `{driver}` broke the contract in `{call}`: {message}")]
+    DriverContract {
+        /// Driver name.
+        driver: String,
+        /// The guest function concerned.
+        call: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+    /// The driver refused to start this request.
+    #[error("driver `{driver}` refused the request ({kind}): {message}")]
+    StartRefused {
+        /// Driver name.
+        driver: String,
+        /// Why.
+        kind: StartRefusal,
+        /// The driver's explanation.
+        message: String,
+    },
+    /// The driver asked for a process launch the grant does not allow. Nothing was spawned.
+    #[error("launch refused for driver `{driver}`: {refusal}")]
+    LaunchRefused {
+        /// Driver name.
+        driver: String,
+        /// What was refused.
+        refusal: LaunchRefusal,
+    },
+    /// The granted program could not be found.
+    #[error("program `{program}` for driver `{driver}` was not found: {detail}")]
+    ProgramNotFound {
+        /// Driver name.
+        driver: String,
+        /// The configured program.
+        program: String,
+        /// Where it was looked for.
+        detail: String,
+    },
+    /// The workspace directory is unusable.
+    #[error("invalid workspace `{path}`: {reason}")]
+    InvalidWorkspace {
+        /// The path given.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// Spawning the provider process failed.
+    #[error("could not start `{program}` for driver `{driver}`: {source}")]
+    Spawn {
+        /// Driver name.
+        driver: String,
+        /// The program.
+        program: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The agent was closed; no more runs.
+    #[error("the agent is closed")]
+    AgentClosed,
+    /// The run started and failed; the partial result is inside.
+    #[error(transparent)]
+    Run(Box<RunError>),
+    /// The run task ended without a result (the runtime shut down).
+    #[error("the run ended without a result: {0}")]
+    Lost(String),
+}
+
+impl Error {
+    /// The [`RunError`] if this is a business failure of a started run.
+    pub fn as_run_error(&self) -> Option<&RunError> {
+        match self {
+            Error::Run(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Why a driver refused to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartRefusal {
+    /// The request cannot be expressed for this CLI.
+    InvalidRequest,
+    /// Not supported in this combination.
+    Unsupported,
+    /// The resume state belongs elsewhere.
+    ResumeRejected,
+}
+
+impl fmt::Display for StartRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StartRefusal::InvalidRequest => "invalid request",
+            StartRefusal::Unsupported => "unsupported",
+            StartRefusal::ResumeRejected => "resume rejected",
+        })
+    }
+}
+
+/// What about a launch the grant refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaunchRefusal {
+    /// The program is not the granted one.
+    #[error("program `{requested}` is not the granted program `{granted}`")]
+    Program {
+        /// What the driver asked for.
+        requested: String,
+        /// What the grant allows.
+        granted: String,
+    },
+    /// The working directory leaves the workspace.
+    #[error("working directory `{cwd}` is outside the workspace `{workspace}`")]
+    Cwd {
+        /// The requested cwd.
+        cwd: String,
+        /// The workspace.
+        workspace: String,
+    },
+    /// A private file name is not a plain file name.
+    #[error("private file name `{0}` is not a plain file name")]
+    FileName(String),
+    /// An environment variable name or value is unusable.
+    #[error("environment variable `{0}` has an invalid name or value")]
+    Env(String),
+    /// An argument contains a NUL byte.
+    #[error("argument {0} contains a NUL byte")]
+    Arg(usize),
+}
+
+/// A driver failed to load.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// Reading the file failed.
+    #[error("could not read driver `{path}`: {source}")]
+    Read {
+        /// The path.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The bytes are not a component of the driver world.
+    #[error("`{driver}` is not an adaptor:driver@0.1 driver: {reason}")]
+    NotADriver {
+        /// File or name.
+        driver: String,
+        /// What is missing or wrong.
+        reason: String,
+    },
+    /// Compilation failed.
+    #[error("could not compile driver: {0}")]
+    Compile(String),
+    /// No built-in driver has that name.
+    #[error("no driver named `{name}` in {searched}")]
+    UnknownDriver {
+        /// The requested name.
+        name: String,
+        /// Directories searched.
+        searched: String,
+    },
+    /// The driver's descriptor is unusable.
+    #[error("driver `{driver}` has an invalid descriptor: {reason}")]
+    InvalidDescriptor {
+        /// Driver.
+        driver: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Why a run failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FailureReason {
+    /// The agent or its CLI reported an error, or the process ended abnormally.
+    AgentError,
+    /// An approval was denied.
+    ApprovalDenied,
+    /// An approval timed out.
+    ApprovalTimeout,
+    /// A question nobody could answer.
+    ApprovalUnanswered,
+    /// Cancelled by the caller (or the agent was dropped/closed).
+    Cancelled,
+    /// The run's timeout elapsed.
+    Timeout,
+    /// The CLI refused because of policy.
+    PolicyViolation,
+    /// The provider rejected the resume id.
+    ResumeRejected,
+    /// The provider's output broke its protocol.
+    ProtocolError,
+    /// Another reason, named by the driver.
+    Other(String),
+}
+
+impl FailureReason {
+    /// Stable snake_case name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            FailureReason::AgentError => "agent_error",
+            FailureReason::ApprovalDenied => "approval_denied",
+            FailureReason::ApprovalTimeout => "approval_timeout",
+            FailureReason::ApprovalUnanswered => "approval_unanswered",
+            FailureReason::Cancelled => "cancelled",
+            FailureReason::Timeout => "timeout",
+            FailureReason::PolicyViolation => "policy_violation",
+            FailureReason::ResumeRejected => "resume_rejected",
+            FailureReason::ProtocolError => "protocol_error",
+            FailureReason::Other(s) => s,
+        }
+    }
+}
+
+impl fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A started run that failed, with everything observed up to the failure.
+#[derive(Debug)]
+pub struct RunError {
+    /// Why.
+    pub reason: FailureReason,
+    /// The provider's (or host's) message.
+    pub message: String,
+    /// Extra details from the driver, if any.
+    pub details: Option<serde_json::Value>,
+    /// The partial result: text so far, transcript, raw streams, usage…
+    pub result: RunResult,
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "run failed ({}): {}", self.reason, self.message)
+    }
+}
+
+impl std::error::Error for RunError {}

@@ -1,0 +1,344 @@
+//! The public event model: [`Event`] and its payloads, each carrying host-assigned
+//! [`EventMeta`].
+//!
+//! Owns the event types and which of them may be dropped under backpressure
+//! ([`Event::is_droppable`]). Must not: assign sequence numbers (the stream's emitter does) or
+//! talk to drivers.
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Serialize, Serializer};
+
+use crate::error::FailureReason;
+use crate::result::{TranscriptItem, Usage};
+
+/// Metadata the host attaches to every event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventMeta {
+    /// The run.
+    pub run_id: String,
+    /// The thread key, for thread runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_key: Option<String>,
+    /// Strictly increasing per run, starting at 1; assigned by the host only.
+    pub sequence: u64,
+    /// When the host received the event.
+    #[serde(rename = "time_ms", serialize_with = "ser_time")]
+    pub time: SystemTime,
+    /// The driver that produced the run.
+    pub driver: String,
+}
+
+fn ser_time<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    let ms = t.duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    s.serialize_u64(ms as u64)
+}
+
+/// Lifecycle phase of a streamed part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The part begins.
+    Start,
+    /// More content.
+    Delta,
+    /// The part is complete.
+    End,
+}
+
+/// Assistant text.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TextDelta {
+    /// Host metadata.
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// Message (content block) id.
+    pub message_id: String,
+    /// Phase.
+    pub phase: Phase,
+    /// The text piece (empty on start/end).
+    pub text: String,
+    /// Subagent scope: the tool call that spawned it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_tool_call_id: Option<String>,
+}
+
+/// A tool call's lifecycle.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolCall {
+    /// Host metadata.
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// Tool call id.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Phase.
+    pub phase: Phase,
+    /// Complete arguments when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args: Option<serde_json::Value>,
+    /// Argument JSON fragment (phase delta).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args_delta: Option<String>,
+    /// Subagent scope.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_tool_call_id: Option<String>,
+}
+
+/// A tool's result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolResult {
+    /// Host metadata.
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// Tool call id.
+    pub id: String,
+    /// Output text.
+    pub output: String,
+    /// The tool failed.
+    pub is_error: bool,
+    /// Subagent scope.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_tool_call_id: Option<String>,
+}
+
+/// A transcript item, mirrored from the driver.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ItemEvent {
+    /// Host metadata.
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// The item.
+    pub item: TranscriptItem,
+}
+
+/// Cumulative usage so far.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UsageUpdate {
+    /// Host metadata.
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// Usage.
+    pub usage: Usage,
+}
+
+/// The provider session became known.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionStarted {
+    /// Host metadata.
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// Provider session id.
+    pub session_id: Option<String>,
+    /// Model.
+    pub model: Option<String>,
+}
+
+/// What a [`ProcessInfo`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessInfoKind {
+    /// The process was spawned.
+    Spawn,
+    /// A chunk of stdout.
+    Stdout,
+    /// A chunk of stderr.
+    Stderr,
+    /// A signal was sent to the process group.
+    Signal,
+    /// The process ended.
+    Exit,
+}
+
+/// Process-level facts owned by the host.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProcessInfo {
+    /// Host metadata.
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// What happened.
+    pub process: ProcessInfoKind,
+    /// Process id.
+    pub pid: Option<u32>,
+    /// Human-readable text (program line, chunk text lossily decoded, signal name, status).
+    pub text: String,
+    /// Chunk length in bytes (stdout/stderr).
+    pub bytes: usize,
+}
+
+/// A message for humans.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Notice {
+    /// Host metadata.
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// Machine kind (`api-retry`, `approval.unanswered`, `stdin.error`…).
+    pub notice: String,
+    /// Message.
+    pub message: String,
+    /// Data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+}
+
+/// A provider event with no unified meaning.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VendorEvent {
+    /// Host metadata.
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// Provider's name.
+    pub name: String,
+    /// Raw JSON (as text when it is not valid JSON).
+    pub json: serde_json::Value,
+}
+
+/// Events dropped because the consumer was slow (drop mode only).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Dropped {
+    /// Host metadata.
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// How many.
+    pub count: u64,
+    /// How many per event kind.
+    pub by_kind: BTreeMap<String, u64>,
+    /// Sequence of the first dropped event.
+    pub first_sequence: u64,
+    /// Sequence of the last dropped event.
+    pub last_sequence: u64,
+}
+
+/// The run started (always the first event).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunStarted {
+    /// Host metadata.
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// The program launched.
+    pub program: String,
+    /// The model requested, if any.
+    pub model: Option<String>,
+}
+
+/// The run finished (always the last event).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunFinished {
+    /// Host metadata.
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// Final usage.
+    pub usage: Option<Usage>,
+    /// True when the run failed.
+    pub failed: bool,
+    /// Failure reason.
+    pub reason: Option<FailureReason>,
+    /// Failure message.
+    pub message: Option<String>,
+}
+
+/// Everything a run reports, in order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Event {
+    /// First event of every started run.
+    RunStarted(RunStarted),
+    /// Assistant text.
+    TextDelta(TextDelta),
+    /// Reasoning.
+    Thinking(TextDelta),
+    /// Tool call lifecycle.
+    ToolCall(ToolCall),
+    /// Tool result.
+    ToolResult(ToolResult),
+    /// Transcript item.
+    Item(ItemEvent),
+    /// Usage update.
+    Usage(UsageUpdate),
+    /// Provider session known.
+    Session(SessionStarted),
+    /// Process facts.
+    ProcessInfo(ProcessInfo),
+    /// Notice.
+    Notice(Notice),
+    /// Vendor event.
+    Vendor(VendorEvent),
+    /// Events were dropped.
+    Dropped(Dropped),
+    /// Last event of every started run.
+    RunFinished(RunFinished),
+}
+
+impl Event {
+    /// The host metadata.
+    pub fn meta(&self) -> &EventMeta {
+        match self {
+            Event::RunStarted(e) => &e.meta,
+            Event::TextDelta(e) | Event::Thinking(e) => &e.meta,
+            Event::ToolCall(e) => &e.meta,
+            Event::ToolResult(e) => &e.meta,
+            Event::Item(e) => &e.meta,
+            Event::Usage(e) => &e.meta,
+            Event::Session(e) => &e.meta,
+            Event::ProcessInfo(e) => &e.meta,
+            Event::Notice(e) => &e.meta,
+            Event::Vendor(e) => &e.meta,
+            Event::Dropped(e) => &e.meta,
+            Event::RunFinished(e) => &e.meta,
+        }
+    }
+
+    pub(crate) fn meta_mut(&mut self) -> &mut EventMeta {
+        match self {
+            Event::RunStarted(e) => &mut e.meta,
+            Event::TextDelta(e) | Event::Thinking(e) => &mut e.meta,
+            Event::ToolCall(e) => &mut e.meta,
+            Event::ToolResult(e) => &mut e.meta,
+            Event::Item(e) => &mut e.meta,
+            Event::Usage(e) => &mut e.meta,
+            Event::Session(e) => &mut e.meta,
+            Event::ProcessInfo(e) => &mut e.meta,
+            Event::Notice(e) => &mut e.meta,
+            Event::Vendor(e) => &mut e.meta,
+            Event::Dropped(e) => &mut e.meta,
+            Event::RunFinished(e) => &mut e.meta,
+        }
+    }
+
+    /// Stable snake_case kind name (as in the JSON `kind` field).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::RunStarted(_) => "run_started",
+            Event::TextDelta(_) => "text_delta",
+            Event::Thinking(_) => "thinking",
+            Event::ToolCall(_) => "tool_call",
+            Event::ToolResult(_) => "tool_result",
+            Event::Item(_) => "item",
+            Event::Usage(_) => "usage",
+            Event::Session(_) => "session",
+            Event::ProcessInfo(_) => "process_info",
+            Event::Notice(_) => "notice",
+            Event::Vendor(_) => "vendor",
+            Event::Dropped(_) => "dropped",
+            Event::RunFinished(_) => "run_finished",
+        }
+    }
+
+    /// True for events a slow consumer may lose in drop mode: content-phase text and
+    /// reasoning deltas, tool-argument deltas, and stdout/stderr chunk reports. Lifecycle
+    /// starts/ends, tool results, transcript items, usage, notices and run events are never
+    /// dropped.
+    pub fn is_droppable(&self) -> bool {
+        match self {
+            Event::TextDelta(e) | Event::Thinking(e) => e.phase == Phase::Delta,
+            Event::ToolCall(e) => e.phase == Phase::Delta,
+            Event::ProcessInfo(e) => {
+                matches!(e.process, ProcessInfoKind::Stdout | ProcessInfoKind::Stderr)
+            }
+            _ => false,
+        }
+    }
+}

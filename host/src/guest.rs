@@ -1,0 +1,320 @@
+//! Running driver code: one wasmtime `Store` per instance, with the sandbox baseline.
+//!
+//! Owns: the store data (an empty WASI context, memory limits, a bounded stderr sink, the
+//! `log` import), the per-call epoch deadline and hostcall fuel, and turning every trap into
+//! [`Error::DriverTrap`] naming the driver and the call. A trapped instance is poisoned and
+//! never entered again (the pipeline drops it; the next run instantiates afresh).
+//! Must not: spawn processes or interpret actions (the pipeline does).
+
+use std::sync::Arc;
+
+use wasmtime::component::{Component, HasSelf, Linker, ResourceAny, ResourceTable};
+use wasmtime::{Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::bindings::{DriverWorld, DriverWorldPre, wit};
+use crate::engine::engine;
+use crate::error::{Error, LoadError};
+
+/// Sandbox limits applied to every driver instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestLimits {
+    /// Linear memory cap per instance, bytes.
+    pub memory_bytes: usize,
+    /// Guest CPU per call, in 10 ms epoch ticks.
+    pub call_ticks: u64,
+    /// Bytes a guest may pass to a host import in one call.
+    pub hostcall_bytes: usize,
+    /// Bytes of guest stderr kept (panic messages).
+    pub stderr_bytes: usize,
+}
+
+impl Default for GuestLimits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 64 << 20,
+            call_ticks: 10,
+            hostcall_bytes: 8 << 20,
+            stderr_bytes: 64 << 10,
+        }
+    }
+}
+
+/// Store data of a driver instance.
+pub(crate) struct GuestState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+    driver: Arc<str>,
+}
+
+impl WasiView for GuestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl wit::Host for GuestState {}
+
+impl crate::bindings::adaptor::driver::log::Host for GuestState {
+    async fn log(&mut self, level: wit::LogLevel, message: String) {
+        let driver = &*self.driver;
+        let message: String = message.chars().take(4096).collect();
+        match level {
+            wit::LogLevel::Trace => tracing::trace!(target: "adaptor::driver", driver, "{message}"),
+            wit::LogLevel::Debug => tracing::debug!(target: "adaptor::driver", driver, "{message}"),
+            wit::LogLevel::Info => tracing::info!(target: "adaptor::driver", driver, "{message}"),
+            wit::LogLevel::Warn => tracing::warn!(target: "adaptor::driver", driver, "{message}"),
+            wit::LogLevel::Error => tracing::error!(target: "adaptor::driver", driver, "{message}"),
+        }
+    }
+}
+
+/// The linker shared by all drivers: WASI (granting nothing) plus `log`.
+pub(crate) fn linker() -> &'static Linker<GuestState> {
+    static LINKER: std::sync::OnceLock<Linker<GuestState>> = std::sync::OnceLock::new();
+    LINKER.get_or_init(|| {
+        let mut linker = Linker::new(engine());
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("link WASI p2");
+        crate::bindings::adaptor::driver::log::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+            .expect("link log import");
+        linker
+    })
+}
+
+/// Pre-link a component against the driver world; the error says what is missing.
+pub(crate) fn prepare(name: &str, component: &Component) -> Result<DriverWorldPre<GuestState>, Error> {
+    let pre = linker().instantiate_pre(component).map_err(|e| {
+        Error::Load(LoadError::NotADriver {
+            driver: name.to_owned(),
+            reason: format!("it imports something the host does not provide: {e:#}"),
+        })
+    })?;
+    DriverWorldPre::new(pre).map_err(|e| {
+        Error::Load(LoadError::NotADriver {
+            driver: name.to_owned(),
+            reason: format!(
+                "it does not export `adaptor:driver/driver@0.1.0` as this host expects: {e:#}"
+            ),
+        })
+    })
+}
+
+/// One instantiated driver.
+pub(crate) struct GuestInstance {
+    store: Store<GuestState>,
+    world: DriverWorld,
+    driver: Arc<str>,
+    limits: GuestLimits,
+    stderr: MemoryOutputPipe,
+    poisoned: bool,
+}
+
+impl GuestInstance {
+    /// Instantiate a fresh store.
+    pub(crate) async fn new(
+        driver: Arc<str>,
+        pre: &DriverWorldPre<GuestState>,
+        limits: GuestLimits,
+    ) -> Result<Self, Error> {
+        let stderr = MemoryOutputPipe::new(limits.stderr_bytes);
+        let wasi = WasiCtxBuilder::new().stderr(stderr.clone()).build();
+        let store_limits = StoreLimitsBuilder::new()
+            .memory_size(limits.memory_bytes)
+            .trap_on_grow_failure(true)
+            .instances(16)
+            .tables(16)
+            .memories(4)
+            .table_elements(100_000)
+            .build();
+        let mut store = Store::new(
+            engine(),
+            GuestState {
+                wasi,
+                table: ResourceTable::new(),
+                limits: store_limits,
+                driver: driver.clone(),
+            },
+        );
+        store.limiter(|s| &mut s.limits);
+        store.set_hostcall_fuel(limits.hostcall_bytes);
+        store.set_epoch_deadline(limits.call_ticks);
+        store.epoch_deadline_trap();
+        let world = pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| Error::DriverTrap {
+                driver: driver.to_string(),
+                call: "instantiate",
+                message: format!("{e:#}"),
+            })?;
+        Ok(Self {
+            store,
+            world,
+            driver,
+            limits,
+            stderr,
+            poisoned: false,
+        })
+    }
+
+    fn before_call(&mut self, call: &'static str) -> Result<(), Error> {
+        if self.poisoned {
+            return Err(Error::DriverTrap {
+                driver: self.driver.to_string(),
+                call,
+                message: "the instance trapped earlier and cannot be entered again".into(),
+            });
+        }
+        self.store.set_epoch_deadline(self.limits.call_ticks);
+        Ok(())
+    }
+
+    fn after_call<R>(&mut self, call: &'static str, r: wasmtime::Result<R>) -> Result<R, Error> {
+        r.map_err(|e| {
+            self.poisoned = true;
+            let mut message = describe_trap(&e, self.limits);
+            let stderr = self.stderr.contents();
+            if !stderr.is_empty() {
+                let text = String::from_utf8_lossy(&stderr);
+                message.push_str(" — guest stderr: ");
+                message.push_str(text.trim());
+            }
+            tracing::warn!(driver = %self.driver, call, %message, "driver trapped");
+            Error::DriverTrap {
+                driver: self.driver.to_string(),
+                call,
+                message,
+            }
+        })
+    }
+
+    pub(crate) async fn describe(&mut self) -> Result<wit::Descriptor, Error> {
+        self.before_call("describe")?;
+        let r = self.world.adaptor_driver_driver().call_describe(&mut self.store).await;
+        self.after_call("describe", r)
+    }
+
+    pub(crate) async fn validate_config(
+        &mut self,
+        config: &str,
+    ) -> Result<Result<(), wit::ConfigError>, Error> {
+        self.before_call("validate-config")?;
+        let r = self
+            .world
+            .adaptor_driver_driver()
+            .call_validate_config(&mut self.store, config)
+            .await;
+        self.after_call("validate-config", r)
+    }
+
+    pub(crate) async fn config_fingerprint(
+        &mut self,
+        config: &str,
+    ) -> Result<Result<String, wit::ConfigError>, Error> {
+        self.before_call("config-fingerprint")?;
+        let r = self
+            .world
+            .adaptor_driver_driver()
+            .call_config_fingerprint(&mut self.store, config)
+            .await;
+        self.after_call("config-fingerprint", r)
+    }
+
+    /// Create a session resource.
+    pub(crate) async fn open_session(mut self, request: &wit::RunRequest) -> Result<GuestSession, Error> {
+        self.before_call("session.constructor")?;
+        let r = self
+            .world
+            .adaptor_driver_driver()
+            .session()
+            .call_constructor(&mut self.store, request)
+            .await;
+        let handle = self.after_call("session.constructor", r)?;
+        Ok(GuestSession {
+            instance: self,
+            handle,
+        })
+    }
+}
+
+fn describe_trap(e: &wasmtime::Error, limits: GuestLimits) -> String {
+    if let Some(trap) = e.downcast_ref::<wasmtime::Trap>() {
+        return match trap {
+            wasmtime::Trap::Interrupt => format!(
+                "exceeded its CPU budget of {} ms per call",
+                limits.call_ticks * crate::engine::EPOCH_TICK.as_millis() as u64
+            ),
+            wasmtime::Trap::StackOverflow => "overflowed its stack".to_owned(),
+            wasmtime::Trap::UnreachableCodeReached => "panicked (unreachable code reached)".to_owned(),
+            other => format!("trapped: {other}"),
+        };
+    }
+    let text = format!("{e:#}");
+    if text.contains("memory") && text.contains("grow") {
+        format!(
+            "exceeded its memory limit of {} MiB ({text})",
+            limits.memory_bytes >> 20
+        )
+    } else {
+        text
+    }
+}
+
+/// A live `session` resource and the instance that owns it.
+pub(crate) struct GuestSession {
+    instance: GuestInstance,
+    handle: ResourceAny,
+}
+
+macro_rules! session_call {
+    ($self:ident, $name:literal, $method:ident $(, $arg:expr)*) => {{
+        $self.instance.before_call($name)?;
+        let inst = &mut $self.instance;
+        let r = inst
+            .world
+            .adaptor_driver_driver()
+            .session()
+            .$method(&mut inst.store, $self.handle $(, $arg)*)
+            .await;
+        inst.after_call($name, r)
+    }};
+}
+
+impl GuestSession {
+    pub(crate) async fn start(&mut self) -> Result<Result<wit::Launch, wit::StartError>, Error> {
+        session_call!(self, "session.start", call_start)
+    }
+
+    pub(crate) async fn on_stdout(&mut self, chunk: &[u8]) -> Result<Vec<wit::Action>, Error> {
+        session_call!(self, "session.on-stdout", call_on_stdout, chunk)
+    }
+
+    pub(crate) async fn on_stderr(&mut self, chunk: &[u8]) -> Result<Vec<wit::Action>, Error> {
+        session_call!(self, "session.on-stderr", call_on_stderr, chunk)
+    }
+
+    pub(crate) async fn on_decision(
+        &mut self,
+        id: &str,
+        decision: &wit::Decision,
+    ) -> Result<Vec<wit::Action>, Error> {
+        session_call!(self, "session.on-decision", call_on_decision, id, decision)
+    }
+
+    pub(crate) async fn on_timer(&mut self, id: u64) -> Result<Vec<wit::Action>, Error> {
+        session_call!(self, "session.on-timer", call_on_timer, id)
+    }
+
+    pub(crate) async fn on_exit(&mut self, status: wit::ExitStatus) -> Result<Vec<wit::Action>, Error> {
+        session_call!(self, "session.on-exit", call_on_exit, status)
+    }
+
+    pub(crate) async fn finish(&mut self) -> Result<wit::Outcome, Error> {
+        session_call!(self, "session.finish", call_finish)
+    }
+}

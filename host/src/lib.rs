@@ -1,0 +1,64 @@
+//! # agent-adaptor
+//!
+//! Drive local coding-agent CLIs (Claude Code, Codex, Cursor Agent, any ACP agent, or the
+//! bundled reference provider) behind one API — [`Agent`], [`Stream`], [`Event`],
+//! [`RunResult`], [`Driver`] — where every provider driver is a sandboxed WebAssembly
+//! component loaded at run time (`adaptor:driver@0.1.0`, see `wit/driver.wit`).
+//!
+//! The host owns all I/O: it spawns the provider process the driver asks for (after checking
+//! it against a grant), feeds its output to the driver, and turns the driver's actions into a
+//! stream of events and a result. Drivers only parse.
+//!
+//! ```no_run
+//! use adaptor::{Agent, Driver};
+//!
+//! # async fn demo() -> Result<(), adaptor::Error> {
+//! let driver = Driver::builtin("reference")?;
+//! let agent = Agent::builder(driver).build();
+//! let result = agent.run("Say hello").await?;
+//! println!("{}", result.text);
+//! # Ok(()) }
+//! ```
+//!
+//! Module map: `engine` (wasmtime engine and compiled cache), `driver` (loading), `guest`
+//! (sandboxed calls), `grant` + `process` (what may be spawned, and spawning it), `pipeline`
+//! (the single run path), `stream` (events and backpressure), `agent` (options), `event`,
+//! `result`, `error`, `descriptor` (public types).
+
+mod agent;
+mod bindings;
+mod convert;
+mod descriptor;
+mod driver;
+mod engine;
+mod error;
+mod event;
+mod grant;
+mod guest;
+mod pipeline;
+mod process;
+mod result;
+mod stream;
+
+pub use agent::{Agent, AgentBuilder, RunOptions};
+pub use descriptor::{
+    ApprovalCaps, DecisionModes, Descriptor, McpCaps, ModelInfo, PolicyCaps, SandboxLevels,
+    SessionCaps, StreamingCaps, StructuredOutputCaps, VersionRange,
+};
+pub use driver::{Driver, LoadOptions, available_drivers, driver_dirs};
+pub use engine::CompileSource;
+pub use error::{Error, FailureReason, LaunchRefusal, LoadError, RunError, StartRefusal};
+pub use event::{
+    Dropped, Event, EventMeta, ItemEvent, Notice, Phase, ProcessInfo, ProcessInfoKind,
+    RunFinished, RunStarted, SessionStarted, TextDelta, ToolCall, ToolResult, UsageUpdate,
+    VendorEvent,
+};
+pub use guest::GuestLimits;
+pub use process::DEFAULT_ENV_ALLOWLIST;
+pub use result::{
+    Checkpoint, ExitInfo, ItemKind, RawStreams, RunResult, TerminalPayload, TranscriptItem, Usage,
+};
+pub use stream::{Canceller, Stream};
+
+/// The WIT package version this host implements.
+pub const WIT_PACKAGE: &str = "adaptor:driver@0.1.0";

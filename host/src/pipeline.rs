@@ -1,0 +1,940 @@
+//! The one execution pipeline: every run — `run`, `stream`, the CLI — goes through
+//! [`start`].
+//!
+//! Stages: resolve options and workspace → fresh driver instance → validate config → resolve
+//! and grant the program → build the request → `session.start` → check the launch against the
+//! grant → write private files → `RunStarted` → spawn → supervise (feed chunks, perform
+//! actions, timers, cancel, timeout, end-of-turn) → reap the process group → `on-exit` →
+//! `finish` → classify → `RunFinished` → result.
+//!
+//! Before `RunStarted` an error is returned with no events; after it, exactly one
+//! `RunFinished` is the last event whatever happens. Must not: know any provider protocol.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::agent::{AgentInner, RunOptions};
+use crate::bindings::wit;
+use crate::convert;
+use crate::error::{Error, FailureReason, RunError, StartRefusal};
+use crate::event::*;
+use crate::grant::Grant;
+use crate::guest::{GuestInstance, GuestSession};
+use crate::process::{self, DEFAULT_ENV_ALLOWLIST, ProcessSpec, Sig};
+use crate::result::{ExitInfo, RawStreams, RunResult};
+use crate::stream::{Emitter, Stream, blank_meta};
+
+/// Read size for stdout/stderr chunks.
+const CHUNK: usize = 64 * 1024;
+/// After the process exits, how long descendants may keep its pipes open.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+
+fn new_run_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let seed = format!("{nanos}:{}:{n}", std::process::id());
+    format!("run-{}", &crate::engine::sha256_hex(seed.as_bytes())[..16])
+}
+
+/// Start a run (spawns its task) and return its stream at once.
+pub(crate) fn start(inner: &Arc<AgentInner>, prompt: String, options: RunOptions) -> Stream {
+    let run_id = new_run_id();
+    let (tx, rx) = mpsc::channel(inner.settings.event_buffer.max(2));
+    let (result_tx, result_rx) = oneshot::channel();
+    let cancel = inner.cancel.child_token();
+    let stream = Stream::new(run_id.clone(), rx, result_rx, cancel.clone());
+    if inner.closed.load(Ordering::SeqCst) {
+        let _ = result_tx.send(Err(Error::AgentClosed));
+        return stream;
+    }
+    let emitter = Emitter::new(
+        tx,
+        run_id.clone(),
+        inner.driver.name().to_owned(),
+        inner.settings.blocking_events,
+    );
+    let span = tracing::info_span!("run", run_id = %run_id, driver = %inner.driver.name());
+    let run = Run {
+        inner: inner.clone(),
+        run_id,
+        prompt,
+        options,
+        emitter,
+        cancel,
+        started: Instant::now(),
+    };
+    inner.tracker.spawn(
+        async move {
+            let result = run.execute().await;
+            let _ = result_tx.send(result);
+        }
+        .instrument(span),
+    );
+    stream
+}
+
+struct Run {
+    inner: Arc<AgentInner>,
+    run_id: String,
+    prompt: String,
+    options: RunOptions,
+    emitter: Emitter,
+    cancel: CancellationToken,
+    started: Instant,
+}
+
+/// Everything resolved before the process starts.
+struct Prepared {
+    session: GuestSession,
+    launch: wit::Launch,
+    spec: ProcessSpec,
+    private_dir: PrivateDir,
+}
+
+impl Run {
+    async fn execute(mut self) -> Result<RunResult, Error> {
+        let prepared = self.prepare().await?;
+        self.emitter
+            .emit(Event::RunStarted(RunStarted {
+                meta: blank_meta(),
+                program: prepared.spec.program.display().to_string(),
+                model: self.options.model.clone(),
+            }))
+            .await;
+        let result = self.supervise(prepared).await;
+        let finished = match &result {
+            Ok(r) => RunFinished {
+                meta: blank_meta(),
+                usage: r.usage.clone(),
+                failed: false,
+                reason: None,
+                message: None,
+            },
+            Err(Error::Run(e)) => RunFinished {
+                meta: blank_meta(),
+                usage: e.result.usage.clone(),
+                failed: true,
+                reason: Some(e.reason.clone()),
+                message: Some(e.message.clone()),
+            },
+            Err(other) => RunFinished {
+                meta: blank_meta(),
+                usage: None,
+                failed: true,
+                reason: None,
+                message: Some(other.to_string()),
+            },
+        };
+        match &result {
+            Ok(_) => tracing::info!(elapsed_ms = self.started.elapsed().as_millis() as u64, "run succeeded"),
+            Err(e) => tracing::info!(error = %e, "run failed"),
+        }
+        self.emitter.finish(finished).await;
+        result
+    }
+
+    fn driver_name(&self) -> String {
+        self.inner.driver.name().to_owned()
+    }
+
+    async fn prepare(&mut self) -> Result<Prepared, Error> {
+        let driver = &self.inner.driver;
+        let name = self.driver_name();
+        let workspace = resolve_workspace(self.options.workspace.as_deref())?;
+        let mut instance = GuestInstance::new(
+            driver.loaded.name.clone(),
+            &driver.loaded.pre,
+            self.inner.settings.limits,
+        )
+        .await?;
+        let config_json = driver.config.to_string();
+        if let Err(e) = instance.validate_config(&config_json).await? {
+            return Err(Error::InvalidConfig {
+                driver: name,
+                path: e.path,
+                message: e.message,
+            });
+        }
+        let configured = driver
+            .config
+            .get("command")
+            .and_then(|c| c.as_str())
+            .unwrap_or(&driver.loaded.descriptor.default_program)
+            .to_owned();
+        let path_var = std::env::var_os("PATH");
+        let resolved = process::resolve_program(
+            &configured,
+            path_var.as_deref(),
+            &workspace,
+            &self.inner.settings.program_dirs,
+        )
+        .map_err(|detail| Error::ProgramNotFound {
+            driver: name.clone(),
+            program: configured.clone(),
+            detail,
+        })?;
+        let private_dir = PrivateDir::path_for(&self.run_id);
+        let request = wit::RunRequest {
+            run_id: self.run_id.clone(),
+            prompt: self.prompt.clone(),
+            config_json,
+            model: self.options.model.clone(),
+            instructions: self.options.instructions.clone(),
+            workspace: workspace.display().to_string(),
+            private_dir: private_dir.display().to_string(),
+            policy: convert::inherit_policy(),
+            output_schema: None,
+            resume: None,
+            streaming: self.options.streaming.unwrap_or(true),
+            mcp_servers: Vec::new(),
+            skill_dirs: Vec::new(),
+            metadata: self
+                .options
+                .metadata
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+        };
+        let mut session = instance.open_session(&request).await?;
+        let launch = match session.start().await? {
+            Ok(launch) => launch,
+            Err(e) => {
+                let (kind, message) = match e {
+                    wit::StartError::InvalidRequest(m) => (StartRefusal::InvalidRequest, m),
+                    wit::StartError::Unsupported(m) => (StartRefusal::Unsupported, m),
+                    wit::StartError::ResumeRejected(m) => (StartRefusal::ResumeRejected, m),
+                };
+                return Err(Error::StartRefused {
+                    driver: name,
+                    kind,
+                    message,
+                });
+            }
+        };
+        let grant = Grant {
+            configured: &configured,
+            resolved: &resolved,
+            workspace: &workspace,
+        };
+        let cwd = grant.check(&launch).map_err(|refusal| {
+            tracing::warn!(driver = %name, program = %launch.program, %refusal, "launch refused");
+            Error::LaunchRefused {
+                driver: name.clone(),
+                refusal,
+            }
+        })?;
+        let private_dir = PrivateDir::create(private_dir, &launch.files).map_err(|e| Error::Spawn {
+            driver: name.clone(),
+            program: resolved.display().to_string(),
+            source: e,
+        })?;
+        let spec = ProcessSpec {
+            program: resolved,
+            args: launch.args.clone(),
+            env: build_env(&self.inner.settings, &launch.env),
+            cwd,
+        };
+        Ok(Prepared {
+            session,
+            launch,
+            spec,
+            private_dir,
+        })
+    }
+
+    async fn supervise(&mut self, prepared: Prepared) -> Result<RunResult, Error> {
+        let Prepared {
+            mut session,
+            launch,
+            spec,
+            private_dir,
+        } = prepared;
+        let name = self.driver_name();
+        let mut spawned = process::spawn(&spec).map_err(|source| Error::Spawn {
+            driver: name.clone(),
+            program: spec.program.display().to_string(),
+            source,
+        })?;
+        let pid = spawned.pid;
+        let pgid = spawned.guard.pgid();
+        tracing::info!(
+            pid,
+            program = %spec.program.display(),
+            args = ?spec.args,
+            cwd = %spec.cwd.display(),
+            "launched provider process"
+        );
+        self.emitter
+            .emit(Event::ProcessInfo(ProcessInfo {
+                meta: blank_meta(),
+                process: ProcessInfoKind::Spawn,
+                pid: Some(pid),
+                text: format!("{} {}", spec.program.display(), spec.args.join(" ")),
+                bytes: 0,
+            }))
+            .await;
+
+        let mut sup = Supervisor {
+            session: &mut session,
+            emitter: &mut self.emitter,
+            driver: name.clone(),
+            pgid,
+            grace: self.inner.settings.grace_period,
+            stdin: None,
+            stdin_writer: None,
+            timers: HashMap::new(),
+            decisions: VecDeque::new(),
+            kill_at: None,
+            turn_ended: false,
+            raw: RawStreams::default(),
+        };
+        if let Some(stdin) = spawned.stdin.take() {
+            let (tx, rx) = mpsc::unbounded_channel();
+            sup.stdin_writer = Some(tokio::spawn(write_stdin(stdin, rx)));
+            sup.stdin = Some(tx);
+        }
+        let initial = launch.stdin;
+        if !initial.is_empty() {
+            sup.write_stdin(initial).await;
+        }
+        if !launch.keep_stdin_open {
+            sup.stdin = None;
+        }
+
+        let outcome = sup
+            .run_loop(
+                &mut spawned,
+                &self.cancel,
+                self.options.timeout,
+                self.inner.settings.end_turn_grace,
+            )
+            .await;
+        // Whatever happened, no process of this run survives it.
+        let reap = reap_group(pgid, self.inner.settings.grace_period).await;
+        match reap {
+            Ok(()) => spawned.guard.disarm(),
+            Err(e) => {
+                tracing::error!(pgid, error = %e, "could not confirm the provider process group is gone")
+            }
+        }
+        let (status, cancelled, timed_out) = outcome?;
+        let stdin_error = sup.close_stdin_and_join(self.inner.settings.grace_period).await;
+        if let Some(e) = stdin_error {
+            sup.notice("stdin.error", &format!("writing to the provider's stdin failed: {e}"))
+                .await;
+        }
+        drop(private_dir);
+
+        let exit = exit_info(status, cancelled, timed_out);
+        let wit_status = wit::ExitStatus {
+            code: exit.code,
+            signal: exit.signal,
+            timed_out,
+            cancelled,
+        };
+        let actions = sup.session.on_exit(wit_status).await?;
+        sup.apply_after_exit(actions).await?;
+        let outcome = sup.session.finish().await?;
+        let raw = std::mem::take(&mut sup.raw);
+        self.emitter
+            .emit(Event::ProcessInfo(ProcessInfo {
+                meta: blank_meta(),
+                process: ProcessInfoKind::Exit,
+                pid: Some(pid),
+                text: describe_exit(&exit),
+                bytes: 0,
+            }))
+            .await;
+        self.classify(outcome, raw, exit)
+    }
+
+    fn classify(&self, outcome: wit::Outcome, mut raw: RawStreams, exit: ExitInfo) -> Result<RunResult, Error> {
+        let name = self.driver_name();
+        let contract = |message: String| Error::DriverContract {
+            driver: name.clone(),
+            call: "session.finish",
+            message,
+        };
+        let transcript = outcome
+            .transcript
+            .into_iter()
+            .map(convert::item)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(contract)?;
+        raw.terminal = outcome.terminal.map(convert::terminal).transpose().map_err(contract)?;
+        let codec = &self.inner.driver.loaded.descriptor.sessions.codec;
+        let mut checkpoint = outcome
+            .checkpoint
+            .map(|c| convert::checkpoint(codec, c))
+            .transpose()
+            .map_err(contract)?;
+        let structured_output =
+            convert::json_field("structured-output", outcome.structured_output).map_err(contract)?;
+        let failure = if exit.cancelled {
+            Some((FailureReason::Cancelled, "the run was cancelled".to_owned(), None))
+        } else if exit.timed_out {
+            Some((
+                FailureReason::Timeout,
+                format!(
+                    "the run exceeded its timeout of {} ms",
+                    self.options.timeout.unwrap_or_default().as_millis()
+                ),
+                None,
+            ))
+        } else if let Some(f) = outcome.failure {
+            let details = convert::json_field("failure details-json", f.details_json).map_err(contract)?;
+            Some((convert::failure_reason(f.reason), f.message, details))
+        } else if exit.code != Some(0) || exit.signal.is_some() {
+            Some((
+                FailureReason::AgentError,
+                format!("the provider process ended unsuccessfully: {}", describe_exit(&exit)),
+                None,
+            ))
+        } else {
+            None
+        };
+        if failure.is_some()
+            && let Some(cp) = checkpoint.as_mut()
+            && cp.valid
+        {
+            tracing::warn!(driver = %name, "driver marked a checkpoint valid on a failed run; the host invalidated it");
+            cp.valid = false;
+        }
+        let result = RunResult {
+            run_id: self.run_id.clone(),
+            provider: name,
+            model: outcome.model,
+            text: outcome.text,
+            summary: outcome.summary,
+            usage: outcome.usage.map(convert::usage),
+            metadata: outcome.metadata.into_iter().collect::<BTreeMap<_, _>>(),
+            checkpoint,
+            structured_output,
+            exit,
+            duration: self.started.elapsed(),
+            raw,
+            transcript,
+        };
+        match failure {
+            None => Ok(result),
+            Some((reason, message, details)) => Err(Error::Run(Box::new(RunError {
+                reason,
+                message,
+                details,
+                result,
+            }))),
+        }
+    }
+}
+
+/// The run loop's state.
+struct Supervisor<'a> {
+    session: &'a mut GuestSession,
+    emitter: &'a mut Emitter,
+    driver: String,
+    pgid: i32,
+    grace: Duration,
+    stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    stdin_writer: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    timers: HashMap<u64, Instant>,
+    decisions: VecDeque<(String, wit::Decision)>,
+    kill_at: Option<Instant>,
+    turn_ended: bool,
+    raw: RawStreams,
+}
+
+type LoopOutcome = Result<(Option<std::process::ExitStatus>, bool, bool), Error>;
+
+impl Supervisor<'_> {
+    async fn run_loop(
+        &mut self,
+        spawned: &mut process::Spawned,
+        cancel: &CancellationToken,
+        timeout: Option<Duration>,
+        end_turn_grace: Duration,
+    ) -> LoopOutcome {
+        let mut stdout = spawned.stdout.take();
+        let mut stderr = spawned.stderr.take();
+        let mut out_buf = vec![0u8; CHUNK];
+        let mut err_buf = vec![0u8; CHUNK];
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut status: Option<std::process::ExitStatus> = None;
+        let mut cancelled = false;
+        let mut timed_out = false;
+        let mut drain_until: Option<Instant> = None;
+        let mut end_turn_deadline: Option<Instant> = None;
+        loop {
+            if let Some((id, decision)) = self.decisions.pop_front() {
+                let actions = self.session.on_decision(&id, &decision).await?;
+                self.apply(actions).await?;
+                continue;
+            }
+            if self.turn_ended && end_turn_deadline.is_none() {
+                self.stdin = None;
+                end_turn_deadline = Some(Instant::now() + end_turn_grace);
+            }
+            if status.is_some() && stdout.is_none() && stderr.is_none() {
+                break;
+            }
+            let stopping = cancelled || timed_out;
+            let next_timer = self.timers.iter().min_by_key(|(_, at)| **at).map(|(id, at)| (*id, *at));
+            tokio::select! {
+                _ = cancel.cancelled(), if !stopping && status.is_none() => {
+                    cancelled = true;
+                    self.terminate("cancel").await;
+                }
+                _ = sleep_opt(deadline), if !stopping && status.is_none() => {
+                    timed_out = true;
+                    self.terminate("timeout").await;
+                }
+                _ = sleep_opt(self.kill_at) => {
+                    self.kill_at = None;
+                    self.signal(Sig::Kill, "grace period elapsed").await;
+                }
+                _ = sleep_opt(end_turn_deadline), if status.is_none() && !stopping => {
+                    end_turn_deadline = Some(Instant::now() + Duration::from_secs(3600));
+                    self.notice("process.lingering", "the provider kept running after its turn ended; stopping it").await;
+                    self.terminate("lingering after end of turn").await;
+                }
+                _ = sleep_opt(drain_until) => {
+                    // Descendants still hold the pipes open after the provider exited.
+                    drain_until = None;
+                    self.signal(Sig::Kill, "pipes held open after exit").await;
+                    stdout = None;
+                    stderr = None;
+                }
+                _ = sleep_opt(next_timer.map(|(_, at)| at)) => {
+                    if let Some((id, _)) = next_timer {
+                        self.timers.remove(&id);
+                        let actions = self.session.on_timer(id).await?;
+                        self.apply(actions).await?;
+                    }
+                }
+                n = read_opt(&mut stdout, &mut out_buf) => {
+                    match n {
+                        Ok(0) => stdout = None,
+                        Ok(n) => self.on_chunk(true, &out_buf[..n]).await?,
+                        Err(e) => {
+                            stdout = None;
+                            self.notice("stdout.error", &format!("reading the provider's stdout failed: {e}")).await;
+                        }
+                    }
+                }
+                n = read_opt(&mut stderr, &mut err_buf) => {
+                    match n {
+                        Ok(0) => stderr = None,
+                        Ok(n) => self.on_chunk(false, &err_buf[..n]).await?,
+                        Err(e) => {
+                            stderr = None;
+                            self.notice("stderr.error", &format!("reading the provider's stderr failed: {e}")).await;
+                        }
+                    }
+                }
+                st = spawned.child.wait(), if status.is_none() => {
+                    match st {
+                        Ok(st) => status = Some(st),
+                        Err(e) => {
+                            self.notice("process.error", &format!("waiting for the provider failed: {e}")).await;
+                            self.signal(Sig::Kill, "wait failed").await;
+                            status = Some(std::os::unix::process::ExitStatusExt::from_raw(9));
+                        }
+                    }
+                    drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
+                }
+            }
+        }
+        Ok((status, cancelled, timed_out))
+    }
+
+    async fn on_chunk(&mut self, is_stdout: bool, chunk: &[u8]) -> Result<(), Error> {
+        if is_stdout {
+            self.raw.stdout.extend_from_slice(chunk);
+        } else {
+            self.raw.stderr.extend_from_slice(chunk);
+        }
+        self.emitter
+            .emit(Event::ProcessInfo(ProcessInfo {
+                meta: blank_meta(),
+                process: if is_stdout {
+                    ProcessInfoKind::Stdout
+                } else {
+                    ProcessInfoKind::Stderr
+                },
+                pid: None,
+                text: String::from_utf8_lossy(chunk).into_owned(),
+                bytes: chunk.len(),
+            }))
+            .await;
+        let actions = if is_stdout {
+            self.session.on_stdout(chunk).await?
+        } else {
+            self.session.on_stderr(chunk).await?
+        };
+        self.apply(actions).await
+    }
+
+    async fn notice(&mut self, kind: &str, message: &str) {
+        tracing::debug!(kind, message, "notice");
+        self.emitter
+            .emit(Event::Notice(Notice {
+                meta: blank_meta(),
+                notice: kind.to_owned(),
+                message: message.to_owned(),
+                data: None,
+            }))
+            .await;
+    }
+
+    async fn signal(&mut self, sig: Sig, why: &str) {
+        tracing::info!(pgid = self.pgid, signal = sig.name(), why, "signalling provider process group");
+        let text = match process::signal_group(self.pgid, sig) {
+            Ok(true) => format!("{} sent to the process group ({why})", sig.name()),
+            Ok(false) => return,
+            Err(e) => format!("{} could not be sent ({why}): {e}", sig.name()),
+        };
+        self.emitter
+            .emit(Event::ProcessInfo(ProcessInfo {
+                meta: blank_meta(),
+                process: ProcessInfoKind::Signal,
+                pid: None,
+                text,
+                bytes: 0,
+            }))
+            .await;
+    }
+
+    /// SIGTERM now, SIGKILL after the grace period.
+    async fn terminate(&mut self, why: &str) {
+        self.stdin = None;
+        self.signal(Sig::Terminate, why).await;
+        self.kill_at = Some(Instant::now() + self.grace);
+    }
+
+    async fn write_stdin(&mut self, bytes: Vec<u8>) {
+        let len = bytes.len();
+        let sent = match &self.stdin {
+            Some(tx) => tx.send(bytes).is_ok(),
+            None => false,
+        };
+        if !sent {
+            self.notice(
+                "stdin.closed",
+                &format!("the driver wrote {len} bytes to stdin after it was closed; they were not delivered"),
+            )
+            .await;
+        }
+    }
+
+    fn contract(&self, call: &'static str, message: String) -> Error {
+        Error::DriverContract {
+            driver: self.driver.clone(),
+            call,
+            message,
+        }
+    }
+
+    async fn apply(&mut self, actions: Vec<wit::Action>) -> Result<(), Error> {
+        for action in actions {
+            match action {
+                wit::Action::Emit(event) => {
+                    let event = self.convert_event(event)?;
+                    self.emitter.emit(event).await;
+                }
+                wit::Action::WriteStdin(bytes) => self.write_stdin(bytes).await,
+                wit::Action::CloseStdin => self.stdin = None,
+                wit::Action::RequestApproval(request) => {
+                    // Approval handling arrives with the policy/approvals work; until then no
+                    // one can answer, and consent is never invented.
+                    self.notice(
+                        "approval.unanswered",
+                        &format!(
+                            "the driver asked for approval `{}` ({}); no approval handler is configured, so it is reported unanswered",
+                            request.id, request.title
+                        ),
+                    )
+                    .await;
+                    self.decisions.push_back((request.id, wit::Decision::Unanswered));
+                }
+                wit::Action::SetTimer(t) => {
+                    self.timers.insert(t.id, Instant::now() + Duration::from_millis(t.after_ms));
+                }
+                wit::Action::CancelTimer(id) => {
+                    self.timers.remove(&id);
+                }
+                wit::Action::Signal(sig) => match sig {
+                    wit::Signal::Interrupt => self.signal(Sig::Interrupt, "requested by the driver").await,
+                    wit::Signal::Terminate => self.terminate("requested by the driver").await,
+                    wit::Signal::Kill => self.signal(Sig::Kill, "requested by the driver").await,
+                },
+                wit::Action::EndTurn => self.turn_ended = true,
+            }
+        }
+        Ok(())
+    }
+
+    /// After exit only events make sense; anything else is logged, never silently lost.
+    async fn apply_after_exit(&mut self, actions: Vec<wit::Action>) -> Result<(), Error> {
+        for action in actions {
+            match action {
+                wit::Action::Emit(event) => {
+                    let event = self.convert_event(event)?;
+                    self.emitter.emit(event).await;
+                }
+                wit::Action::EndTurn => {}
+                other => {
+                    tracing::debug!(driver = %self.driver, action = ?other, "action after the process exited ignored");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn convert_event(&self, event: wit::Event) -> Result<Event, Error> {
+        let meta = blank_meta();
+        let bad = |m: String| self.contract("emit", m);
+        Ok(match event {
+            wit::Event::Text(p) | wit::Event::Thinking(p) if p.message_id.is_empty() => {
+                return Err(bad("a text/thinking event has an empty message id".into()));
+            }
+            wit::Event::Text(p) => Event::TextDelta(text_delta(meta, p)),
+            wit::Event::Thinking(p) => Event::Thinking(text_delta(meta, p)),
+            wit::Event::ToolCall(c) => {
+                if c.id.is_empty() || (c.phase == wit::Phase::Start && c.name.is_empty()) {
+                    return Err(bad("a tool-call event needs an id, and a name on start".into()));
+                }
+                Event::ToolCall(ToolCall {
+                    meta,
+                    args: convert::json_field("tool-call args-json", c.args_json).map_err(bad)?,
+                    id: c.id,
+                    name: c.name,
+                    phase: convert::phase(c.phase),
+                    args_delta: c.args_delta,
+                    parent_tool_call_id: c.scope.parent_tool_call_id,
+                })
+            }
+            wit::Event::ToolResult(r) => {
+                if r.id.is_empty() {
+                    return Err(bad("a tool-result event has an empty id".into()));
+                }
+                Event::ToolResult(ToolResult {
+                    meta,
+                    id: r.id,
+                    output: r.output,
+                    is_error: r.is_error,
+                    parent_tool_call_id: r.scope.parent_tool_call_id,
+                })
+            }
+            wit::Event::Item(i) => Event::Item(ItemEvent {
+                meta,
+                item: convert::item(i).map_err(bad)?,
+            }),
+            wit::Event::Usage(u) => Event::Usage(UsageUpdate {
+                meta,
+                usage: convert::usage(u),
+            }),
+            wit::Event::Session(s) => Event::Session(SessionStarted {
+                meta,
+                session_id: s.session_id,
+                model: s.model,
+            }),
+            wit::Event::Notice(n) => Event::Notice(Notice {
+                meta,
+                notice: n.kind,
+                message: n.message,
+                data: convert::json_field("notice data-json", n.data_json).map_err(bad)?,
+            }),
+            wit::Event::Other(v) => Event::Vendor(VendorEvent {
+                meta,
+                json: serde_json::from_str(&v.json).unwrap_or(serde_json::Value::String(v.json)),
+                name: v.name,
+            }),
+        })
+    }
+
+    /// Close stdin and wait (bounded) for the writer; returns its error, if any.
+    async fn close_stdin_and_join(&mut self, grace: Duration) -> Option<String> {
+        self.stdin = None;
+        let writer = self.stdin_writer.take()?;
+        match tokio::time::timeout(grace, writer).await {
+            Ok(Ok(Ok(()))) => None,
+            Ok(Ok(Err(e))) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                Some("the provider closed its stdin before reading everything (broken pipe)".into())
+            }
+            Ok(Ok(Err(e))) => Some(e.to_string()),
+            Ok(Err(join)) => Some(format!("stdin writer task failed: {join}")),
+            Err(_) => Some("stdin writer did not finish within the grace period".into()),
+        }
+    }
+}
+
+fn text_delta(meta: EventMeta, p: wit::TextPart) -> TextDelta {
+    TextDelta {
+        meta,
+        message_id: p.message_id,
+        phase: convert::phase(p.phase),
+        text: p.text,
+        parent_tool_call_id: p.scope.parent_tool_call_id,
+    }
+}
+
+async fn write_stdin(
+    mut stdin: tokio::process::ChildStdin,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+) -> std::io::Result<()> {
+    while let Some(bytes) = rx.recv().await {
+        stdin.write_all(&bytes).await?;
+        stdin.flush().await?;
+    }
+    stdin.shutdown().await.ok();
+    Ok(())
+}
+
+async fn read_opt<R: AsyncRead + Unpin>(reader: &mut Option<R>, buf: &mut [u8]) -> std::io::Result<usize> {
+    match reader {
+        Some(r) => r.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Make sure no process of the group survives: SIGTERM, grace, SIGKILL.
+async fn reap_group(pgid: i32, grace: Duration) -> Result<(), String> {
+    if !process::group_alive(pgid) {
+        return Ok(());
+    }
+    tracing::info!(pgid, "terminating leftover processes of the provider's group");
+    process::signal_group(pgid, Sig::Terminate).map_err(|e| e.to_string())?;
+    let until = Instant::now() + grace;
+    while Instant::now() < until && process::group_alive(pgid) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if process::group_alive(pgid) {
+        process::signal_group(pgid, Sig::Kill).map_err(|e| e.to_string())?;
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until && process::group_alive(pgid) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    if process::group_alive(pgid) {
+        Err(format!("process group {pgid} still exists after SIGKILL"))
+    } else {
+        Ok(())
+    }
+}
+
+fn exit_info(status: Option<std::process::ExitStatus>, cancelled: bool, timed_out: bool) -> ExitInfo {
+    use std::os::unix::process::ExitStatusExt;
+    ExitInfo {
+        code: status.and_then(|s| s.code()),
+        signal: status.and_then(|s| s.signal()),
+        timed_out,
+        cancelled,
+    }
+}
+
+fn describe_exit(exit: &ExitInfo) -> String {
+    match (exit.code, exit.signal) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        _ => "unknown exit status".into(),
+    }
+}
+
+fn resolve_workspace(dir: Option<&Path>) -> Result<PathBuf, Error> {
+    let dir = match dir {
+        Some(d) => d.to_path_buf(),
+        None => std::env::current_dir().map_err(|e| Error::InvalidWorkspace {
+            path: ".".into(),
+            reason: e.to_string(),
+        })?,
+    };
+    let canonical = dir.canonicalize().map_err(|e| Error::InvalidWorkspace {
+        path: dir.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    if !canonical.is_dir() {
+        return Err(Error::InvalidWorkspace {
+            path: dir.display().to_string(),
+            reason: "not a directory".into(),
+        });
+    }
+    Ok(canonical)
+}
+
+fn build_env(settings: &crate::agent::Settings, additions: &[(String, String)]) -> Vec<(OsString, OsString)> {
+    let mut env: BTreeMap<OsString, OsString> = BTreeMap::new();
+    for name in DEFAULT_ENV_ALLOWLIST
+        .iter()
+        .copied()
+        .chain(settings.pass_env.iter().map(String::as_str))
+    {
+        if let Some(value) = std::env::var_os(name) {
+            env.insert(name.into(), value);
+        }
+    }
+    for (k, v) in settings.set_env.iter().chain(additions) {
+        env.insert(k.into(), v.into());
+    }
+    env.into_iter().collect()
+}
+
+/// The run's private 0700 directory; removed on drop.
+struct PrivateDir {
+    path: PathBuf,
+    created: bool,
+}
+
+impl PrivateDir {
+    fn path_for(run_id: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("adaptor-{run_id}"))
+    }
+
+    fn create(path: PathBuf, files: &[wit::PrivateFile]) -> std::io::Result<PrivateDir> {
+        if files.is_empty() {
+            return Ok(PrivateDir { path, created: false });
+        }
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        let dir = PrivateDir { path, created: true };
+        for file in files {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(dir.path.join(&file.name))?;
+            f.write_all(&file.contents)?;
+        }
+        Ok(dir)
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        if self.created
+            && let Err(e) = std::fs::remove_dir_all(&self.path)
+        {
+            tracing::warn!(path = %self.path.display(), error = %e, "could not remove the run's private directory");
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Provider processes: spawning, signalling and reaping — the one place that spawns.
+//!
+//! Owns: program resolution (PATH, never through a workspace entry), the environment
+//! allowlist, and the OS-specific process-group code (in `unix.rs`; macOS and Windows follow
+//! behind the same functions). Must not: parse output or decide run outcomes.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+#[cfg(unix)]
+mod unix;
+#[cfg(unix)]
+pub(crate) use unix::{Spawned, group_alive, signal_group, spawn};
+
+/// Variables passed from the host's environment by default. Anything else (API keys,
+/// tokens) must be opted into per variable with `AgentBuilder::pass_env`.
+pub const DEFAULT_ENV_ALLOWLIST: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TERM",
+    "TMPDIR",
+    "TZ",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_STATE_HOME",
+];
+
+/// What to spawn.
+#[derive(Debug, Clone)]
+pub(crate) struct ProcessSpec {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(OsString, OsString)>,
+    pub cwd: PathBuf,
+}
+
+/// Signals the host sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sig {
+    Interrupt,
+    Terminate,
+    Kill,
+}
+
+impl Sig {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Sig::Interrupt => "SIGINT",
+            Sig::Terminate => "SIGTERM",
+            Sig::Kill => "SIGKILL",
+        }
+    }
+}
+
+/// Resolve `program` to an absolute path.
+///
+/// A name with a `/` must be absolute. A bare name is looked up in the `PATH` entries that are
+/// absolute and not inside `workspace` (so a checked-out repository cannot plant a fake CLI),
+/// then in `extra_dirs`.
+pub(crate) fn resolve_program(
+    program: &str,
+    path_var: Option<&std::ffi::OsStr>,
+    workspace: &Path,
+    extra_dirs: &[PathBuf],
+) -> Result<PathBuf, String> {
+    if program.is_empty() {
+        return Err("the program name is empty".into());
+    }
+    if program.contains('/') {
+        let p = Path::new(program);
+        if !p.is_absolute() {
+            return Err("a program path must be absolute".into());
+        }
+        return if is_executable(p) {
+            Ok(p.to_path_buf())
+        } else {
+            Err(format!("{program} is not an executable file"))
+        };
+    }
+    let mut searched = Vec::new();
+    let dirs = path_var
+        .map(|p| std::env::split_paths(p).collect::<Vec<_>>())
+        .unwrap_or_default();
+    for dir in dirs.iter().chain(extra_dirs) {
+        if !dir.is_absolute() {
+            continue;
+        }
+        let canonical = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+        if canonical.starts_with(workspace) {
+            continue;
+        }
+        let candidate = dir.join(program);
+        if is_executable(&candidate) {
+            return Ok(candidate);
+        }
+        searched.push(dir.display().to_string());
+    }
+    Err(format!(
+        "not on PATH (searched {} directories outside the workspace); set the driver config's `command` to its absolute path",
+        searched.len()
+    ))
+}
+
+fn is_executable(p: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p)
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    }
+    #[cfg(not(unix))]
+    {
+        p.is_file()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_entries_inside_the_workspace_are_skipped() {
+        let ws = tempfile::tempdir().unwrap();
+        let ws_path = ws.path().canonicalize().unwrap();
+        let bin = ws_path.join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let fake = bin.join("sh");
+        std::fs::write(&fake, "#!/bin/sh\n").unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let path = std::env::join_paths([bin.clone(), PathBuf::from("/bin"), PathBuf::from("/usr/bin")]).unwrap();
+        let got = resolve_program("sh", Some(&path), &ws_path, &[]).unwrap();
+        assert!(!got.starts_with(&ws_path), "{got:?}");
+    }
+
+    #[test]
+    fn relative_paths_and_missing_programs_are_errors() {
+        let ws = Path::new("/nonexistent-ws");
+        assert!(resolve_program("./x", None, ws, &[]).is_err());
+        assert!(resolve_program("definitely-not-a-program-xyz", Some(std::ffi::OsStr::new("/bin")), ws, &[]).is_err());
+        assert!(resolve_program("", None, ws, &[]).is_err());
+    }
+}

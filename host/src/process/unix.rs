@@ -1,0 +1,125 @@
+//! Linux/Unix process control: process groups, parent-death signal, group signalling.
+//!
+//! Every provider runs as the leader of its own process group, so a signal to the group
+//! reaches every descendant that did not deliberately leave it. On Linux the child also gets
+//! `PR_SET_PDEATHSIG(SIGKILL)`, so a host that dies without cleanup still takes it down.
+
+use std::io;
+use std::process::Stdio;
+
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+
+use super::{ProcessSpec, Sig};
+
+/// A spawned provider.
+pub(crate) struct Spawned {
+    pub child: Child,
+    pub pid: u32,
+    pub stdin: Option<ChildStdin>,
+    pub stdout: Option<ChildStdout>,
+    pub stderr: Option<ChildStderr>,
+    pub guard: GroupGuard,
+}
+
+/// Kills the process group with SIGKILL when dropped while armed (host panic, task abort,
+/// runtime shutdown): no provider outlives its run.
+pub(crate) struct GroupGuard {
+    pgid: i32,
+    armed: bool,
+}
+
+impl GroupGuard {
+    /// The process group id.
+    pub(crate) fn pgid(&self) -> i32 {
+        self.pgid
+    }
+
+    /// The group is known to be gone.
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = signal_group(self.pgid, Sig::Kill);
+        }
+    }
+}
+
+/// Spawn `spec` as the leader of a new process group, with piped stdio.
+pub(crate) fn spawn(spec: &ProcessSpec) -> io::Result<Spawned> {
+    let mut cmd = Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&spec.cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) run between fork and
+        // exec.
+        let parent = std::process::id() as libc::pid_t;
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // The parent may have died before prctl took effect.
+                if libc::getppid() != parent {
+                    libc::_exit(137);
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd.spawn()?;
+    let pid = child
+        .id()
+        .ok_or_else(|| io::Error::other("spawned process has no pid"))?;
+    Ok(Spawned {
+        stdin: child.stdin.take(),
+        stdout: child.stdout.take(),
+        stderr: child.stderr.take(),
+        child,
+        pid,
+        guard: GroupGuard {
+            pgid: pid as i32,
+            armed: true,
+        },
+    })
+}
+
+/// Send `sig` to every process in group `pgid`. `Ok(false)` when the group no longer exists.
+pub(crate) fn signal_group(pgid: i32, sig: Sig) -> io::Result<bool> {
+    if pgid <= 1 {
+        return Err(io::Error::other("refusing to signal an invalid process group"));
+    }
+    let signo = match sig {
+        Sig::Interrupt => libc::SIGINT,
+        Sig::Terminate => libc::SIGTERM,
+        Sig::Kill => libc::SIGKILL,
+    };
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
+    let rc = unsafe { libc::kill(-pgid, signo) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::ESRCH) {
+        Ok(false)
+    } else {
+        Err(err)
+    }
+}
+
+/// True while any process of group `pgid` exists (zombies included until reaped).
+pub(crate) fn group_alive(pgid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence/permission.
+    pgid > 1 && unsafe { libc::kill(-pgid, 0) } == 0
+}

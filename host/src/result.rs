@@ -1,0 +1,194 @@
+//! The run's result: [`RunResult`], [`Usage`], [`TranscriptItem`], [`RawStreams`],
+//! [`Checkpoint`].
+//!
+//! Owns the public shape of what a finished (or failed) run produced. Must not: parse provider
+//! output (drivers do) or decide success (the pipeline does).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Token usage. `None` means "not reported"; `Some(0)` means "reported as zero".
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Usage {
+    /// Input tokens.
+    pub input_tokens: Option<u64>,
+    /// Output tokens.
+    pub output_tokens: Option<u64>,
+    /// Input tokens served from cache.
+    pub cache_read_tokens: Option<u64>,
+    /// Input tokens written to cache.
+    pub cache_write_tokens: Option<u64>,
+    /// Reasoning tokens.
+    pub reasoning_tokens: Option<u64>,
+    /// Cost in US dollars.
+    pub cost_usd: Option<f64>,
+}
+
+/// Kind of a transcript item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ItemKind {
+    /// Assistant text.
+    Assistant,
+    /// Reasoning.
+    Thinking,
+    /// User message.
+    User,
+    /// Tool call.
+    ToolCall,
+    /// Tool result.
+    ToolResult,
+    /// Session init.
+    Init,
+    /// Terminal result.
+    Result,
+    /// Non-protocol stdout line.
+    Stdout,
+    /// Stderr line.
+    Stderr,
+    /// System message.
+    System,
+    /// Summary.
+    Summary,
+    /// Question.
+    Question,
+    /// Failure.
+    Failure,
+    /// Other, named.
+    Other(String),
+}
+
+/// One transcript entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TranscriptItem {
+    /// Kind.
+    pub kind: ItemKind,
+    /// Text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Tool call id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// Tool name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    /// Tool input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<serde_json::Value>,
+    /// Error flag.
+    pub is_error: bool,
+    /// Model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Provider session id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Subagent scope.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_tool_call_id: Option<String>,
+    /// Extra provider data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+}
+
+/// The provider's official terminal event, exactly as received.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TerminalPayload {
+    /// Event name (`result`, `turn.completed`…).
+    pub event: String,
+    /// Exact JSON text.
+    pub json: String,
+}
+
+/// Complete raw process output.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawStreams {
+    /// Every stdout byte.
+    pub stdout: Vec<u8>,
+    /// Every stderr byte.
+    pub stderr: Vec<u8>,
+    /// The terminal event.
+    pub terminal: Option<TerminalPayload>,
+}
+
+/// A resume point.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Checkpoint {
+    /// Checkpoint encoding name (the driver's codec).
+    pub codec: String,
+    /// Provider resume id.
+    pub resume_id: String,
+    /// Id for humans.
+    pub display_id: Option<String>,
+    /// Driver-private data.
+    pub data: BTreeMap<String, String>,
+    /// Usable for resuming: set only after a clean, successful turn.
+    pub valid: bool,
+}
+
+/// How the provider process ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ExitInfo {
+    /// Exit code.
+    pub code: Option<i32>,
+    /// Terminating signal.
+    pub signal: Option<i32>,
+    /// Stopped by the run timeout.
+    pub timed_out: bool,
+    /// Stopped by cancellation.
+    pub cancelled: bool,
+}
+
+/// What a run produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunResult {
+    /// Run id.
+    pub run_id: String,
+    /// Driver (provider) name.
+    pub provider: String,
+    /// Model that answered, if reported.
+    pub model: Option<String>,
+    /// Final assistant text.
+    pub text: String,
+    /// Summary from the terminal event.
+    pub summary: Option<String>,
+    /// Usage, if reported.
+    pub usage: Option<Usage>,
+    /// Provider metadata.
+    pub metadata: BTreeMap<String, String>,
+    /// Resume point, if the provider reported a session.
+    pub checkpoint: Option<Checkpoint>,
+    /// Native structured output (raw JSON), if any.
+    pub structured_output: Option<serde_json::Value>,
+    /// Process outcome.
+    pub exit: ExitInfo,
+    /// Wall-clock duration of the run.
+    pub duration: Duration,
+    pub(crate) raw: RawStreams,
+    pub(crate) transcript: Vec<TranscriptItem>,
+}
+
+impl RunResult {
+    /// Complete raw stdout/stderr and the terminal payload.
+    pub fn raw(&self) -> &RawStreams {
+        &self.raw
+    }
+
+    /// The transcript, in order.
+    pub fn transcript(&self) -> &[TranscriptItem] {
+        &self.transcript
+    }
+
+    /// The provider's terminal event, exact JSON.
+    pub fn terminal(&self) -> Option<&TerminalPayload> {
+        self.raw.terminal.as_ref()
+    }
+
+    /// The provider session id, if one was reported.
+    pub fn session_id(&self) -> Option<&str> {
+        self.checkpoint.as_ref().map(|c| c.resume_id.as_str())
+    }
+}

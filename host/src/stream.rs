@@ -1,0 +1,203 @@
+//! The event stream of one run: the host-side [`Emitter`] (sequence numbers, timestamps,
+//! backpressure, the single `Dropped` report) and the caller-side [`Stream`].
+//!
+//! Backpressure: the channel holds `event_buffer` events. In drop mode (the default) a
+//! droppable event ([`Event::is_droppable`]) that finds the buffer full is counted and
+//! discarded; every other event waits for room, so lifecycle events, tool results,
+//! transcript items and the final events are never lost. Before `RunFinished` the emitter
+//! sends one [`Dropped`] event with the totals. Blocking mode waits for room for every event.
+//! Must not: run drivers or processes.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::SystemTime;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::event::{Dropped, Event, EventMeta, RunFinished};
+use crate::result::RunResult;
+
+/// A placeholder meta; the emitter overwrites it.
+pub(crate) fn blank_meta() -> EventMeta {
+    EventMeta {
+        run_id: String::new(),
+        thread_key: None,
+        sequence: 0,
+        time: SystemTime::UNIX_EPOCH,
+        driver: String::new(),
+    }
+}
+
+#[derive(Default)]
+struct DropStats {
+    count: u64,
+    by_kind: BTreeMap<String, u64>,
+    first: u64,
+    last: u64,
+}
+
+/// Assigns sequence and time, applies backpressure, counts drops.
+pub(crate) struct Emitter {
+    tx: mpsc::Sender<Event>,
+    run_id: String,
+    driver: String,
+    sequence: u64,
+    blocking: bool,
+    dropped: DropStats,
+    consumer_gone: bool,
+}
+
+impl Emitter {
+    pub(crate) fn new(tx: mpsc::Sender<Event>, run_id: String, driver: String, blocking: bool) -> Self {
+        Self {
+            tx,
+            run_id,
+            driver,
+            sequence: 0,
+            blocking,
+            dropped: DropStats::default(),
+            consumer_gone: false,
+        }
+    }
+
+    fn stamp(&mut self, event: &mut Event) {
+        self.sequence += 1;
+        let meta = event.meta_mut();
+        meta.run_id.clone_from(&self.run_id);
+        meta.driver.clone_from(&self.driver);
+        meta.sequence = self.sequence;
+        meta.time = SystemTime::now();
+    }
+
+    /// Emit one event.
+    pub(crate) async fn emit(&mut self, mut event: Event) {
+        self.stamp(&mut event);
+        if self.consumer_gone {
+            return;
+        }
+        if !self.blocking && event.is_droppable() {
+            match self.tx.try_send(event) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(event)) => {
+                    let seq = event.meta().sequence;
+                    let d = &mut self.dropped;
+                    if d.count == 0 {
+                        d.first = seq;
+                    }
+                    d.count += 1;
+                    d.last = seq;
+                    *d.by_kind.entry(event.kind().to_owned()).or_default() += 1;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => self.consumer_gone = true,
+            }
+            return;
+        }
+        if self.tx.send(event).await.is_err() {
+            self.consumer_gone = true;
+        }
+    }
+
+    /// Emit the drop report (if anything was dropped) and `RunFinished`, the last event.
+    pub(crate) async fn finish(&mut self, finished: RunFinished) {
+        if self.dropped.count > 0 {
+            let d = std::mem::take(&mut self.dropped);
+            self.emit(Event::Dropped(Dropped {
+                meta: blank_meta(),
+                count: d.count,
+                by_kind: d.by_kind,
+                first_sequence: d.first,
+                last_sequence: d.last,
+            }))
+            .await;
+        }
+        self.emit(Event::RunFinished(finished)).await;
+    }
+}
+
+/// A handle that cancels one run; cheap to clone and send to other tasks.
+#[derive(Debug, Clone)]
+pub struct Canceller(CancellationToken);
+
+impl Canceller {
+    /// Cancel the run (idempotent). The provider's process group is terminated and the
+    /// result becomes a `RunError` with reason `cancelled`.
+    pub fn cancel(&self) {
+        self.0.cancel();
+    }
+}
+
+/// The events of one run, as a [`futures::Stream`], plus its result.
+///
+/// Dropping a `Stream` before its result was taken cancels the run.
+pub struct Stream {
+    run_id: String,
+    events: mpsc::Receiver<Event>,
+    result: Option<oneshot::Receiver<Result<RunResult, Error>>>,
+    cancel: CancellationToken,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").field("run_id", &self.run_id).finish_non_exhaustive()
+    }
+}
+
+impl Stream {
+    pub(crate) fn new(
+        run_id: String,
+        events: mpsc::Receiver<Event>,
+        result: oneshot::Receiver<Result<RunResult, Error>>,
+        cancel: CancellationToken,
+    ) -> Self {
+        Self {
+            run_id,
+            events,
+            result: Some(result),
+            cancel,
+        }
+    }
+
+    /// The run id (known before the first event).
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Cancel the run (idempotent).
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// A cancel handle for another task.
+    pub fn canceller(&self) -> Canceller {
+        Canceller(self.cancel.clone())
+    }
+
+    /// Drain the remaining events and return the run's result.
+    pub async fn result(mut self) -> Result<RunResult, Error> {
+        while self.events.recv().await.is_some() {}
+        let rx = self.result.take().expect("result taken once");
+        match rx.await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Lost("the run task stopped without reporting".into())),
+        }
+    }
+}
+
+impl futures::Stream for Stream {
+    type Item = Event;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        self.events.poll_recv(cx)
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.result.is_some() {
+            self.cancel.cancel();
+        }
+    }
+}

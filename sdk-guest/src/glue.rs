@@ -1,0 +1,96 @@
+//! Glue between the SDK's [`Driver`]/[`Session`] traits and the generated component exports.
+//!
+//! Owns the JSON parsing of `config-json` strings and the `RefCell` the component model needs
+//! for `&self` resource methods. Holds no protocol knowledge.
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+
+use crate::bindings::exports::adaptor::driver::driver::{Guest, GuestSession};
+use crate::{
+    Actions, ConfigError, Decision, Descriptor, Driver, EnvironmentReport, ExitStatus, Launch,
+    Outcome, ProbeCommand, ProbeOutput, RunRequest, Session, StartError, json,
+};
+
+/// Adapts a [`Driver`] to the generated `Guest` trait. Used by [`crate::export_driver!`].
+pub struct Adapter<D>(PhantomData<D>);
+
+/// Adapts a [`Session`] to the generated `GuestSession` trait.
+pub struct SessionAdapter<S>(RefCell<S>);
+
+fn parse_config(config_json: &str) -> Result<serde_json::Value, ConfigError> {
+    json::parse_config(config_json)
+}
+
+impl<D: Driver> Guest for Adapter<D> {
+    type Session = SessionAdapter<D::Session>;
+
+    fn describe() -> Descriptor {
+        D::describe()
+    }
+
+    fn validate_config(config_json: String) -> Result<(), ConfigError> {
+        D::validate_config(&parse_config(&config_json)?)
+    }
+
+    fn config_fingerprint(config_json: String) -> Result<String, ConfigError> {
+        D::config_fingerprint(&parse_config(&config_json)?)
+    }
+
+    fn environment_probes(config_json: String) -> Result<Vec<ProbeCommand>, ConfigError> {
+        D::environment_probes(&parse_config(&config_json)?)
+    }
+
+    fn check_environment(config_json: String, outputs: Vec<ProbeOutput>) -> EnvironmentReport {
+        let config = parse_config(&config_json).unwrap_or(serde_json::Value::Null);
+        D::environment_report(&config, &outputs)
+    }
+}
+
+impl<S: Session> SessionAdapter<S> {
+    fn with(&self, f: impl FnOnce(&mut S, &mut Actions)) -> Vec<crate::Action> {
+        let mut out = Actions::new();
+        f(&mut self.0.borrow_mut(), &mut out);
+        out.into_vec()
+    }
+}
+
+impl<S: Session> GuestSession for SessionAdapter<S> {
+    fn new(request: RunRequest) -> Self {
+        SessionAdapter(RefCell::new(S::new(request)))
+    }
+
+    fn start(&self) -> Result<Launch, StartError> {
+        self.0.borrow_mut().start()
+    }
+
+    fn on_stdout(&self, chunk: Vec<u8>) -> Vec<crate::Action> {
+        self.with(|s, out| s.on_stdout(&chunk, out))
+    }
+
+    fn on_stderr(&self, chunk: Vec<u8>) -> Vec<crate::Action> {
+        self.with(|s, out| s.on_stderr(&chunk, out))
+    }
+
+    fn on_decision(&self, id: String, decision: Decision) -> Vec<crate::Action> {
+        self.with(|s, out| s.on_decision(&id, decision, out))
+    }
+
+    fn on_timer(&self, id: u64) -> Vec<crate::Action> {
+        self.with(|s, out| s.on_timer(id, out))
+    }
+
+    fn on_exit(&self, status: ExitStatus) -> Vec<crate::Action> {
+        self.with(|s, out| s.on_exit(&status, out))
+    }
+
+    fn finish(&self) -> Outcome {
+        self.0.borrow_mut().finish()
+    }
+
+    fn next_turn(&self, request: RunRequest) -> Result<Vec<crate::Action>, StartError> {
+        let mut out = Actions::new();
+        self.0.borrow_mut().next_turn(request, &mut out)?;
+        Ok(out.into_vec())
+    }
+}

@@ -1,0 +1,137 @@
+//! # adaptor-sdk — write an agent-adaptor driver in a few hundred lines
+//!
+//! A driver is a WebAssembly component implementing the `adaptor:driver@0.1.0` world (see
+//! `wit/driver.wit`, the contract). This crate owns everything that is not protocol knowledge:
+//!
+//! - [`bindings`]: the generated WIT types (re-exported at the crate root: [`Descriptor`],
+//!   [`RunRequest`], [`Launch`], [`Action`], [`Outcome`], …);
+//! - [`Driver`] and [`Session`]: plain Rust traits a driver implements, and
+//!   [`export_driver!`], which turns them into the component's exports;
+//! - [`LineFramer`]: a bounded line splitter for chunked stdout/stderr;
+//! - [`json`]: helpers to read provider JSON and to fingerprint configs canonically;
+//! - [`Actions`], [`Transcript`], [`items`]: builders that keep item events and
+//!   the transcript mirrored by construction;
+//! - [`harness`]: a native harness that drives a [`Session`] with recorded bytes, no wasm
+//!   involved, for unit tests of a parser.
+//!
+//! It must not contain any provider's protocol knowledge: that belongs in the driver crates.
+
+pub mod actions;
+pub mod framing;
+pub mod harness;
+pub mod json;
+pub mod log;
+mod glue;
+
+/// Generated bindings for the `adaptor:driver/driver-world` world.
+#[allow(missing_docs, clippy::all)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "driver-world",
+        path: "../wit",
+        pub_export_macro: true,
+        export_macro_name: "__export_driver_world",
+        default_bindings_module: "adaptor_sdk::bindings",
+        additional_derives: [PartialEq],
+    });
+}
+
+pub use actions::{Actions, Transcript, empty_outcome, items, top_scope};
+pub use bindings::adaptor::driver::types::*;
+pub use framing::{Line, LineFramer};
+pub use glue::Adapter;
+
+/// The driver-level functions of the contract (`describe`, `validate-config`, …).
+///
+/// Implement it on a unit struct and call [`export_driver!`] with that struct.
+pub trait Driver: 'static {
+    /// The per-run state machine.
+    type Session: Session;
+
+    /// The capability table; must be deterministic.
+    fn describe() -> Descriptor;
+
+    /// Check a parsed config object.
+    fn validate_config(config: &serde_json::Value) -> Result<(), ConfigError>;
+
+    /// Fingerprint of the config parts that matter for resuming a session. The default
+    /// validates the config and hashes all of it canonically under the driver's name.
+    fn config_fingerprint(config: &serde_json::Value) -> Result<String, ConfigError> {
+        Self::validate_config(config)?;
+        Ok(json::canonical_fingerprint(&Self::describe().name, config))
+    }
+
+    /// Probe commands for an environment check. Default: `<command> --version`.
+    fn environment_probes(config: &serde_json::Value) -> Result<Vec<ProbeCommand>, ConfigError> {
+        Self::validate_config(config)?;
+        let program = json::str_field(config, "command")
+            .map(str::to_owned)
+            .unwrap_or_else(|| Self::describe().default_program);
+        Ok(vec![ProbeCommand {
+            id: "version".into(),
+            program,
+            args: vec!["--version".into()],
+            timeout_ms: 10_000,
+        }])
+    }
+
+    /// Build the environment report. Default: reads a version from the `version` probe and
+    /// compares it with [`Descriptor::cli_versions`].
+    fn environment_report(
+        _config: &serde_json::Value,
+        outputs: &[ProbeOutput],
+    ) -> EnvironmentReport {
+        json::default_environment_report(&Self::describe(), outputs)
+    }
+}
+
+/// One run: a pure state machine the host feeds with process output.
+///
+/// Every callback appends the actions for the host to `out`, in order.
+pub trait Session: Sized + 'static {
+    /// Create the session for a resolved request (no work yet).
+    fn new(request: RunRequest) -> Self;
+
+    /// The process to launch.
+    fn start(&mut self) -> Result<Launch, StartError>;
+
+    /// Stdout bytes, split anywhere.
+    fn on_stdout(&mut self, chunk: &[u8], out: &mut Actions);
+
+    /// Stderr bytes, split anywhere. Default: ignore (the host keeps raw stderr anyway).
+    fn on_stderr(&mut self, _chunk: &[u8], _out: &mut Actions) {}
+
+    /// The answer to an approval request. Default: ignore.
+    fn on_decision(&mut self, _id: &str, _decision: Decision, _out: &mut Actions) {}
+
+    /// A timer fired. Default: ignore.
+    fn on_timer(&mut self, _id: u64, _out: &mut Actions) {}
+
+    /// The process ended (stdout and stderr are at EOF).
+    fn on_exit(&mut self, status: &ExitStatus, out: &mut Actions);
+
+    /// The turn's outcome.
+    fn finish(&mut self) -> Outcome;
+
+    /// Start another turn on a resident process. Default: unsupported.
+    fn next_turn(&mut self, _request: RunRequest, _out: &mut Actions) -> Result<(), StartError> {
+        Err(StartError::Unsupported(
+            "this driver runs one turn per process".into(),
+        ))
+    }
+}
+
+/// Export a [`Driver`] implementation as the component's `driver` interface.
+///
+/// ```ignore
+/// struct MyDriver;
+/// impl adaptor_sdk::Driver for MyDriver { /* … */ }
+/// adaptor_sdk::export_driver!(MyDriver);
+/// ```
+#[macro_export]
+macro_rules! export_driver {
+    ($driver:ty) => {
+        type __AdaptorSdkComponent = $crate::Adapter<$driver>;
+        $crate::bindings::__export_driver_world!(__AdaptorSdkComponent);
+    };
+}
