@@ -13,8 +13,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 export CARGO_TARGET_DIR="$TARGET"
-# Built-in drivers: crate name -> installed file name.
+# Drivers: crate name -> installed file name. Built-ins go to $TARGET/drivers (found by the
+# host), test-only drivers to $TARGET/test-drivers.
 DRIVERS=("reference-driver:reference")
+TEST_DRIVERS=("testbed-driver:testbed")
 
 ensure_wasm_target() {
   if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
@@ -23,17 +25,46 @@ ensure_wasm_target() {
   fi
 }
 
+# Build a group of driver crates and copy each one's component to "$dest/<name>.wasm".
+# Artifact paths come from cargo's own JSON messages, so two builds of one crate with
+# different features never get mixed up.
+build_group() {
+  local dest="$1"; shift
+  local args=() entry
+  for entry in "$@"; do args+=(-p "${entry%%:*}"); done
+  local artifacts
+  artifacts="$(cargo build --profile driver --target wasm32-wasip2 "${args[@]}" \
+      --message-format=json-render-diagnostics | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    if msg.get("reason") == "compiler-artifact" and "cdylib" in msg["target"]["kind"]:
+        for f in msg["filenames"]:
+            if f.endswith(".wasm"):
+                print(msg["package_id"], msg["target"]["name"], f)
+')"
+  mkdir -p "$dest"
+  for entry in "$@"; do
+    local crate="${entry%%:*}" name="${entry##*:}" file
+    file="$(awk -v t="${crate//-/_}" '$2 == t { f = $3 } END { print f }' <<<"$artifacts")"
+    if [[ -z "$file" ]]; then
+      echo "x.sh: no component artifact for $crate" >&2
+      exit 1
+    fi
+    cp "$file" "$dest/$name.wasm.tmp"
+    mv "$dest/$name.wasm.tmp" "$dest/$name.wasm"
+  done
+}
+
 build_drivers() {
   ensure_wasm_target
-  local args=()
-  for entry in "${DRIVERS[@]}"; do args+=(-p "${entry%%:*}"); done
-  cargo build --profile driver --target wasm32-wasip2 "${args[@]}" >&2
-  mkdir -p "$TARGET/drivers"
-  for entry in "${DRIVERS[@]}"; do
-    local crate="${entry%%:*}" name="${entry##*:}"
-    cp "$TARGET/wasm32-wasip2/driver/${crate//-/_}.wasm" "$TARGET/drivers/$name.wasm.tmp"
-    mv "$TARGET/drivers/$name.wasm.tmp" "$TARGET/drivers/$name.wasm"
-  done
+  # Two invocations: test drivers reuse built-in driver crates as libraries (without their
+  # `component` export feature), which one unified build would switch back on.
+  build_group "$TARGET/drivers" "${DRIVERS[@]}"
+  build_group "$TARGET/test-drivers" "${TEST_DRIVERS[@]}"
 }
 
 build_host() {

@@ -191,6 +191,30 @@ impl Driver {
         })
     }
 
+    /// Instantiate the driver in a fresh sandbox and check that its descriptor is unchanged
+    /// (descriptors must be deterministic). Cheap: used by health checks and benchmarks.
+    pub fn instantiate_check(&self) -> Result<(), Error> {
+        let mut instance = run_sync(GuestInstance::new(
+            self.loaded.name.clone(),
+            &self.loaded.pre,
+            GuestLimits::default(),
+        ))?;
+        let raw = run_sync(instance.describe())?;
+        let descriptor = crate::convert::descriptor(raw).map_err(|reason| {
+            Error::Load(LoadError::InvalidDescriptor {
+                driver: self.loaded.name.to_string(),
+                reason,
+            })
+        })?;
+        if descriptor != self.loaded.descriptor {
+            return Err(Error::Load(LoadError::InvalidDescriptor {
+                driver: self.loaded.name.to_string(),
+                reason: "describe() returned a different descriptor on a new instance".into(),
+            }));
+        }
+        Ok(())
+    }
+
     /// Machine name.
     pub fn name(&self) -> &str {
         &self.loaded.name

@@ -1,1 +1,122 @@
-//! Shared helpers for the integration tests.
+//! Shared helpers for the integration tests and the benchmark: where the built drivers and
+//! the reference provider are, ready-made agents, and process-liveness checks.
+//!
+//! The drivers must have been built by `./x.sh build-drivers` (the test command does it).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use adaptor::{Agent, AgentBuilder, Driver};
+
+/// The cargo target directory these tests were built into.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.ancestors()
+        .find(|dir| dir.join("drivers").join("reference.wasm").is_file())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| {
+            panic!(
+                "no drivers/reference.wasm above {}; run ./x.sh build-drivers first",
+                exe.display()
+            )
+        })
+}
+
+/// The profile directory (`debug` or `release`) holding the native binaries.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let deps = exe.parent().expect("deps dir");
+    let profile = if deps.ends_with("deps") {
+        deps.parent().expect("profile dir")
+    } else {
+        deps
+    };
+    profile.to_path_buf()
+}
+
+/// Path of the built reference provider.
+pub fn provider_path() -> PathBuf {
+    let p = bin_dir().join("reference-provider");
+    assert!(p.is_file(), "{} is missing; run `cargo build -p reference-provider`", p.display());
+    p
+}
+
+/// Path of a built-in driver component.
+pub fn driver_path(name: &str) -> PathBuf {
+    target_dir().join("drivers").join(format!("{name}.wasm"))
+}
+
+/// Path of a test-only driver component.
+pub fn test_driver_path(name: &str) -> PathBuf {
+    target_dir().join("test-drivers").join(format!("{name}.wasm"))
+}
+
+/// A driver file configured to run the built reference provider with its state in `state`.
+pub fn configured(path: &Path, state: &Path) -> Driver {
+    Driver::from_file(path)
+        .expect("load driver")
+        .with_config(serde_json::json!({
+            "command": provider_path().display().to_string(),
+            "state_dir": state.display().to_string(),
+        }))
+        .expect("config accepted")
+}
+
+/// Reference driver, configured.
+pub fn reference(state: &Path) -> Driver {
+    configured(&driver_path("reference"), state)
+}
+
+/// Testbed driver (reference plus misbehaviour switches), configured.
+pub fn testbed(state: &Path) -> Driver {
+    configured(&test_driver_path("testbed"), state)
+}
+
+/// A builder with a short grace period, so kill escalation is quick in tests.
+pub fn agent_builder(driver: Driver, workspace: &Path) -> AgentBuilder {
+    Agent::builder(driver)
+        .workspace(workspace)
+        .grace_period(Duration::from_millis(300))
+}
+
+/// True if `pid` exists and is not a zombie.
+pub fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // The state follows the parenthesised command name.
+            let state = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next());
+            state != Some("Z") && state != Some("X")
+        }
+        Err(_) => false,
+    }
+}
+
+/// True if any live (non-zombie) process is in process group `pgid`.
+pub fn group_alive(pgid: u32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            return false;
+        };
+        let Some(rest) = stat.rsplit(')').next() else {
+            return false;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // fields: state ppid pgrp …
+        fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string()
+    })
+}
+
+/// Wait up to `limit` for `cond` to become true.
+pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let until = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < until {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cond()
+}

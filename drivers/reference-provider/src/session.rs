@@ -16,9 +16,19 @@ const ID_PREFIX: &str = "ref-";
 /// Longest hex part accepted in a session id (new ids use 16).
 const MAX_ID_HEX: usize = 64;
 
+/// Environment variable that fixes the id of new sessions (deterministic tests).
+pub const SESSION_ID_ENV: &str = "REFERENCE_PROVIDER_SESSION_ID";
+
 /// Creates a fresh session id: `ref-` + 16 lowercase hex chars hashed from
-/// the prompt, the process id and the current time.
+/// the prompt, the process id and the current time — or the value of
+/// `REFERENCE_PROVIDER_SESSION_ID` when it is set to a valid session id.
 pub fn new_session_id(prompt: &str) -> String {
+    if let Some(fixed) = std::env::var(SESSION_ID_ENV)
+        .ok()
+        .filter(|id| is_valid_session_id(id))
+    {
+        return fixed;
+    }
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());

@@ -600,7 +600,7 @@ impl Session for ReferenceSession {
     }
 }
 
-#[cfg(target_family = "wasm")]
+#[cfg(all(target_family = "wasm", feature = "component"))]
 adaptor_sdk::export_driver!(ReferenceDriver);
 
 #[cfg(test)]

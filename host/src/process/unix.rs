@@ -118,8 +118,44 @@ pub(crate) fn signal_group(pgid: i32, sig: Sig) -> io::Result<bool> {
     }
 }
 
-/// True while any process of group `pgid` exists (zombies included until reaped).
+/// True while any live process of group `pgid` exists. Zombies do not count: an orphaned
+/// grandchild that was killed may wait a while for its new parent to reap it.
 pub(crate) fn group_alive(pgid: i32) -> bool {
     // SAFETY: signal 0 only checks for existence/permission.
-    pgid > 1 && unsafe { libc::kill(-pgid, 0) } == 0
+    if pgid <= 1 || unsafe { libc::kill(-pgid, 0) } != 0 {
+        return false;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        live_members_linux(pgid)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        true
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn live_members_linux(pgid: i32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    let wanted = pgid.to_string();
+    entries.flatten().any(|entry| {
+        let name = entry.file_name();
+        if !name.to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            return false;
+        };
+        // `pid (comm) state ppid pgrp …`; comm may contain spaces and parentheses.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            return false;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1);
+        pgrp == Some(wanted.as_str()) && !matches!(state, Some("Z") | Some("X"))
+    })
 }

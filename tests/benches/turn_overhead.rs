@@ -1,0 +1,160 @@
+//! Benchmark (not a test): what the host adds to a turn, measured in one run.
+//!
+//! Prints, from interleaved rounds on this machine:
+//! 1. in-process `Agent::run` through the reference driver vs spawning the reference provider
+//!    directly (median ms each, difference, ratio);
+//! 2. the `adaptor run` CLI process vs the provider process run directly;
+//! 3. driver cold compile vs cached load, and instantiating a fresh sandboxed instance.
+//!
+//! Run with `./x.sh bench` (release build). Rounds: `BENCH_ROUNDS` (default 30).
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use adaptor::{Agent, Driver, LoadOptions};
+use adaptor_integration_tests::{bin_dir, driver_path, provider_path};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const PROMPT: &str = "benchmark prompt";
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+async fn direct(state: &Path) -> Duration {
+    let t = Instant::now();
+    let mut child = tokio::process::Command::new(provider_path())
+        .args(["--state-dir", &state.display().to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn provider");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(PROMPT.as_bytes()).await.unwrap();
+    drop(stdin);
+    let mut out = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut out).await.unwrap();
+    let status = child.wait().await.unwrap();
+    assert!(status.success() && !out.is_empty());
+    t.elapsed()
+}
+
+fn cli(state: &Path, ws: &Path) -> Duration {
+    let config = serde_json::json!({
+        "command": provider_path().display().to_string(),
+        "state_dir": state.display().to_string(),
+    });
+    let t = Instant::now();
+    let out = std::process::Command::new(bin_dir().join("adaptor"))
+        .args(["run", "--config", &config.to_string(), "--cwd", &ws.display().to_string(), PROMPT])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run adaptor");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    t.elapsed()
+}
+
+fn direct_process(state: &Path) -> Duration {
+    let t = Instant::now();
+    let mut child = std::process::Command::new(provider_path())
+        .args(["--state-dir", &state.display().to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(PROMPT.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    t.elapsed()
+}
+
+fn main() {
+    let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
+    let state = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let wasm = std::fs::read(driver_path("reference")).unwrap();
+
+    // Compile and load.
+    let cold: Vec<Duration> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            Driver::from_bytes_with("reference", &wasm, &LoadOptions { cache_dir: None }).unwrap();
+            t.elapsed()
+        })
+        .collect();
+    let cache = tempfile::tempdir().unwrap();
+    let cached_opts = LoadOptions { cache_dir: Some(cache.path().to_path_buf()) };
+    Driver::from_bytes_with("reference", &wasm, &cached_opts).unwrap();
+    let cached: Vec<Duration> = (0..20)
+        .map(|_| {
+            let t = Instant::now();
+            Driver::from_bytes_with("reference", &wasm, &cached_opts).unwrap();
+            t.elapsed()
+        })
+        .collect();
+    let driver = Driver::from_bytes_with("reference", &wasm, &cached_opts)
+        .unwrap()
+        .with_config(serde_json::json!({
+            "command": provider_path().display().to_string(),
+            "state_dir": state.path().display().to_string(),
+        }))
+        .unwrap();
+    let inst: Vec<Duration> = (0..200)
+        .map(|_| {
+            let t = Instant::now();
+            driver.instantiate_check().unwrap();
+            t.elapsed()
+        })
+        .collect();
+
+    // Turn overhead, interleaved.
+    let agent = Agent::builder(driver).workspace(ws.path()).build();
+    let (mut d, mut a, mut dp, mut c) = (vec![], vec![], vec![], vec![]);
+    rt.block_on(async {
+        // Warm up both paths once.
+        direct(state.path()).await;
+        agent.run(PROMPT).await.unwrap();
+        for _ in 0..rounds {
+            d.push(direct(state.path()).await);
+            let t = Instant::now();
+            agent.run(PROMPT).await.unwrap();
+            a.push(t.elapsed());
+        }
+    });
+    cli(state.path(), ws.path());
+    for _ in 0..rounds.min(15) {
+        dp.push(direct_process(state.path()));
+        c.push(cli(state.path(), ws.path()));
+    }
+    let (d, a, dp, c) = (median(d), median(a), median(dp), median(c));
+    println!("turn overhead ({rounds} interleaved rounds, medians)");
+    println!(
+        "  in-process: provider direct {:.2} ms · Agent::run via reference.wasm {:.2} ms · host adds {:.2} ms · ratio {:.2}x",
+        ms(d), ms(a), ms(a) - ms(d), ms(a) / ms(d)
+    );
+    println!(
+        "  processes:  provider direct {:.2} ms · `adaptor run` {:.2} ms · CLI adds {:.2} ms · ratio {:.2}x",
+        ms(dp), ms(c), ms(c) - ms(dp), ms(c) / ms(dp)
+    );
+    println!(
+        "driver load ({} KB component): cold compile {:.2} ms · cached load {:.3} ms · ratio {:.0}x",
+        wasm.len() / 1024,
+        ms(median(cold.clone())),
+        ms(median(cached.clone())),
+        ms(median(cold)) / ms(median(cached))
+    );
+    println!("instantiate + describe in a fresh sandbox: {:.1} µs (median of 200)", ms(median(inst)) * 1e3);
+}

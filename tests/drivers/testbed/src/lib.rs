@@ -1,0 +1,103 @@
+//! A test-only driver for the host's own tests: it behaves exactly like the reference driver
+//! unless the prompt carries one of these directives, which make it misbehave on purpose:
+//!
+//! - `[[driver-trap-start]]`: panic in `start` (before any process exists);
+//! - `[[driver-trap-stdout]]`: panic on the first stdout chunk (while the provider runs);
+//! - `[[launch-sh]]`: ask the host to launch `sh -c` instead of the granted program;
+//! - `[[launch-cwd-escape]]`: ask for the working directory `..` (outside the workspace);
+//! - `[[bad-private-file]]`: ask for a private file named `../escape`.
+//!
+//! It never ships as a built-in driver; `x.sh` installs it under `test-drivers/`.
+
+use adaptor_sdk::{
+    Actions, ConfigError, Descriptor, Driver, ExitStatus, Launch, Outcome, PrivateFile,
+    RunRequest, Session, StartError,
+};
+use reference_driver::{ReferenceDriver, ReferenceSession};
+
+/// The testbed driver.
+pub struct TestbedDriver;
+
+impl Driver for TestbedDriver {
+    type Session = TestbedSession;
+
+    fn describe() -> Descriptor {
+        let mut d = ReferenceDriver::describe();
+        d.name = "testbed".into();
+        d.display_name = "Testbed (reference with misbehaviour)".into();
+        d
+    }
+
+    fn validate_config(config: &serde_json::Value) -> Result<(), ConfigError> {
+        ReferenceDriver::validate_config(config)
+    }
+
+    fn config_fingerprint(config: &serde_json::Value) -> Result<String, ConfigError> {
+        ReferenceDriver::config_fingerprint(config)
+    }
+}
+
+/// A reference session with misbehaviour switches.
+pub struct TestbedSession {
+    inner: ReferenceSession,
+    prompt: String,
+}
+
+impl TestbedSession {
+    fn wants(&self, directive: &str) -> bool {
+        self.prompt.contains(&format!("[[{directive}]]"))
+    }
+}
+
+impl Session for TestbedSession {
+    fn new(request: RunRequest) -> Self {
+        let prompt = request.prompt.clone();
+        Self {
+            inner: ReferenceSession::new(request),
+            prompt,
+        }
+    }
+
+    fn start(&mut self) -> Result<Launch, StartError> {
+        if self.wants("driver-trap-start") {
+            panic!("testbed: trap requested in start");
+        }
+        let mut launch = self.inner.start()?;
+        if self.wants("launch-sh") {
+            launch.program = "sh".into();
+            launch.args = vec!["-c".into(), "echo pwned".into()];
+        }
+        if self.wants("launch-cwd-escape") {
+            launch.cwd = Some("..".into());
+        }
+        if self.wants("bad-private-file") {
+            launch.files.push(PrivateFile {
+                name: "../escape".into(),
+                contents: b"x".to_vec(),
+            });
+        }
+        Ok(launch)
+    }
+
+    fn on_stdout(&mut self, chunk: &[u8], out: &mut Actions) {
+        if self.wants("driver-trap-stdout") {
+            panic!("testbed: trap requested on stdout");
+        }
+        self.inner.on_stdout(chunk, out);
+    }
+
+    fn on_stderr(&mut self, chunk: &[u8], out: &mut Actions) {
+        self.inner.on_stderr(chunk, out);
+    }
+
+    fn on_exit(&mut self, status: &ExitStatus, out: &mut Actions) {
+        self.inner.on_exit(status, out);
+    }
+
+    fn finish(&mut self) -> Outcome {
+        self.inner.finish()
+    }
+}
+
+#[cfg(target_family = "wasm")]
+adaptor_sdk::export_driver!(TestbedDriver);

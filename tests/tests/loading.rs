@@ -1,0 +1,77 @@
+//! Loading drivers: built-ins by name, non-driver files, and the compiled-code cache.
+
+use adaptor::{CompileSource, Driver, Error, LoadError, LoadOptions};
+use adaptor_integration_tests::*;
+
+fn not_a_driver(bytes: &[u8]) -> String {
+    match Driver::from_bytes_with("bad.wasm", bytes, &LoadOptions { cache_dir: None }) {
+        Err(Error::Load(LoadError::NotADriver { driver, reason })) => {
+            assert_eq!(driver, "bad.wasm");
+            reason
+        }
+        other => panic!("expected NotADriver, got {other:?}"),
+    }
+}
+
+#[test]
+fn files_that_are_not_drivers_are_rejected_with_the_reason() {
+    assert!(not_a_driver(b"definitely not wasm").contains("not a WebAssembly file"));
+    let core_module = b"\0asm\x01\0\0\0";
+    assert!(not_a_driver(core_module).contains("core WebAssembly module"));
+    let empty_component = b"\0asm\x0d\0\x01\0";
+    let reason = not_a_driver(empty_component);
+    assert!(reason.contains("adaptor:driver/driver"), "{reason}");
+}
+
+#[test]
+fn builtin_drivers_are_found_by_name() {
+    let d = Driver::builtin("reference").expect("reference driver is installed");
+    assert_eq!(d.name(), "reference");
+    assert_eq!(d.descriptor().default_program, "reference-provider");
+    assert!(d.descriptor().sessions.resume);
+    assert!(matches!(
+        Driver::builtin("no-such-driver"),
+        Err(Error::Load(LoadError::UnknownDriver { .. }))
+    ));
+    assert!(adaptor::available_drivers().iter().any(|(_, d)| d.as_ref().is_ok_and(|d| d.name() == "reference")));
+}
+
+#[test]
+fn compiled_cache_is_reused_and_corrupt_entries_are_recompiled() {
+    let cache = tempfile::tempdir().unwrap();
+    let options = LoadOptions { cache_dir: Some(cache.path().to_path_buf()) };
+    let path = driver_path("reference");
+    let first = Driver::from_file_with(&path, &options).unwrap();
+    assert_eq!(first.compile_source(), CompileSource::Compiled);
+    let second = Driver::from_file_with(&path, &options).unwrap();
+    assert_eq!(second.compile_source(), CompileSource::Cached);
+    let entries: Vec<_> = std::fs::read_dir(cache.path()).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let entry = &entries[0];
+    // Corrupt the compiled code: flip bytes in the middle of the payload.
+    let mut bytes = std::fs::read(entry).unwrap();
+    let mid = bytes.len() / 2;
+    for b in &mut bytes[mid..mid + 64] {
+        *b ^= 0xff;
+    }
+    std::fs::write(entry, &bytes).unwrap();
+    let third = Driver::from_file_with(&path, &options).unwrap();
+    assert_eq!(third.compile_source(), CompileSource::Recompiled);
+    assert_eq!(third.descriptor(), first.descriptor());
+    // Truncated entries too.
+    std::fs::write(entry, &bytes[..100]).unwrap();
+    assert_eq!(Driver::from_file_with(&path, &options).unwrap().compile_source(), CompileSource::Recompiled);
+    assert_eq!(Driver::from_file_with(&path, &options).unwrap().compile_source(), CompileSource::Cached);
+}
+
+#[test]
+fn descriptor_and_fingerprint_are_deterministic() {
+    let a = Driver::from_file(driver_path("reference")).unwrap();
+    let b = Driver::from_file(driver_path("reference")).unwrap();
+    assert_eq!(a.descriptor(), b.descriptor());
+    let cfg = serde_json::json!({"model": "m", "command": "/x"});
+    let fa = a.with_config(cfg.clone()).unwrap().config_fingerprint().unwrap();
+    let fb = b.with_config(serde_json::json!({"command": "/y", "model": "m"})).unwrap().config_fingerprint().unwrap();
+    assert_eq!(fa, fb, "command path does not affect session compatibility");
+    assert!(fa.starts_with("sha256:"));
+}

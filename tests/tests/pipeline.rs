@@ -1,0 +1,463 @@
+//! The single pipeline end to end: reference driver (.wasm) + reference provider (a real
+//! process), through `Agent::run` and `Agent::stream`.
+
+use std::time::Duration;
+
+use adaptor::{Agent, Error, Event, FailureReason, LaunchRefusal, Phase, ProcessInfoKind, RunResult};
+use adaptor_integration_tests::*;
+use futures::StreamExt;
+
+const FIXED_SESSION: &str = "ref-00000000feedbeef";
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
+
+async fn collect(mut stream: adaptor::Stream) -> (Vec<Event>, Result<RunResult, Error>) {
+    let mut events = Vec::new();
+    while let Some(ev) = stream.next().await {
+        events.push(ev);
+    }
+    (events, stream.result().await)
+}
+
+fn run_error(r: Result<RunResult, Error>) -> Box<adaptor::RunError> {
+    match r {
+        Err(Error::Run(e)) => e,
+        other => panic!("expected a RunError, got {other:?}"),
+    }
+}
+
+fn assert_lifecycle(events: &[Event]) {
+    assert!(!events.is_empty(), "no events");
+    for pair in events.windows(2) {
+        assert!(
+            pair[1].meta().sequence > pair[0].meta().sequence,
+            "sequence not strictly increasing: {} then {}",
+            pair[0].meta().sequence,
+            pair[1].meta().sequence
+        );
+    }
+    assert_eq!(events[0].meta().sequence, 1);
+    assert!(matches!(events[0], Event::RunStarted(_)), "first is {:?}", events[0]);
+    assert!(matches!(events.last(), Some(Event::RunFinished(_))));
+    assert_eq!(events.iter().filter(|e| matches!(e, Event::RunStarted(_))).count(), 1);
+    assert_eq!(events.iter().filter(|e| matches!(e, Event::RunFinished(_))).count(), 1);
+    let run_id = &events[0].meta().run_id;
+    assert!(events.iter().all(|e| &e.meta().run_id == run_id));
+}
+
+/// Pids the reference provider reports for `[[grandchild]]`.
+fn pids(events: &[Event]) -> Option<(u32, u32)> {
+    events.iter().find_map(|e| match e {
+        Event::Notice(n) if n.notice == "pids" => {
+            let data = n.data.as_ref()?;
+            Some((
+                data["provider_pid"].as_u64()? as u32,
+                data["grandchild_pid"].as_u64()? as u32,
+            ))
+        }
+        _ => None,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_and_stream_result_give_equal_results() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path())
+        .env("REFERENCE_PROVIDER_SESSION_ID", FIXED_SESSION)
+        .build();
+    // stdout only: the relative order of stdout and stderr chunks is up to the OS scheduler.
+    let prompt = "Compare me";
+    let mut a = agent.run(prompt).await.expect("run");
+    let mut b = agent.stream(prompt).result().await.expect("stream");
+    assert_ne!(a.run_id, b.run_id, "each run has its own id");
+    // The only fields allowed to differ: the run id and the wall-clock duration.
+    b.run_id = a.run_id.clone();
+    b.duration = a.duration;
+    a.duration = b.duration;
+    assert_eq!(a, b);
+    assert_eq!(a.text, "Reference reply: Compare me");
+    assert_eq!(a.transcript(), b.transcript());
+    assert_eq!(a.raw(), b.raw());
+    assert_eq!(a.session_id(), Some(FIXED_SESSION));
+    let usage = a.usage.as_ref().expect("usage");
+    assert_eq!(usage.input_tokens, Some("Compare me".len() as u64 + 10));
+    assert_eq!(usage.cache_write_tokens, None, "absent stays absent");
+    assert!(a.checkpoint.as_ref().expect("checkpoint").valid);
+    assert_eq!(a.terminal().expect("terminal").event, "result");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_sequenced_with_one_start_and_one_finish() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path()).build();
+    let stream = agent.stream("Sequence check");
+    let run_id = stream.run_id().to_owned();
+    assert!(run_id.starts_with("run-"));
+    let (events, result) = collect(stream).await;
+    let result = result.expect("success");
+    assert_eq!(result.run_id, run_id);
+    assert_lifecycle(&events);
+    let text: String = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::TextDelta(d) if d.phase == Phase::Delta => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text, result.text);
+    let kinds: Vec<&str> = events.iter().map(Event::kind).collect();
+    for k in ["thinking", "tool_call", "tool_result", "item", "usage", "session", "process_info"] {
+        assert!(kinds.contains(&k), "missing {k} in {kinds:?}");
+    }
+    let items: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Item(i) => Some(i.item.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(items, result.transcript(), "item events mirror the transcript");
+    match events.last() {
+        Some(Event::RunFinished(f)) => {
+            assert!(!f.failed);
+            assert_eq!(f.usage, result.usage);
+        }
+        other => panic!("last event {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_failure_is_a_run_error_with_the_partial_result() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path()).build();
+    let (events, result) = collect(agent.stream("please [[fail]]")).await;
+    assert_lifecycle(&events);
+    let e = run_error(result);
+    assert_eq!(e.reason, FailureReason::AgentError);
+    assert_eq!(e.message, "reference failure requested");
+    assert_eq!(e.result.exit.code, Some(1));
+    assert!(!e.result.checkpoint.as_ref().expect("checkpoint").valid);
+    assert!(!e.result.raw().stdout.is_empty());
+    match events.last() {
+        Some(Event::RunFinished(f)) => {
+            assert!(f.failed);
+            assert_eq!(f.reason, Some(FailureReason::AgentError));
+        }
+        other => panic!("last event {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_mid_turn_keeps_partial_text_and_no_valid_checkpoint() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path()).build();
+    let e = run_error(agent.run("abcdef [[crash]]").await);
+    assert_eq!(e.reason, FailureReason::AgentError);
+    assert!(e.message.contains("before its result frame"), "{}", e.message);
+    // The provider printed the first half of its reply before dying.
+    let reply = "Reference reply: abcdef";
+    assert!(!e.result.text.is_empty() && reply.starts_with(&e.result.text) && e.result.text.len() < reply.len(), "{}", e.result.text);
+    assert!(!e.result.checkpoint.as_ref().expect("checkpoint").valid);
+}
+
+async fn wait_for_pids(stream: &mut adaptor::Stream, events: &mut Vec<Event>) -> (u32, u32) {
+    while let Some(ev) = stream.next().await {
+        events.push(ev);
+        if let Some(p) = pids(events) {
+            return p;
+        }
+    }
+    panic!("the provider never reported its pids: {events:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_the_provider_and_its_sigterm_ignoring_grandchild() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path()).build();
+    let mut stream = agent.stream("[[grandchild]] [[ignore-term]] [[hang]] wait");
+    let mut events = Vec::new();
+    let (provider, grandchild) = wait_for_pids(&mut stream, &mut events).await;
+    assert!(pid_alive(provider) && pid_alive(grandchild));
+    stream.cancel();
+    stream.cancel(); // idempotent
+    while let Some(ev) = stream.next().await {
+        events.push(ev);
+    }
+    let e = run_error(stream.result().await);
+    assert_eq!(e.reason, FailureReason::Cancelled);
+    assert!(e.result.exit.cancelled);
+    assert!(!pid_alive(provider), "provider {provider} survived");
+    assert!(!pid_alive(grandchild), "grandchild {grandchild} survived");
+    assert!(!group_alive(provider), "process group {provider} survived");
+    assert_lifecycle(&events);
+    let signals: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ProcessInfo(p) if p.process == ProcessInfoKind::Signal => Some(p.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(signals.iter().any(|s| s.starts_with("SIGTERM")), "{signals:?}");
+    assert!(signals.iter().any(|s| s.starts_with("SIGKILL")), "{signals:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_stops_the_provider_and_grandchild() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path())
+        .timeout(Duration::from_millis(1500))
+        .build();
+    let mut stream = agent.stream("[[grandchild]] [[hang]] slow");
+    let mut events = Vec::new();
+    let (provider, grandchild) = wait_for_pids(&mut stream, &mut events).await;
+    let e = run_error(stream.result().await);
+    assert_eq!(e.reason, FailureReason::Timeout);
+    assert!(e.result.exit.timed_out);
+    assert!(!pid_alive(provider), "provider survived");
+    assert!(!pid_alive(grandchild), "grandchild survived");
+    assert!(!group_alive(provider));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_agent_cancels_its_runs() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path()).build();
+    let mut stream = agent.stream("[[grandchild]] [[hang]] bye");
+    let mut events = Vec::new();
+    let (provider, grandchild) = wait_for_pids(&mut stream, &mut events).await;
+    drop(agent);
+    let e = run_error(stream.result().await);
+    assert_eq!(e.reason, FailureReason::Cancelled);
+    assert!(!pid_alive(provider) && !pid_alive(grandchild));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_cancels_runs_and_refuses_new_ones() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path()).build();
+    let mut stream = agent.stream("[[grandchild]] [[hang]] closing");
+    let mut events = Vec::new();
+    let (provider, grandchild) = wait_for_pids(&mut stream, &mut events).await;
+    agent.close().await;
+    assert!(!pid_alive(provider) && !pid_alive(grandchild), "close waits for the processes");
+    let e = run_error(stream.result().await);
+    assert_eq!(e.reason, FailureReason::Cancelled);
+    assert!(matches!(agent.run("again").await, Err(Error::AgentClosed)));
+    agent.close().await; // idempotent
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trap_names_the_driver_and_the_next_run_works() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(testbed(state.path()), ws.path()).build();
+    let (events, result) = collect(agent.stream("[[driver-trap-start]]")).await;
+    match result {
+        Err(Error::DriverTrap { driver, call, message }) => {
+            assert_eq!(driver, "testbed");
+            assert_eq!(call, "session.start");
+            assert!(message.contains("trap requested in start"), "{message}");
+        }
+        other => panic!("expected a trap, got {other:?}"),
+    }
+    assert!(events.is_empty(), "nothing started, so no events: {events:?}");
+    let ok = agent.run("after the trap").await.expect("next run works");
+    assert_eq!(ok.text, "Reference reply: after the trap");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trap_mid_run_stops_the_provider_and_ends_the_stream() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(testbed(state.path()), ws.path()).build();
+    let (events, result) = collect(agent.stream("[[driver-trap-stdout]] [[hang]]")).await;
+    assert!(
+        matches!(&result, Err(Error::DriverTrap { driver, call, .. }) if driver == "testbed" && *call == "session.on-stdout"),
+        "{result:?}"
+    );
+    assert_lifecycle(&events);
+    let pid = events
+        .iter()
+        .find_map(|e| match e {
+            Event::ProcessInfo(p) if p.process == ProcessInfoKind::Spawn => p.pid,
+            _ => None,
+        })
+        .expect("spawn event");
+    assert!(!pid_alive(pid) && !group_alive(pid));
+    agent.run("still fine").await.expect("next run works");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn launches_outside_the_grant_are_refused_before_anything_runs() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(testbed(state.path()), ws.path()).build();
+    let (events, result) = collect(agent.stream("[[launch-sh]]")).await;
+    assert!(events.is_empty());
+    match result {
+        Err(Error::LaunchRefused { driver, refusal: LaunchRefusal::Program { requested, granted } }) => {
+            assert_eq!(driver, "testbed");
+            assert_eq!(requested, "sh");
+            assert_eq!(granted, provider_path().display().to_string());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        agent.run("[[launch-cwd-escape]]").await,
+        Err(Error::LaunchRefused { refusal: LaunchRefusal::Cwd { .. }, .. })
+    ));
+    assert!(matches!(
+        agent.run("[[bad-private-file]]").await,
+        Err(Error::LaunchRefused { refusal: LaunchRefusal::FileName(_), .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_streams_hold_every_byte_even_ignored_ones() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path())
+        .env("REFERENCE_PROVIDER_SESSION_ID", FIXED_SESSION)
+        .build();
+    let prompt = "[[noise]] [[stderr only-on-stderr]] bytes";
+    let result = agent.run(prompt).await.expect("run");
+    let direct_state = tmp();
+    let direct = std::process::Command::new(provider_path())
+        .args(["--state-dir", &direct_state.path().display().to_string()])
+        .env("REFERENCE_PROVIDER_SESSION_ID", FIXED_SESSION)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().expect("stdin").write_all(prompt.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("run provider directly");
+    assert_eq!(result.raw().stdout, direct.stdout);
+    assert_eq!(result.raw().stderr, direct.stderr);
+    assert!(String::from_utf8_lossy(&result.raw().stdout).contains("plain text noise"));
+    assert!(!result.text.contains("noise"), "non-protocol output never becomes text");
+}
+
+async fn spam(agent: &Agent, n: usize) -> (Vec<Event>, RunResult) {
+    let mut stream = agent.stream(format!("[[spam {n}]] x"));
+    // A slow consumer: let the provider run ahead before reading anything.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut events = Vec::new();
+    while let Some(ev) = stream.next().await {
+        events.push(ev);
+    }
+    (events, stream.result().await.expect("spam run"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_consumer_drop_mode_reports_drops_and_keeps_reliable_events() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path()).event_buffer(16).build();
+    let (events, result) = spam(&agent, 3000).await;
+    assert_lifecycle(&events);
+    let dropped: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Dropped(d) => Some(d.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dropped.len(), 1, "exactly one Dropped report");
+    let d = &dropped[0];
+    assert!(d.count > 0);
+    assert_eq!(d.by_kind.values().sum::<u64>(), d.count);
+    // Every sequence number is either delivered or counted as dropped.
+    let last = events.last().unwrap().meta().sequence;
+    assert_eq!(events.len() as u64 + d.count, last);
+    assert!(d.first_sequence <= d.last_sequence && d.last_sequence < last);
+    // The final events come last, in order: Dropped, then RunFinished.
+    assert!(matches!(events[events.len() - 2], Event::Dropped(_)));
+    // Nothing reliable was lost: every lifecycle boundary, tool event and item arrived.
+    let text_starts = events
+        .iter()
+        .filter(|e| matches!(e, Event::TextDelta(t) if t.phase == Phase::Start))
+        .count();
+    let text_ends = events
+        .iter()
+        .filter(|e| matches!(e, Event::TextDelta(t) if t.phase == Phase::End))
+        .count();
+    assert_eq!((text_starts, text_ends), (1, 1));
+    assert!(events.iter().any(|e| matches!(e, Event::ToolResult(_))));
+    let items = events.iter().filter(|e| matches!(e, Event::Item(_))).count();
+    assert_eq!(items, result.transcript().len());
+    assert_eq!(result.text.len(), "Reference reply: x".len() + 2999);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_consumer_blocking_mode_drops_nothing() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path())
+        .event_buffer(16)
+        .blocking_events()
+        .build();
+    let (events, result) = spam(&agent, 3000).await;
+    assert_lifecycle(&events);
+    assert!(!events.iter().any(|e| matches!(e, Event::Dropped(_))));
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e.meta().sequence, i as u64 + 1, "contiguous sequence");
+    }
+    let text: String = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::TextDelta(d) if d.phase == Phase::Delta => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text, result.text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pre_start_errors_are_typed_and_spawn_nothing() {
+    let (state, ws) = (tmp(), tmp());
+    let driver = adaptor::Driver::from_file(driver_path("reference"))
+        .unwrap()
+        .with_config(serde_json::json!({"command": "/nonexistent/reference-provider", "state_dir": state.path()}))
+        .unwrap();
+    let agent = agent_builder(driver, ws.path()).build();
+    let (events, result) = collect(agent.stream("hi")).await;
+    assert!(events.is_empty());
+    assert!(matches!(result, Err(Error::ProgramNotFound { ref program, .. }) if program == "/nonexistent/reference-provider"), "{result:?}");
+
+    let bad = adaptor::Driver::from_file(driver_path("reference"))
+        .unwrap()
+        .with_config(serde_json::json!({"comand": "typo"}));
+    assert!(matches!(bad, Err(Error::InvalidConfig { ref path, .. }) if path == "/comand"), "{bad:?}");
+
+    let agent = agent_builder(reference(state.path()), ws.path())
+        .workspace("/definitely/not/here")
+        .build();
+    assert!(matches!(agent.run("x").await, Err(Error::InvalidWorkspace { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_call_options_win_without_mutating_defaults() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path()).model("agent-default").build();
+    let a = agent
+        .run_with("m", adaptor::RunOptions::new().model("per-call"))
+        .await
+        .unwrap();
+    assert_eq!(a.model.as_deref(), Some("per-call"));
+    let b = agent.run("m").await.unwrap();
+    assert_eq!(b.model.as_deref(), Some("agent-default"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_stream_cancels_its_run() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path()).build();
+    let mut stream = agent.stream("[[grandchild]] [[hang]] dropped");
+    let mut events = Vec::new();
+    let (provider, grandchild) = wait_for_pids(&mut stream, &mut events).await;
+    drop(stream);
+    assert!(
+        eventually(Duration::from_secs(5), || !pid_alive(provider) && !pid_alive(grandchild)).await,
+        "processes survived a dropped stream"
+    );
+}
