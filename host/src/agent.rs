@@ -18,7 +18,7 @@ use tokio_util::task::TaskTracker;
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::guest::GuestLimits;
-use crate::result::RunResult;
+use crate::result::{Checkpoint, RunResult};
 use crate::stream::Stream;
 
 /// Options that can be set as Agent defaults and overridden per call.
@@ -30,6 +30,7 @@ pub struct RunOptions {
     pub(crate) instructions: Option<String>,
     pub(crate) metadata: Option<BTreeMap<String, String>>,
     pub(crate) streaming: Option<bool>,
+    pub(crate) resume: Option<Checkpoint>,
 }
 
 macro_rules! shared_options {
@@ -89,10 +90,23 @@ impl RunOptions {
             model: nearer.model.clone().or_else(|| self.model.clone()),
             timeout: nearer.timeout.or(self.timeout),
             workspace: nearer.workspace.clone().or_else(|| self.workspace.clone()),
-            instructions: nearer.instructions.clone().or_else(|| self.instructions.clone()),
+            instructions: nearer
+                .instructions
+                .clone()
+                .or_else(|| self.instructions.clone()),
             metadata: nearer.metadata.clone().or_else(|| self.metadata.clone()),
             streaming: nearer.streaming.or(self.streaming),
+            resume: nearer.resume.clone().or_else(|| self.resume.clone()),
         }
+    }
+
+    /// Resume the provider session of `checkpoint` (from an earlier [`RunResult`]) in this
+    /// call. The checkpoint must be valid and come from a driver with the same codec, else the
+    /// run fails before anything starts with [`Error::InvalidCheckpoint`]. Per call only:
+    /// Threads (which store checkpoints for you) build on this.
+    pub fn resume(mut self, checkpoint: Checkpoint) -> Self {
+        self.resume = Some(checkpoint);
+        self
     }
 }
 
@@ -262,7 +276,11 @@ impl Agent {
     }
 
     /// Run with per-call options.
-    pub async fn run_with(&self, prompt: impl Into<String>, options: RunOptions) -> Result<RunResult, Error> {
+    pub async fn run_with(
+        &self,
+        prompt: impl Into<String>,
+        options: RunOptions,
+    ) -> Result<RunResult, Error> {
         self.stream_with(prompt, options).result().await
     }
 
@@ -273,7 +291,11 @@ impl Agent {
 
     /// Start a run with per-call options.
     pub fn stream_with(&self, prompt: impl Into<String>, options: RunOptions) -> Stream {
-        crate::pipeline::start(&self.inner, prompt.into(), self.inner.defaults.overridden_by(&options))
+        crate::pipeline::start(
+            &self.inner,
+            prompt.into(),
+            self.inner.defaults.overridden_by(&options),
+        )
     }
 
     /// Cancel every running run, wait for them to finish (their processes are gone when this

@@ -11,4 +11,4 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use adaptor::driver::types as wit;
+pub use self::adaptor::driver::types as wit;

@@ -11,8 +11,15 @@ use crate::event::Phase;
 use crate::result::{Checkpoint, ItemKind, TerminalPayload, TranscriptItem, Usage};
 
 pub(crate) fn descriptor(d: wit::Descriptor) -> Result<Descriptor, String> {
-    if d.name.is_empty() || d.name.chars().any(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')) {
-        return Err(format!("name `{}` must be non-empty lowercase ASCII letters, digits, `-` or `_`", d.name));
+    if d.name.is_empty()
+        || d.name
+            .chars()
+            .any(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_'))
+    {
+        return Err(format!(
+            "name `{}` must be non-empty lowercase ASCII letters, digits, `-` or `_`",
+            d.name
+        ));
     }
     if d.display_name.trim().is_empty() {
         return Err("display-name is empty".into());
@@ -48,7 +55,10 @@ pub(crate) fn descriptor(d: wit::Descriptor) -> Result<Descriptor, String> {
         models: d
             .models
             .into_iter()
-            .map(|m| ModelInfo { id: m.id, label: m.label })
+            .map(|m| ModelInfo {
+                id: m.id,
+                label: m.label,
+            })
             .collect(),
         sessions: SessionCaps {
             resume: d.sessions.resume,
@@ -65,7 +75,10 @@ pub(crate) fn descriptor(d: wit::Descriptor) -> Result<Descriptor, String> {
         policy: PolicyCaps {
             sandbox: SandboxLevels {
                 read_only: d.policy.sandbox.contains(wit::SandboxLevels::READ_ONLY),
-                workspace_write: d.policy.sandbox.contains(wit::SandboxLevels::WORKSPACE_WRITE),
+                workspace_write: d
+                    .policy
+                    .sandbox
+                    .contains(wit::SandboxLevels::WORKSPACE_WRITE),
                 unrestricted: d.policy.sandbox.contains(wit::SandboxLevels::UNRESTRICTED),
             },
             web_search: d.policy.web_search,
@@ -101,7 +114,10 @@ pub(crate) fn phase(p: wit::Phase) -> Phase {
 }
 
 /// Parse a JSON string field returned by a driver; `what` names it in the error.
-pub(crate) fn json_field(what: &str, text: Option<String>) -> Result<Option<serde_json::Value>, String> {
+pub(crate) fn json_field(
+    what: &str,
+    text: Option<String>,
+) -> Result<Option<serde_json::Value>, String> {
     text.map(|t| serde_json::from_str(&t).map_err(|e| format!("{what} is not valid JSON: {e}")))
         .transpose()
 }
@@ -137,10 +153,13 @@ pub(crate) fn item_kind(k: wit::ItemKind) -> ItemKind {
 }
 
 pub(crate) fn item(i: wit::TranscriptItem) -> Result<TranscriptItem, String> {
-    if matches!(i.kind, wit::ItemKind::ToolCall) && i.tool_name.as_deref().unwrap_or("").is_empty() {
+    if matches!(i.kind, wit::ItemKind::ToolCall) && i.tool_name.as_deref().unwrap_or("").is_empty()
+    {
         return Err("a tool-call transcript item has no tool name".into());
     }
-    if matches!(i.kind, wit::ItemKind::ToolResult) && i.tool_call_id.as_deref().unwrap_or("").is_empty() {
+    if matches!(i.kind, wit::ItemKind::ToolResult)
+        && i.tool_call_id.as_deref().unwrap_or("").is_empty()
+    {
         return Err("a tool-result transcript item has no tool call id".into());
     }
     Ok(TranscriptItem {
@@ -163,7 +182,10 @@ pub(crate) fn terminal(t: wit::TerminalPayload) -> Result<TerminalPayload, Strin
     }
     serde_json::from_str::<serde_json::Value>(&t.json)
         .map_err(|e| format!("terminal payload is not valid JSON: {e}"))?;
-    Ok(TerminalPayload { event: t.event, json: t.json })
+    Ok(TerminalPayload {
+        event: t.event,
+        json: t.json,
+    })
 }
 
 pub(crate) fn checkpoint(codec: &str, c: wit::Checkpoint) -> Result<Checkpoint, String> {

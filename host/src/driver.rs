@@ -91,7 +91,11 @@ impl Driver {
     }
 
     /// Load from bytes with explicit options.
-    pub fn from_bytes_with(name_hint: &str, bytes: &[u8], options: &LoadOptions) -> Result<Driver, Error> {
+    pub fn from_bytes_with(
+        name_hint: &str,
+        bytes: &[u8],
+        options: &LoadOptions,
+    ) -> Result<Driver, Error> {
         Self::load(name_hint, bytes, options)
     }
 
@@ -290,7 +294,9 @@ pub fn available_drivers() -> Vec<(PathBuf, Result<Driver, Error>)> {
     let mut names = std::collections::HashSet::new();
     let mut out = Vec::new();
     for dir in driver_dirs() {
-        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         let mut files: Vec<PathBuf> = rd
             .flatten()
             .map(|e| e.path())

@@ -147,7 +147,8 @@ fn not_a_component(name_hint: &str, wasm: &[u8], e: wasmtime::Error) -> Error {
     let what = if wasm.len() < 8 || &wasm[..4] != b"\0asm" {
         "not a WebAssembly file".to_owned()
     } else if wasm[4..8] == [1, 0, 0, 0] {
-        "a core WebAssembly module, not a component (componentize it for the adaptor:driver world)".to_owned()
+        "a core WebAssembly module, not a component (componentize it for the adaptor:driver world)"
+            .to_owned()
     } else {
         format!("not a valid component: {e}")
     };

@@ -94,6 +94,14 @@ pub enum Error {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A checkpoint given to resume cannot be used with this driver.
+    #[error("cannot resume with this checkpoint for driver `{driver}`: {reason}")]
+    InvalidCheckpoint {
+        /// Driver name.
+        driver: String,
+        /// Why (not resumable, codec mismatch, not valid).
+        reason: String,
+    },
     /// The agent was closed; no more runs.
     #[error("the agent is closed")]
     AgentClosed,

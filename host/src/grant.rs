@@ -33,7 +33,8 @@ impl Grant<'_> {
             return Err(LaunchRefusal::Arg(i));
         }
         for (name, value) in &launch.env {
-            if name.is_empty() || name.contains('=') || name.contains('\0') || value.contains('\0') {
+            if name.is_empty() || name.contains('=') || name.contains('\0') || value.contains('\0')
+            {
                 return Err(LaunchRefusal::Env(name.clone()));
             }
         }
@@ -102,13 +103,32 @@ mod tests {
             resolved,
             workspace: &ws,
         };
-        assert_eq!(grant.check(&launch("reference-provider", None)).unwrap(), ws);
-        assert!(grant.check(&launch("/usr/bin/reference-provider", Some("sub"))).is_ok());
+        assert_eq!(
+            grant.check(&launch("reference-provider", None)).unwrap(),
+            ws
+        );
+        assert!(
+            grant
+                .check(&launch("/usr/bin/reference-provider", Some("sub")))
+                .is_ok()
+        );
         for bad in ["sh", "/bin/sh", "reference-provider2"] {
-            assert!(matches!(grant.check(&launch(bad, None)), Err(LaunchRefusal::Program { .. })), "{bad}");
+            assert!(
+                matches!(
+                    grant.check(&launch(bad, None)),
+                    Err(LaunchRefusal::Program { .. })
+                ),
+                "{bad}"
+            );
         }
         for bad in ["..", "/", "/etc", "sub/../..", "missing"] {
-            assert!(matches!(grant.check(&launch("reference-provider", Some(bad))), Err(LaunchRefusal::Cwd { .. })), "{bad}");
+            assert!(
+                matches!(
+                    grant.check(&launch("reference-provider", Some(bad))),
+                    Err(LaunchRefusal::Cwd { .. })
+                ),
+                "{bad}"
+            );
         }
     }
 

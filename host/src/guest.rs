@@ -87,7 +87,10 @@ pub(crate) fn linker() -> &'static Linker<GuestState> {
 }
 
 /// Pre-link a component against the driver world; the error says what is missing.
-pub(crate) fn prepare(name: &str, component: &Component) -> Result<DriverWorldPre<GuestState>, Error> {
+pub(crate) fn prepare(
+    name: &str,
+    component: &Component,
+) -> Result<DriverWorldPre<GuestState>, Error> {
     let pre = linker().instantiate_pre(component).map_err(|e| {
         Error::Load(LoadError::NotADriver {
             driver: name.to_owned(),
@@ -195,7 +198,11 @@ impl GuestInstance {
 
     pub(crate) async fn describe(&mut self) -> Result<wit::Descriptor, Error> {
         self.before_call("describe")?;
-        let r = self.world.adaptor_driver_driver().call_describe(&mut self.store).await;
+        let r = self
+            .world
+            .adaptor_driver_driver()
+            .call_describe(&mut self.store)
+            .await;
         self.after_call("describe", r)
     }
 
@@ -226,7 +233,10 @@ impl GuestInstance {
     }
 
     /// Create a session resource.
-    pub(crate) async fn open_session(mut self, request: &wit::RunRequest) -> Result<GuestSession, Error> {
+    pub(crate) async fn open_session(
+        mut self,
+        request: &wit::RunRequest,
+    ) -> Result<GuestSession, Error> {
         self.before_call("session.constructor")?;
         let r = self
             .world
@@ -250,7 +260,9 @@ fn describe_trap(e: &wasmtime::Error, limits: GuestLimits) -> String {
                 limits.call_ticks * crate::engine::EPOCH_TICK.as_millis() as u64
             ),
             wasmtime::Trap::StackOverflow => "overflowed its stack".to_owned(),
-            wasmtime::Trap::UnreachableCodeReached => "panicked (unreachable code reached)".to_owned(),
+            wasmtime::Trap::UnreachableCodeReached => {
+                "panicked (unreachable code reached)".to_owned()
+            }
             other => format!("trapped: {other}"),
         };
     }
@@ -310,7 +322,10 @@ impl GuestSession {
         session_call!(self, "session.on-timer", call_on_timer, id)
     }
 
-    pub(crate) async fn on_exit(&mut self, status: wit::ExitStatus) -> Result<Vec<wit::Action>, Error> {
+    pub(crate) async fn on_exit(
+        &mut self,
+        status: wit::ExitStatus,
+    ) -> Result<Vec<wit::Action>, Error> {
         session_call!(self, "session.on-exit", call_on_exit, status)
     }
 

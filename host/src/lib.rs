@@ -49,9 +49,8 @@ pub use driver::{Driver, LoadOptions, available_drivers, driver_dirs};
 pub use engine::CompileSource;
 pub use error::{Error, FailureReason, LaunchRefusal, LoadError, RunError, StartRefusal};
 pub use event::{
-    Dropped, Event, EventMeta, ItemEvent, Notice, Phase, ProcessInfo, ProcessInfoKind,
-    RunFinished, RunStarted, SessionStarted, TextDelta, ToolCall, ToolResult, UsageUpdate,
-    VendorEvent,
+    Dropped, Event, EventMeta, ItemEvent, Notice, Phase, ProcessInfo, ProcessInfoKind, RunFinished,
+    RunStarted, SessionStarted, TextDelta, ToolCall, ToolResult, UsageUpdate, VendorEvent,
 };
 pub use guest::GuestLimits;
 pub use process::DEFAULT_ENV_ALLOWLIST;

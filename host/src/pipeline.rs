@@ -29,7 +29,7 @@ use crate::error::{Error, FailureReason, RunError, StartRefusal};
 use crate::event::*;
 use crate::grant::Grant;
 use crate::guest::{GuestInstance, GuestSession};
-use crate::process::{self, DEFAULT_ENV_ALLOWLIST, ProcessSpec, Sig};
+use crate::process::{self, DEFAULT_ENV_ALLOWLIST, PrivateDir, ProcessSpec, Sig};
 use crate::result::{ExitInfo, RawStreams, RunResult};
 use crate::stream::{Emitter, Stream, blank_meta};
 
@@ -139,7 +139,10 @@ impl Run {
             },
         };
         match &result {
-            Ok(_) => tracing::info!(elapsed_ms = self.started.elapsed().as_millis() as u64, "run succeeded"),
+            Ok(_) => tracing::info!(
+                elapsed_ms = self.started.elapsed().as_millis() as u64,
+                "run succeeded"
+            ),
             Err(e) => tracing::info!(error = %e, "run failed"),
         }
         self.emitter.finish(finished).await;
@@ -186,6 +189,7 @@ impl Run {
             program: configured.clone(),
             detail,
         })?;
+        let resume = self.resume_request()?;
         let private_dir = PrivateDir::path_for(&self.run_id);
         let request = wit::RunRequest {
             run_id: self.run_id.clone(),
@@ -197,7 +201,7 @@ impl Run {
             private_dir: private_dir.display().to_string(),
             policy: convert::inherit_policy(),
             output_schema: None,
-            resume: None,
+            resume,
             streaming: self.options.streaming.unwrap_or(true),
             mcp_servers: Vec::new(),
             skill_dirs: Vec::new(),
@@ -237,11 +241,12 @@ impl Run {
                 refusal,
             }
         })?;
-        let private_dir = PrivateDir::create(private_dir, &launch.files).map_err(|e| Error::Spawn {
-            driver: name.clone(),
-            program: resolved.display().to_string(),
-            source: e,
-        })?;
+        let private_dir =
+            PrivateDir::create(private_dir, &launch.files).map_err(|e| Error::Spawn {
+                driver: name.clone(),
+                program: resolved.display().to_string(),
+                source: e,
+            })?;
         let spec = ProcessSpec {
             program: resolved,
             args: launch.args.clone(),
@@ -254,6 +259,47 @@ impl Run {
             spec,
             private_dir,
         })
+    }
+
+    /// Check a caller-supplied checkpoint against the driver and turn it into the request's
+    /// resume instructions.
+    fn resume_request(&self) -> Result<Option<wit::Resume>, Error> {
+        let Some(cp) = &self.options.resume else {
+            return Ok(None);
+        };
+        let sessions = &self.inner.driver.loaded.descriptor.sessions;
+        let refuse = |reason: String| Error::InvalidCheckpoint {
+            driver: self.driver_name(),
+            reason,
+        };
+        if !sessions.resume {
+            return Err(refuse(
+                "the driver does not support resuming sessions".into(),
+            ));
+        }
+        if cp.codec != sessions.codec {
+            return Err(refuse(format!(
+                "the checkpoint was written with codec `{}`, the driver uses `{}`",
+                cp.codec, sessions.codec
+            )));
+        }
+        if !cp.valid {
+            return Err(refuse(
+                "the checkpoint is not valid (it comes from a run that did not finish cleanly)"
+                    .into(),
+            ));
+        }
+        if cp.resume_id.is_empty() {
+            return Err(refuse("the checkpoint has an empty resume id".into()));
+        }
+        Ok(Some(wit::Resume {
+            mode: wit::SessionMode::ContinueOnly,
+            state: wit::SessionState {
+                resume_id: cp.resume_id.clone(),
+                display_id: cp.display_id.clone(),
+                data: cp.data.clone().into_iter().collect(),
+            },
+        }))
     }
 
     async fn supervise(&mut self, prepared: Prepared) -> Result<RunResult, Error> {
@@ -332,10 +378,15 @@ impl Run {
             }
         }
         let (status, cancelled, timed_out) = outcome?;
-        let stdin_error = sup.close_stdin_and_join(self.inner.settings.grace_period).await;
+        let stdin_error = sup
+            .close_stdin_and_join(self.inner.settings.grace_period)
+            .await;
         if let Some(e) = stdin_error {
-            sup.notice("stdin.error", &format!("writing to the provider's stdin failed: {e}"))
-                .await;
+            sup.notice(
+                "stdin.error",
+                &format!("writing to the provider's stdin failed: {e}"),
+            )
+            .await;
         }
         drop(private_dir);
 
@@ -362,7 +413,12 @@ impl Run {
         self.classify(outcome, raw, exit)
     }
 
-    fn classify(&self, outcome: wit::Outcome, mut raw: RawStreams, exit: ExitInfo) -> Result<RunResult, Error> {
+    fn classify(
+        &self,
+        outcome: wit::Outcome,
+        mut raw: RawStreams,
+        exit: ExitInfo,
+    ) -> Result<RunResult, Error> {
         let name = self.driver_name();
         let contract = |message: String| Error::DriverContract {
             driver: name.clone(),
@@ -375,17 +431,25 @@ impl Run {
             .map(convert::item)
             .collect::<Result<Vec<_>, _>>()
             .map_err(contract)?;
-        raw.terminal = outcome.terminal.map(convert::terminal).transpose().map_err(contract)?;
+        raw.terminal = outcome
+            .terminal
+            .map(convert::terminal)
+            .transpose()
+            .map_err(contract)?;
         let codec = &self.inner.driver.loaded.descriptor.sessions.codec;
         let mut checkpoint = outcome
             .checkpoint
             .map(|c| convert::checkpoint(codec, c))
             .transpose()
             .map_err(contract)?;
-        let structured_output =
-            convert::json_field("structured-output", outcome.structured_output).map_err(contract)?;
+        let structured_output = convert::json_field("structured-output", outcome.structured_output)
+            .map_err(contract)?;
         let failure = if exit.cancelled {
-            Some((FailureReason::Cancelled, "the run was cancelled".to_owned(), None))
+            Some((
+                FailureReason::Cancelled,
+                "the run was cancelled".to_owned(),
+                None,
+            ))
         } else if exit.timed_out {
             Some((
                 FailureReason::Timeout,
@@ -396,12 +460,16 @@ impl Run {
                 None,
             ))
         } else if let Some(f) = outcome.failure {
-            let details = convert::json_field("failure details-json", f.details_json).map_err(contract)?;
+            let details =
+                convert::json_field("failure details-json", f.details_json).map_err(contract)?;
             Some((convert::failure_reason(f.reason), f.message, details))
         } else if exit.code != Some(0) || exit.signal.is_some() {
             Some((
                 FailureReason::AgentError,
-                format!("the provider process ended unsuccessfully: {}", describe_exit(&exit)),
+                format!(
+                    "the provider process ended unsuccessfully: {}",
+                    describe_exit(&exit)
+                ),
                 None,
             ))
         } else {
@@ -491,7 +559,11 @@ impl Supervisor<'_> {
                 break;
             }
             let stopping = cancelled || timed_out;
-            let next_timer = self.timers.iter().min_by_key(|(_, at)| **at).map(|(id, at)| (*id, *at));
+            let next_timer = self
+                .timers
+                .iter()
+                .min_by_key(|(_, at)| **at)
+                .map(|(id, at)| (*id, *at));
             tokio::select! {
                 _ = cancel.cancelled(), if !stopping && status.is_none() => {
                     cancelled = true;
@@ -550,7 +622,7 @@ impl Supervisor<'_> {
                         Err(e) => {
                             self.notice("process.error", &format!("waiting for the provider failed: {e}")).await;
                             self.signal(Sig::Kill, "wait failed").await;
-                            status = Some(std::os::unix::process::ExitStatusExt::from_raw(9));
+                            status = Some(process::killed_status());
                         }
                     }
                     drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
@@ -600,7 +672,12 @@ impl Supervisor<'_> {
     }
 
     async fn signal(&mut self, sig: Sig, why: &str) {
-        tracing::info!(pgid = self.pgid, signal = sig.name(), why, "signalling provider process group");
+        tracing::info!(
+            pgid = self.pgid,
+            signal = sig.name(),
+            why,
+            "signalling provider process group"
+        );
         let text = match process::signal_group(self.pgid, sig) {
             Ok(true) => format!("{} sent to the process group ({why})", sig.name()),
             Ok(false) => return,
@@ -667,16 +744,20 @@ impl Supervisor<'_> {
                         ),
                     )
                     .await;
-                    self.decisions.push_back((request.id, wit::Decision::Unanswered));
+                    self.decisions
+                        .push_back((request.id, wit::Decision::Unanswered));
                 }
                 wit::Action::SetTimer(t) => {
-                    self.timers.insert(t.id, Instant::now() + Duration::from_millis(t.after_ms));
+                    self.timers
+                        .insert(t.id, Instant::now() + Duration::from_millis(t.after_ms));
                 }
                 wit::Action::CancelTimer(id) => {
                     self.timers.remove(&id);
                 }
                 wit::Action::Signal(sig) => match sig {
-                    wit::Signal::Interrupt => self.signal(Sig::Interrupt, "requested by the driver").await,
+                    wit::Signal::Interrupt => {
+                        self.signal(Sig::Interrupt, "requested by the driver").await
+                    }
                     wit::Signal::Terminate => self.terminate("requested by the driver").await,
                     wit::Signal::Kill => self.signal(Sig::Kill, "requested by the driver").await,
                 },
@@ -714,7 +795,9 @@ impl Supervisor<'_> {
             wit::Event::Thinking(p) => Event::Thinking(text_delta(meta, p)),
             wit::Event::ToolCall(c) => {
                 if c.id.is_empty() || (c.phase == wit::Phase::Start && c.name.is_empty()) {
-                    return Err(bad("a tool-call event needs an id, and a name on start".into()));
+                    return Err(bad(
+                        "a tool-call event needs an id, and a name on start".into()
+                    ));
                 }
                 Event::ToolCall(ToolCall {
                     meta,
@@ -803,7 +886,10 @@ async fn write_stdin(
     Ok(())
 }
 
-async fn read_opt<R: AsyncRead + Unpin>(reader: &mut Option<R>, buf: &mut [u8]) -> std::io::Result<usize> {
+async fn read_opt<R: AsyncRead + Unpin>(
+    reader: &mut Option<R>,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
     match reader {
         Some(r) => r.read(buf).await,
         None => std::future::pending().await,
@@ -822,7 +908,10 @@ async fn reap_group(pgid: i32, grace: Duration) -> Result<(), String> {
     if !process::group_alive(pgid) {
         return Ok(());
     }
-    tracing::info!(pgid, "terminating leftover processes of the provider's group");
+    tracing::info!(
+        pgid,
+        "terminating leftover processes of the provider's group"
+    );
     process::signal_group(pgid, Sig::Terminate).map_err(|e| e.to_string())?;
     let until = Instant::now() + grace;
     while Instant::now() < until && process::group_alive(pgid) {
@@ -842,11 +931,15 @@ async fn reap_group(pgid: i32, grace: Duration) -> Result<(), String> {
     }
 }
 
-fn exit_info(status: Option<std::process::ExitStatus>, cancelled: bool, timed_out: bool) -> ExitInfo {
-    use std::os::unix::process::ExitStatusExt;
+fn exit_info(
+    status: Option<std::process::ExitStatus>,
+    cancelled: bool,
+    timed_out: bool,
+) -> ExitInfo {
+    let (code, signal) = status.map(process::exit_parts).unwrap_or((None, None));
     ExitInfo {
-        code: status.and_then(|s| s.code()),
-        signal: status.and_then(|s| s.signal()),
+        code,
+        signal,
         timed_out,
         cancelled,
     }
@@ -881,7 +974,10 @@ fn resolve_workspace(dir: Option<&Path>) -> Result<PathBuf, Error> {
     Ok(canonical)
 }
 
-fn build_env(settings: &crate::agent::Settings, additions: &[(String, String)]) -> Vec<(OsString, OsString)> {
+fn build_env(
+    settings: &crate::agent::Settings,
+    additions: &[(String, String)],
+) -> Vec<(OsString, OsString)> {
     let mut env: BTreeMap<OsString, OsString> = BTreeMap::new();
     for name in DEFAULT_ENV_ALLOWLIST
         .iter()
@@ -896,45 +992,4 @@ fn build_env(settings: &crate::agent::Settings, additions: &[(String, String)]) 
         env.insert(k.into(), v.into());
     }
     env.into_iter().collect()
-}
-
-/// The run's private 0700 directory; removed on drop.
-struct PrivateDir {
-    path: PathBuf,
-    created: bool,
-}
-
-impl PrivateDir {
-    fn path_for(run_id: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("adaptor-{run_id}"))
-    }
-
-    fn create(path: PathBuf, files: &[wit::PrivateFile]) -> std::io::Result<PrivateDir> {
-        if files.is_empty() {
-            return Ok(PrivateDir { path, created: false });
-        }
-        use std::io::Write;
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
-        let dir = PrivateDir { path, created: true };
-        for file in files {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(dir.path.join(&file.name))?;
-            f.write_all(&file.contents)?;
-        }
-        Ok(dir)
-    }
-}
-
-impl Drop for PrivateDir {
-    fn drop(&mut self) {
-        if self.created
-            && let Err(e) = std::fs::remove_dir_all(&self.path)
-        {
-            tracing::warn!(path = %self.path.display(), error = %e, "could not remove the run's private directory");
-        }
-    }
 }

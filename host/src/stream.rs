@@ -51,7 +51,12 @@ pub(crate) struct Emitter {
 }
 
 impl Emitter {
-    pub(crate) fn new(tx: mpsc::Sender<Event>, run_id: String, driver: String, blocking: bool) -> Self {
+    pub(crate) fn new(
+        tx: mpsc::Sender<Event>,
+        run_id: String,
+        driver: String,
+        blocking: bool,
+    ) -> Self {
         Self {
             tx,
             run_id,
@@ -141,7 +146,9 @@ pub struct Stream {
 
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Stream").field("run_id", &self.run_id).finish_non_exhaustive()
+        f.debug_struct("Stream")
+            .field("run_id", &self.run_id)
+            .finish_non_exhaustive()
     }
 }
 

@@ -163,7 +163,10 @@ pub fn find_version(output: &str) -> Option<String> {
 pub fn compare_versions(a: &[u64], b: &[u64]) -> std::cmp::Ordering {
     let len = a.len().max(b.len());
     for i in 0..len {
-        let (x, y) = (a.get(i).copied().unwrap_or(0), b.get(i).copied().unwrap_or(0));
+        let (x, y) = (
+            a.get(i).copied().unwrap_or(0),
+            b.get(i).copied().unwrap_or(0),
+        );
         if x != y {
             return x.cmp(&y);
         }
@@ -252,7 +255,10 @@ fn version_check(descriptor: &Descriptor, version: Option<&str>) -> crate::Check
             ),
         )
     } else if verified {
-        (CheckLevel::Pass, format!("CLI version {version} is verified"))
+        (
+            CheckLevel::Pass,
+            format!("CLI version {version} is verified"),
+        )
     } else {
         (
             CheckLevel::Pass,
@@ -285,16 +291,28 @@ mod tests {
     fn fingerprint_ignores_key_order() {
         let a = json!({"b": 1, "a": {"y": [1, 2], "x": "s"}});
         let b: Value = serde_json::from_str(r#"{ "a": {"x":"s","y":[1,2]}, "b":1 }"#).unwrap();
-        assert_eq!(canonical_fingerprint("d", &a), canonical_fingerprint("d", &b));
-        assert_ne!(canonical_fingerprint("d", &a), canonical_fingerprint("e", &a));
+        assert_eq!(
+            canonical_fingerprint("d", &a),
+            canonical_fingerprint("d", &b)
+        );
+        assert_ne!(
+            canonical_fingerprint("d", &a),
+            canonical_fingerprint("e", &a)
+        );
         assert!(canonical_fingerprint("d", &a).starts_with("sha256:"));
     }
 
     #[test]
     fn versions_parse_and_compare() {
-        assert_eq!(find_version("2.1.197 (Claude Code)"), Some("2.1.197".into()));
+        assert_eq!(
+            find_version("2.1.197 (Claude Code)"),
+            Some("2.1.197".into())
+        );
         assert_eq!(find_version("codex-cli 0.171.0"), Some("0.171.0".into()));
-        assert_eq!(find_version("reference-provider 1.0.0"), Some("1.0.0".into()));
+        assert_eq!(
+            find_version("reference-provider 1.0.0"),
+            Some("1.0.0".into())
+        );
         assert!(compare_versions(&[1, 2], &[1, 10]).is_lt());
         assert!(compare_versions(&[1, 0, 0], &[1]).is_eq());
     }

@@ -18,10 +18,10 @@
 
 pub mod actions;
 pub mod framing;
+mod glue;
 pub mod harness;
 pub mod json;
 pub mod log;
-mod glue;
 
 /// Generated bindings for the `adaptor:driver/driver-world` world.
 #[allow(missing_docs, clippy::all)]

@@ -40,7 +40,13 @@ async fn direct(state: &Path) -> Duration {
     stdin.write_all(PROMPT.as_bytes()).await.unwrap();
     drop(stdin);
     let mut out = Vec::new();
-    child.stdout.take().unwrap().read_to_end(&mut out).await.unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut out)
+        .await
+        .unwrap();
     let status = child.wait().await.unwrap();
     assert!(status.success() && !out.is_empty());
     t.elapsed()
@@ -53,12 +59,23 @@ fn cli(state: &Path, ws: &Path) -> Duration {
     });
     let t = Instant::now();
     let out = std::process::Command::new(bin_dir().join("adaptor"))
-        .args(["run", "--config", &config.to_string(), "--cwd", &ws.display().to_string(), PROMPT])
+        .args([
+            "run",
+            "--config",
+            &config.to_string(),
+            "--cwd",
+            &ws.display().to_string(),
+            PROMPT,
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .output()
         .expect("run adaptor");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     t.elapsed()
 }
 
@@ -73,7 +90,12 @@ fn direct_process(state: &Path) -> Duration {
         .unwrap();
     {
         use std::io::Write;
-        child.stdin.take().unwrap().write_all(PROMPT.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(PROMPT.as_bytes())
+            .unwrap();
     }
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
@@ -81,7 +103,10 @@ fn direct_process(state: &Path) -> Duration {
 }
 
 fn main() {
-    let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
     let state = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -96,7 +121,9 @@ fn main() {
         })
         .collect();
     let cache = tempfile::tempdir().unwrap();
-    let cached_opts = LoadOptions { cache_dir: Some(cache.path().to_path_buf()) };
+    let cached_opts = LoadOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+    };
     Driver::from_bytes_with("reference", &wasm, &cached_opts).unwrap();
     let cached: Vec<Duration> = (0..20)
         .map(|_| {
@@ -143,11 +170,17 @@ fn main() {
     println!("turn overhead ({rounds} interleaved rounds, medians)");
     println!(
         "  in-process: provider direct {:.2} ms · Agent::run via reference.wasm {:.2} ms · host adds {:.2} ms · ratio {:.2}x",
-        ms(d), ms(a), ms(a) - ms(d), ms(a) / ms(d)
+        ms(d),
+        ms(a),
+        ms(a) - ms(d),
+        ms(a) / ms(d)
     );
     println!(
         "  processes:  provider direct {:.2} ms · `adaptor run` {:.2} ms · CLI adds {:.2} ms · ratio {:.2}x",
-        ms(dp), ms(c), ms(c) - ms(dp), ms(c) / ms(dp)
+        ms(dp),
+        ms(c),
+        ms(c) - ms(dp),
+        ms(c) / ms(dp)
     );
     println!(
         "driver load ({} KB component): cold compile {:.2} ms · cached load {:.3} ms · ratio {:.0}x",
@@ -156,5 +189,8 @@ fn main() {
         ms(median(cached.clone())),
         ms(median(cold)) / ms(median(cached))
     );
-    println!("instantiate + describe in a fresh sandbox: {:.1} µs (median of 200)", ms(median(inst)) * 1e3);
+    println!(
+        "instantiate + describe in a fresh sandbox: {:.1} µs (median of 200)",
+        ms(median(inst)) * 1e3
+    );
 }

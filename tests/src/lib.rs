@@ -37,7 +37,11 @@ pub fn bin_dir() -> PathBuf {
 /// Path of the built reference provider.
 pub fn provider_path() -> PathBuf {
     let p = bin_dir().join("reference-provider");
-    assert!(p.is_file(), "{} is missing; run `cargo build -p reference-provider`", p.display());
+    assert!(
+        p.is_file(),
+        "{} is missing; run `cargo build -p reference-provider`",
+        p.display()
+    );
     p
 }
 
@@ -48,7 +52,9 @@ pub fn driver_path(name: &str) -> PathBuf {
 
 /// Path of a test-only driver component.
 pub fn test_driver_path(name: &str) -> PathBuf {
-    target_dir().join("test-drivers").join(format!("{name}.wasm"))
+    target_dir()
+        .join("test-drivers")
+        .join(format!("{name}.wasm"))
 }
 
 /// A driver file configured to run the built reference provider with its state in `state`.
@@ -84,7 +90,10 @@ pub fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             // The state follows the parenthesised command name.
-            let state = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next());
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().next());
             state != Some("Z") && state != Some("X")
         }
         Err(_) => false,

@@ -33,19 +33,29 @@ fn builtin_drivers_are_found_by_name() {
         Driver::builtin("no-such-driver"),
         Err(Error::Load(LoadError::UnknownDriver { .. }))
     ));
-    assert!(adaptor::available_drivers().iter().any(|(_, d)| d.as_ref().is_ok_and(|d| d.name() == "reference")));
+    assert!(
+        adaptor::available_drivers()
+            .iter()
+            .any(|(_, d)| d.as_ref().is_ok_and(|d| d.name() == "reference"))
+    );
 }
 
 #[test]
 fn compiled_cache_is_reused_and_corrupt_entries_are_recompiled() {
     let cache = tempfile::tempdir().unwrap();
-    let options = LoadOptions { cache_dir: Some(cache.path().to_path_buf()) };
+    let options = LoadOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+    };
     let path = driver_path("reference");
     let first = Driver::from_file_with(&path, &options).unwrap();
     assert_eq!(first.compile_source(), CompileSource::Compiled);
     let second = Driver::from_file_with(&path, &options).unwrap();
     assert_eq!(second.compile_source(), CompileSource::Cached);
-    let entries: Vec<_> = std::fs::read_dir(cache.path()).unwrap().flatten().map(|e| e.path()).collect();
+    let entries: Vec<_> = std::fs::read_dir(cache.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     assert_eq!(entries.len(), 1, "{entries:?}");
     let entry = &entries[0];
     // Corrupt the compiled code: flip bytes in the middle of the payload.
@@ -60,8 +70,18 @@ fn compiled_cache_is_reused_and_corrupt_entries_are_recompiled() {
     assert_eq!(third.descriptor(), first.descriptor());
     // Truncated entries too.
     std::fs::write(entry, &bytes[..100]).unwrap();
-    assert_eq!(Driver::from_file_with(&path, &options).unwrap().compile_source(), CompileSource::Recompiled);
-    assert_eq!(Driver::from_file_with(&path, &options).unwrap().compile_source(), CompileSource::Cached);
+    assert_eq!(
+        Driver::from_file_with(&path, &options)
+            .unwrap()
+            .compile_source(),
+        CompileSource::Recompiled
+    );
+    assert_eq!(
+        Driver::from_file_with(&path, &options)
+            .unwrap()
+            .compile_source(),
+        CompileSource::Cached
+    );
 }
 
 #[test]
@@ -70,8 +90,16 @@ fn descriptor_and_fingerprint_are_deterministic() {
     let b = Driver::from_file(driver_path("reference")).unwrap();
     assert_eq!(a.descriptor(), b.descriptor());
     let cfg = serde_json::json!({"model": "m", "command": "/x"});
-    let fa = a.with_config(cfg.clone()).unwrap().config_fingerprint().unwrap();
-    let fb = b.with_config(serde_json::json!({"command": "/y", "model": "m"})).unwrap().config_fingerprint().unwrap();
+    let fa = a
+        .with_config(cfg.clone())
+        .unwrap()
+        .config_fingerprint()
+        .unwrap();
+    let fb = b
+        .with_config(serde_json::json!({"command": "/y", "model": "m"}))
+        .unwrap()
+        .config_fingerprint()
+        .unwrap();
     assert_eq!(fa, fb, "command path does not affect session compatibility");
     assert!(fa.starts_with("sha256:"));
 }

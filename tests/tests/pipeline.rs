@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use adaptor::{Agent, Error, Event, FailureReason, LaunchRefusal, Phase, ProcessInfoKind, RunResult};
+use adaptor::{
+    Agent, Error, Event, FailureReason, LaunchRefusal, Phase, ProcessInfoKind, RunResult,
+};
 use adaptor_integration_tests::*;
 use futures::StreamExt;
 
@@ -39,12 +41,41 @@ fn assert_lifecycle(events: &[Event]) {
         );
     }
     assert_eq!(events[0].meta().sequence, 1);
-    assert!(matches!(events[0], Event::RunStarted(_)), "first is {:?}", events[0]);
+    assert!(
+        matches!(events[0], Event::RunStarted(_)),
+        "first is {:?}",
+        events[0]
+    );
     assert!(matches!(events.last(), Some(Event::RunFinished(_))));
-    assert_eq!(events.iter().filter(|e| matches!(e, Event::RunStarted(_))).count(), 1);
-    assert_eq!(events.iter().filter(|e| matches!(e, Event::RunFinished(_))).count(), 1);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::RunStarted(_)))
+            .count(),
+        1
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::RunFinished(_)))
+            .count(),
+        1
+    );
     let run_id = &events[0].meta().run_id;
     assert!(events.iter().all(|e| &e.meta().run_id == run_id));
+    let violations = adaptertest::check_events(events);
+    assert!(violations.is_empty(), "{violations:?}");
+}
+
+/// The concatenated text deltas of a run.
+fn delta_text(events: &[Event]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::TextDelta(d) if d.phase == Phase::Delta => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Pids the reference provider reports for `[[grandchild]]`.
@@ -69,13 +100,12 @@ async fn run_and_stream_result_give_equal_results() {
         .build();
     // stdout only: the relative order of stdout and stderr chunks is up to the OS scheduler.
     let prompt = "Compare me";
-    let mut a = agent.run(prompt).await.expect("run");
+    let a = agent.run(prompt).await.expect("run");
     let mut b = agent.stream(prompt).result().await.expect("stream");
     assert_ne!(a.run_id, b.run_id, "each run has its own id");
     // The only fields allowed to differ: the run id and the wall-clock duration.
     b.run_id = a.run_id.clone();
     b.duration = a.duration;
-    a.duration = b.duration;
     assert_eq!(a, b);
     assert_eq!(a.text, "Reference reply: Compare me");
     assert_eq!(a.transcript(), b.transcript());
@@ -96,19 +126,23 @@ async fn events_are_sequenced_with_one_start_and_one_finish() {
     let run_id = stream.run_id().to_owned();
     assert!(run_id.starts_with("run-"));
     let (events, result) = collect(stream).await;
+    let violations = adaptertest::check_result(&events, &result);
+    assert!(violations.is_empty(), "{violations:?}");
     let result = result.expect("success");
     assert_eq!(result.run_id, run_id);
     assert_lifecycle(&events);
-    let text: String = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::TextDelta(d) if d.phase == Phase::Delta => Some(d.text.as_str()),
-            _ => None,
-        })
-        .collect();
+    let text = delta_text(&events);
     assert_eq!(text, result.text);
     let kinds: Vec<&str> = events.iter().map(Event::kind).collect();
-    for k in ["thinking", "tool_call", "tool_result", "item", "usage", "session", "process_info"] {
+    for k in [
+        "thinking",
+        "tool_call",
+        "tool_result",
+        "item",
+        "usage",
+        "session",
+        "process_info",
+    ] {
         assert!(kinds.contains(&k), "missing {k} in {kinds:?}");
     }
     let items: Vec<_> = events
@@ -118,7 +152,11 @@ async fn events_are_sequenced_with_one_start_and_one_finish() {
             _ => None,
         })
         .collect();
-    assert_eq!(items, result.transcript(), "item events mirror the transcript");
+    assert_eq!(
+        items,
+        result.transcript(),
+        "item events mirror the transcript"
+    );
     match events.last() {
         Some(Event::RunFinished(f)) => {
             assert!(!f.failed);
@@ -134,6 +172,7 @@ async fn provider_failure_is_a_run_error_with_the_partial_result() {
     let agent = agent_builder(reference(state.path()), ws.path()).build();
     let (events, result) = collect(agent.stream("please [[fail]]")).await;
     assert_lifecycle(&events);
+    assert!(adaptertest::check_result(&events, &result).is_empty());
     let e = run_error(result);
     assert_eq!(e.reason, FailureReason::AgentError);
     assert_eq!(e.message, "reference failure requested");
@@ -155,10 +194,20 @@ async fn crash_mid_turn_keeps_partial_text_and_no_valid_checkpoint() {
     let agent = agent_builder(reference(state.path()), ws.path()).build();
     let e = run_error(agent.run("abcdef [[crash]]").await);
     assert_eq!(e.reason, FailureReason::AgentError);
-    assert!(e.message.contains("before its result frame"), "{}", e.message);
+    assert!(
+        e.message.contains("before its result frame"),
+        "{}",
+        e.message
+    );
     // The provider printed the first half of its reply before dying.
     let reply = "Reference reply: abcdef";
-    assert!(!e.result.text.is_empty() && reply.starts_with(&e.result.text) && e.result.text.len() < reply.len(), "{}", e.result.text);
+    assert!(
+        !e.result.text.is_empty()
+            && reply.starts_with(&e.result.text)
+            && e.result.text.len() < reply.len(),
+        "{}",
+        e.result.text
+    );
     assert!(!e.result.checkpoint.as_ref().expect("checkpoint").valid);
 }
 
@@ -199,8 +248,14 @@ async fn cancel_stops_the_provider_and_its_sigterm_ignoring_grandchild() {
             _ => None,
         })
         .collect();
-    assert!(signals.iter().any(|s| s.starts_with("SIGTERM")), "{signals:?}");
-    assert!(signals.iter().any(|s| s.starts_with("SIGKILL")), "{signals:?}");
+    assert!(
+        signals.iter().any(|s| s.starts_with("SIGTERM")),
+        "{signals:?}"
+    );
+    assert!(
+        signals.iter().any(|s| s.starts_with("SIGKILL")),
+        "{signals:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,7 +296,10 @@ async fn close_cancels_runs_and_refuses_new_ones() {
     let mut events = Vec::new();
     let (provider, grandchild) = wait_for_pids(&mut stream, &mut events).await;
     agent.close().await;
-    assert!(!pid_alive(provider) && !pid_alive(grandchild), "close waits for the processes");
+    assert!(
+        !pid_alive(provider) && !pid_alive(grandchild),
+        "close waits for the processes"
+    );
     let e = run_error(stream.result().await);
     assert_eq!(e.reason, FailureReason::Cancelled);
     assert!(matches!(agent.run("again").await, Err(Error::AgentClosed)));
@@ -254,14 +312,21 @@ async fn a_trap_names_the_driver_and_the_next_run_works() {
     let agent = agent_builder(testbed(state.path()), ws.path()).build();
     let (events, result) = collect(agent.stream("[[driver-trap-start]]")).await;
     match result {
-        Err(Error::DriverTrap { driver, call, message }) => {
+        Err(Error::DriverTrap {
+            driver,
+            call,
+            message,
+        }) => {
             assert_eq!(driver, "testbed");
             assert_eq!(call, "session.start");
             assert!(message.contains("trap requested in start"), "{message}");
         }
         other => panic!("expected a trap, got {other:?}"),
     }
-    assert!(events.is_empty(), "nothing started, so no events: {events:?}");
+    assert!(
+        events.is_empty(),
+        "nothing started, so no events: {events:?}"
+    );
     let ok = agent.run("after the trap").await.expect("next run works");
     assert_eq!(ok.text, "Reference reply: after the trap");
 }
@@ -294,7 +359,10 @@ async fn launches_outside_the_grant_are_refused_before_anything_runs() {
     let (events, result) = collect(agent.stream("[[launch-sh]]")).await;
     assert!(events.is_empty());
     match result {
-        Err(Error::LaunchRefused { driver, refusal: LaunchRefusal::Program { requested, granted } }) => {
+        Err(Error::LaunchRefused {
+            driver,
+            refusal: LaunchRefusal::Program { requested, granted },
+        }) => {
             assert_eq!(driver, "testbed");
             assert_eq!(requested, "sh");
             assert_eq!(granted, provider_path().display().to_string());
@@ -303,11 +371,17 @@ async fn launches_outside_the_grant_are_refused_before_anything_runs() {
     }
     assert!(matches!(
         agent.run("[[launch-cwd-escape]]").await,
-        Err(Error::LaunchRefused { refusal: LaunchRefusal::Cwd { .. }, .. })
+        Err(Error::LaunchRefused {
+            refusal: LaunchRefusal::Cwd { .. },
+            ..
+        })
     ));
     assert!(matches!(
         agent.run("[[bad-private-file]]").await,
-        Err(Error::LaunchRefused { refusal: LaunchRefusal::FileName(_), .. })
+        Err(Error::LaunchRefused {
+            refusal: LaunchRefusal::FileName(_),
+            ..
+        })
     ));
 }
 
@@ -329,14 +403,21 @@ async fn raw_streams_hold_every_byte_even_ignored_ones() {
         .spawn()
         .and_then(|mut child| {
             use std::io::Write;
-            child.stdin.take().expect("stdin").write_all(prompt.as_bytes())?;
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(prompt.as_bytes())?;
             child.wait_with_output()
         })
         .expect("run provider directly");
     assert_eq!(result.raw().stdout, direct.stdout);
     assert_eq!(result.raw().stderr, direct.stderr);
     assert!(String::from_utf8_lossy(&result.raw().stdout).contains("plain text noise"));
-    assert!(!result.text.contains("noise"), "non-protocol output never becomes text");
+    assert!(
+        !result.text.contains("noise"),
+        "non-protocol output never becomes text"
+    );
 }
 
 async fn spam(agent: &Agent, n: usize) -> (Vec<Event>, RunResult) {
@@ -353,7 +434,9 @@ async fn spam(agent: &Agent, n: usize) -> (Vec<Event>, RunResult) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_consumer_drop_mode_reports_drops_and_keeps_reliable_events() {
     let (state, ws) = (tmp(), tmp());
-    let agent = agent_builder(reference(state.path()), ws.path()).event_buffer(16).build();
+    let agent = agent_builder(reference(state.path()), ws.path())
+        .event_buffer(16)
+        .build();
     let (events, result) = spam(&agent, 3000).await;
     assert_lifecycle(&events);
     let dropped: Vec<_> = events
@@ -384,7 +467,10 @@ async fn slow_consumer_drop_mode_reports_drops_and_keeps_reliable_events() {
         .count();
     assert_eq!((text_starts, text_ends), (1, 1));
     assert!(events.iter().any(|e| matches!(e, Event::ToolResult(_))));
-    let items = events.iter().filter(|e| matches!(e, Event::Item(_))).count();
+    let items = events
+        .iter()
+        .filter(|e| matches!(e, Event::Item(_)))
+        .count();
     assert_eq!(items, result.transcript().len());
     assert_eq!(result.text.len(), "Reference reply: x".len() + 2999);
 }
@@ -402,13 +488,7 @@ async fn slow_consumer_blocking_mode_drops_nothing() {
     for (i, e) in events.iter().enumerate() {
         assert_eq!(e.meta().sequence, i as u64 + 1, "contiguous sequence");
     }
-    let text: String = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::TextDelta(d) if d.phase == Phase::Delta => Some(d.text.as_str()),
-            _ => None,
-        })
-        .collect();
+    let text = delta_text(&events);
     assert_eq!(text, result.text);
 }
 
@@ -422,23 +502,34 @@ async fn pre_start_errors_are_typed_and_spawn_nothing() {
     let agent = agent_builder(driver, ws.path()).build();
     let (events, result) = collect(agent.stream("hi")).await;
     assert!(events.is_empty());
-    assert!(matches!(result, Err(Error::ProgramNotFound { ref program, .. }) if program == "/nonexistent/reference-provider"), "{result:?}");
+    assert!(
+        matches!(result, Err(Error::ProgramNotFound { ref program, .. }) if program == "/nonexistent/reference-provider"),
+        "{result:?}"
+    );
 
     let bad = adaptor::Driver::from_file(driver_path("reference"))
         .unwrap()
         .with_config(serde_json::json!({"comand": "typo"}));
-    assert!(matches!(bad, Err(Error::InvalidConfig { ref path, .. }) if path == "/comand"), "{bad:?}");
+    assert!(
+        matches!(bad, Err(Error::InvalidConfig { ref path, .. }) if path == "/comand"),
+        "{bad:?}"
+    );
 
     let agent = agent_builder(reference(state.path()), ws.path())
         .workspace("/definitely/not/here")
         .build();
-    assert!(matches!(agent.run("x").await, Err(Error::InvalidWorkspace { .. })));
+    assert!(matches!(
+        agent.run("x").await,
+        Err(Error::InvalidWorkspace { .. })
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_call_options_win_without_mutating_defaults() {
     let (state, ws) = (tmp(), tmp());
-    let agent = agent_builder(reference(state.path()), ws.path()).model("agent-default").build();
+    let agent = agent_builder(reference(state.path()), ws.path())
+        .model("agent-default")
+        .build();
     let a = agent
         .run_with("m", adaptor::RunOptions::new().model("per-call"))
         .await
@@ -457,7 +548,146 @@ async fn dropping_a_stream_cancels_its_run() {
     let (provider, grandchild) = wait_for_pids(&mut stream, &mut events).await;
     drop(stream);
     assert!(
-        eventually(Duration::from_secs(5), || !pid_alive(provider) && !pid_alive(grandchild)).await,
+        eventually(Duration::from_secs(5), || !pid_alive(provider)
+            && !pid_alive(grandchild))
+        .await,
         "processes survived a dropped stream"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_resumes_the_provider_session() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path()).build();
+    let first = agent.run("first question").await.expect("first");
+    let cp = first.checkpoint.clone().expect("checkpoint");
+    assert!(cp.valid);
+    let second = agent
+        .run_with(
+            "second question",
+            adaptor::RunOptions::new().resume(cp.clone()),
+        )
+        .await
+        .expect("resumed");
+    assert_eq!(
+        second.text,
+        "Reference reply (turn 2, previously: first question): second question"
+    );
+    assert_eq!(second.session_id(), first.session_id());
+
+    // The provider does not know this session: a typed resume-rejected failure.
+    let mut unknown = cp.clone();
+    unknown.resume_id = "ref-0000dead".into();
+    let e = run_error(
+        agent
+            .run_with("x", adaptor::RunOptions::new().resume(unknown))
+            .await,
+    );
+    assert_eq!(e.reason, FailureReason::ResumeRejected);
+    assert!(e.message.contains("unknown session"), "{}", e.message);
+
+    // A session from another workspace is refused by the driver before launch.
+    let other_ws = tmp();
+    let elsewhere = agent
+        .run_with(
+            "x",
+            adaptor::RunOptions::new()
+                .resume(cp.clone())
+                .workspace(other_ws.path()),
+        )
+        .await;
+    assert!(
+        matches!(
+            elsewhere,
+            Err(Error::StartRefused {
+                kind: adaptor::StartRefusal::ResumeRejected,
+                ..
+            })
+        ),
+        "{elsewhere:?}"
+    );
+
+    // Checkpoints of another codec, or invalid ones, never reach the driver.
+    let mut foreign = cp.clone();
+    foreign.codec = "other/v1".into();
+    assert!(matches!(
+        agent
+            .run_with("x", adaptor::RunOptions::new().resume(foreign))
+            .await,
+        Err(Error::InvalidCheckpoint { .. })
+    ));
+    let mut invalid = cp;
+    invalid.valid = false;
+    assert!(matches!(
+        agent
+            .run_with("x", adaptor::RunOptions::new().resume(invalid))
+            .await,
+        Err(Error::InvalidCheckpoint { .. })
+    ));
+}
+
+#[test]
+fn the_lifecycle_checker_catches_broken_streams() {
+    // The clause checker used above must be able to fail: feed it hand-broken streams.
+    let meta = |seq: u64| adaptor::EventMeta {
+        run_id: "r".into(),
+        thread_key: None,
+        sequence: seq,
+        time: std::time::SystemTime::now(),
+        driver: "d".into(),
+    };
+    let started = Event::RunStarted(adaptor::RunStarted {
+        meta: meta(1),
+        program: "p".into(),
+        model: None,
+    });
+    let text = |seq, phase| {
+        Event::TextDelta(adaptor::TextDelta {
+            meta: meta(seq),
+            message_id: "m".into(),
+            phase,
+            text: if phase == Phase::Delta {
+                "x".into()
+            } else {
+                String::new()
+            },
+            parent_tool_call_id: None,
+        })
+    };
+    let finished = |seq| {
+        Event::RunFinished(adaptor::RunFinished {
+            meta: meta(seq),
+            usage: None,
+            failed: false,
+            reason: None,
+            message: None,
+        })
+    };
+    let ok = vec![
+        started.clone(),
+        text(2, Phase::Start),
+        text(3, Phase::Delta),
+        text(4, Phase::End),
+        finished(5),
+    ];
+    assert!(adaptertest::check_events(&ok).is_empty());
+    let unclosed = vec![
+        started.clone(),
+        text(2, Phase::Start),
+        text(3, Phase::Delta),
+        finished(4),
+    ];
+    assert_eq!(adaptertest::check_events(&unclosed)[0].clause, "EVT-11");
+    let two_starts = vec![started.clone(), started.clone(), finished(3)];
+    assert!(
+        adaptertest::check_events(&two_starts)
+            .iter()
+            .any(|v| v.clause == "EVT-01")
+    );
+    let delta_first = vec![started, text(2, Phase::Delta), finished(3)];
+    assert!(
+        adaptertest::check_events(&delta_first)
+            .iter()
+            .any(|v| v.clause == "EVT-03")
     );
 }

@@ -242,11 +242,7 @@ impl ReferenceSession {
     fn on_delta(&mut self, thinking: bool, frame: &Value, out: &mut Actions) {
         let id = str_field(frame, "id").unwrap_or("part").to_owned();
         let delta = str_field(frame, "text").unwrap_or_default().to_owned();
-        let slot = if thinking {
-            &self.thinking
-        } else {
-            &self.text
-        };
+        let slot = if thinking { &self.thinking } else { &self.text };
         if slot.as_ref().is_some_and(|p| p.id != id) {
             self.close_part(thinking, out);
         }
@@ -369,7 +365,7 @@ impl ReferenceSession {
                 reasoning_tokens: None,
                 cost_usd: u.get("cost_usd").and_then(Value::as_f64),
             };
-            out.usage(usage.clone());
+            out.usage(usage);
             self.usage = Some(usage);
         }
         let mut item = items::blank(ItemKind::Result);
@@ -569,7 +565,7 @@ impl Session for ReferenceSession {
         // Close whatever a crash left open so every lifecycle ends.
         self.close_part(true, out);
         self.close_part(false, out);
-        self.status = Some(status.clone());
+        self.status = Some(*status);
     }
 
     fn finish(&mut self) -> Outcome {
@@ -592,7 +588,7 @@ impl Session for ReferenceSession {
         outcome.summary = self.summary.clone();
         outcome.transcript = self.transcript.to_vec();
         outcome.terminal = self.terminal.clone();
-        outcome.usage = self.usage.clone();
+        outcome.usage = self.usage;
         outcome.model = self.model.clone();
         outcome.checkpoint = checkpoint;
         outcome.failure = failure;

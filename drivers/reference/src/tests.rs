@@ -21,7 +21,7 @@ fn happy_turn_maps_every_field() {
     assert_eq!(o.text, "Reference reply: hello");
     assert_eq!(o.summary.as_deref(), Some("Answered in 1 turn(s)."));
     assert_eq!(o.model.as_deref(), Some("reference-1"));
-    let usage = o.usage.clone().expect("usage");
+    let usage = o.usage.expect("usage");
     assert_eq!(usage.input_tokens, Some(15));
     assert_eq!(usage.output_tokens, Some(22));
     assert_eq!(usage.cache_read_tokens, Some(0));
@@ -109,7 +109,11 @@ fn crash_mid_turn_closes_lifecycles_and_keeps_partial_text() {
     let r = run(&HAPPY[..cut], 0, 1);
     let f = r.outcome.failure.clone().expect("failure");
     assert_eq!(f.reason, FailureReason::AgentError);
-    assert!(f.message.contains("before its result frame"), "{}", f.message);
+    assert!(
+        f.message.contains("before its result frame"),
+        "{}",
+        f.message
+    );
     assert_eq!(r.outcome.text, "Reference ");
     let text_ends = r
         .events()

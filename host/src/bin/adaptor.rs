@@ -17,7 +17,11 @@ use clap::{Parser, Subcommand};
 use futures::StreamExt;
 
 #[derive(Parser)]
-#[command(name = "adaptor", version, about = "Drive coding-agent CLIs through sandboxed WASM drivers")]
+#[command(
+    name = "adaptor",
+    version,
+    about = "Drive coding-agent CLIs through sandboxed WASM drivers"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -52,6 +56,9 @@ struct RunArgs {
     /// Timeout in seconds.
     #[arg(long)]
     timeout: Option<f64>,
+    /// Resume this provider session id (e.g. the `session` of an earlier run).
+    #[arg(long, value_name = "SESSION_ID")]
+    resume: Option<String>,
     /// Print events as JSON Lines (plus a final `result` line).
     #[arg(long)]
     json: bool,
@@ -136,7 +143,9 @@ fn list_drivers(json: bool) -> ExitCode {
 
 fn parse_config(text: &str) -> Result<serde_json::Value, String> {
     let text = match text.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?,
+        Some(path) => {
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?
+        }
         None => text.to_owned(),
     };
     let value: serde_json::Value =
@@ -164,7 +173,10 @@ async fn run(args: RunArgs) -> ExitCode {
         }
     };
     let mut builder = Agent::builder(driver);
-    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(PathBuf::from)) {
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(PathBuf::from))
+    {
         // Programs installed beside `adaptor` (like the reference provider) are found even
         // when not on PATH.
         builder = builder.program_dir(dir);
@@ -183,6 +195,15 @@ async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
         options = options.timeout(Duration::from_secs_f64(secs));
+    }
+    if let Some(id) = args.resume {
+        options = options.resume(adaptor::Checkpoint {
+            codec: agent.driver().descriptor().sessions.codec.clone(),
+            resume_id: id,
+            display_id: None,
+            data: Default::default(),
+            valid: true,
+        });
     }
     let mut stream = agent.stream_with(args.prompt, options);
     let mut view = View::new(args.json);
@@ -215,9 +236,10 @@ fn report(e: &Error) -> ExitCode {
     eprintln!("adaptor: {}", sanitize(&e.to_string()));
     ExitCode::from(match e {
         Error::Run(_) => EXIT_RUN_FAILED,
-        Error::DriverTrap { .. } | Error::DriverContract { .. } | Error::Spawn { .. } | Error::Lost(_) => {
-            EXIT_DRIVER_FAULT
-        }
+        Error::DriverTrap { .. }
+        | Error::DriverContract { .. }
+        | Error::Spawn { .. }
+        | Error::Lost(_) => EXIT_DRIVER_FAULT,
         _ => EXIT_USAGE,
     })
 }
@@ -296,7 +318,11 @@ impl View {
                 self.line_break();
                 self.in_thinking = false;
                 let args = c.args.as_ref().map(|a| a.to_string()).unwrap_or_default();
-                println!("→ {} {}", sanitize(&c.name), sanitize(&truncate(&args, 200)));
+                println!(
+                    "→ {} {}",
+                    sanitize(&c.name),
+                    sanitize(&truncate(&args, 200))
+                );
             }
             Event::ToolResult(r) => {
                 self.line_break();

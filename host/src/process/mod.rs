@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
-pub(crate) use unix::{Spawned, group_alive, signal_group, spawn};
+pub(crate) use unix::{Spawned, exit_parts, group_alive, killed_status, signal_group, spawn};
 
 /// Variables passed from the host's environment by default. Anything else (API keys,
 /// tokens) must be opted into per variable with `AgentBuilder::pass_env`.
@@ -121,6 +121,50 @@ fn is_executable(p: &Path) -> bool {
     }
 }
 
+/// A run's private 0700 directory (schemas, prompt files, MCP configs a launch asked for);
+/// removed with its contents on drop.
+pub(crate) struct PrivateDir {
+    path: PathBuf,
+    created: bool,
+}
+
+impl PrivateDir {
+    pub(crate) fn path_for(run_id: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("adaptor-{run_id}"))
+    }
+
+    pub(crate) fn create(
+        path: PathBuf,
+        files: &[crate::bindings::wit::PrivateFile],
+    ) -> std::io::Result<PrivateDir> {
+        if files.is_empty() {
+            return Ok(PrivateDir {
+                path,
+                created: false,
+            });
+        }
+        unix::create_private_dir(&path)?;
+        let dir = PrivateDir {
+            path,
+            created: true,
+        };
+        for file in files {
+            unix::create_private_file(&dir.path.join(&file.name), &file.contents)?;
+        }
+        Ok(dir)
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        if self.created
+            && let Err(e) = std::fs::remove_dir_all(&self.path)
+        {
+            tracing::warn!(path = %self.path.display(), error = %e, "could not remove the run's private directory");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,7 +182,12 @@ mod tests {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
-        let path = std::env::join_paths([bin.clone(), PathBuf::from("/bin"), PathBuf::from("/usr/bin")]).unwrap();
+        let path = std::env::join_paths([
+            bin.clone(),
+            PathBuf::from("/bin"),
+            PathBuf::from("/usr/bin"),
+        ])
+        .unwrap();
         let got = resolve_program("sh", Some(&path), &ws_path, &[]).unwrap();
         assert!(!got.starts_with(&ws_path), "{got:?}");
     }
@@ -147,7 +196,15 @@ mod tests {
     fn relative_paths_and_missing_programs_are_errors() {
         let ws = Path::new("/nonexistent-ws");
         assert!(resolve_program("./x", None, ws, &[]).is_err());
-        assert!(resolve_program("definitely-not-a-program-xyz", Some(std::ffi::OsStr::new("/bin")), ws, &[]).is_err());
+        assert!(
+            resolve_program(
+                "definitely-not-a-program-xyz",
+                Some(std::ffi::OsStr::new("/bin")),
+                ws,
+                &[]
+            )
+            .is_err()
+        );
         assert!(resolve_program("", None, ws, &[]).is_err());
     }
 }

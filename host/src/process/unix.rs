@@ -67,7 +67,14 @@ pub(crate) fn spawn(spec: &ProcessSpec) -> io::Result<Spawned> {
         let parent = std::process::id() as libc::pid_t;
         unsafe {
             cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) != 0
+                {
                     return Err(io::Error::last_os_error());
                 }
                 // The parent may have died before prctl took effect.
@@ -98,7 +105,9 @@ pub(crate) fn spawn(spec: &ProcessSpec) -> io::Result<Spawned> {
 /// Send `sig` to every process in group `pgid`. `Ok(false)` when the group no longer exists.
 pub(crate) fn signal_group(pgid: i32, sig: Sig) -> io::Result<bool> {
     if pgid <= 1 {
-        return Err(io::Error::other("refusing to signal an invalid process group"));
+        return Err(io::Error::other(
+            "refusing to signal an invalid process group",
+        ));
     }
     let signo = match sig {
         Sig::Interrupt => libc::SIGINT,
@@ -143,7 +152,10 @@ fn live_members_linux(pgid: i32) -> bool {
     let wanted = pgid.to_string();
     entries.flatten().any(|entry| {
         let name = entry.file_name();
-        if !name.to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
+        if !name
+            .to_str()
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        {
             return false;
         }
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
@@ -158,4 +170,35 @@ fn live_members_linux(pgid: i32) -> bool {
         let pgrp = fields.nth(1);
         pgrp == Some(wanted.as_str()) && !matches!(state, Some("Z") | Some("X"))
     })
+}
+
+/// Exit code and terminating signal of a finished process.
+pub(crate) fn exit_parts(status: std::process::ExitStatus) -> (Option<i32>, Option<i32>) {
+    use std::os::unix::process::ExitStatusExt;
+    (status.code(), status.signal())
+}
+
+/// The status of a process killed with SIGKILL (when waiting for it failed).
+pub(crate) fn killed_status() -> std::process::ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    std::process::ExitStatus::from_raw(libc::SIGKILL)
+}
+
+/// Create a directory only the current user can enter (0700).
+pub(crate) fn create_private_dir(path: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(0o700).create(path)
+}
+
+/// Create a new file only the current user can read (0600); fails if it exists.
+pub(crate) fn create_private_file(path: &std::path::Path, contents: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(contents)?;
+    f.sync_all()
 }

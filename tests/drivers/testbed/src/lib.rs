@@ -10,8 +10,8 @@
 //! It never ships as a built-in driver; `x.sh` installs it under `test-drivers/`.
 
 use adaptor_sdk::{
-    Actions, ConfigError, Descriptor, Driver, ExitStatus, Launch, Outcome, PrivateFile,
-    RunRequest, Session, StartError,
+    Actions, ConfigError, Descriptor, Driver, ExitStatus, Launch, Outcome, PrivateFile, RunRequest,
+    Session, StartError,
 };
 use reference_driver::{ReferenceDriver, ReferenceSession};
 

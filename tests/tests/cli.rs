@@ -1,0 +1,212 @@
+//! The `adaptor` binary: readable view, JSONL, `drivers`, exit codes and Ctrl-C.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use adaptor_integration_tests::*;
+
+fn adaptor() -> Command {
+    let mut cmd = Command::new(bin_dir().join("adaptor"));
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+fn config(state: &std::path::Path) -> String {
+    serde_json::json!({"state_dir": state.display().to_string()}).to_string()
+}
+
+#[test]
+fn run_prints_text_tools_and_a_final_line() {
+    let state = tempfile::tempdir().unwrap();
+    let out = adaptor()
+        .args(["run", "--config", &config(state.path()), "Hello CLI"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("Reference reply: Hello CLI"), "{stdout}");
+    assert!(stdout.contains("→ echo"), "{stdout}");
+    assert!(stdout.contains("Planning the reply."), "{stdout}");
+    let last = stdout.lines().last().unwrap();
+    assert!(
+        last.contains("model reference-1")
+            && last.contains("session ref-")
+            && last.contains("in /"),
+        "{last}"
+    );
+    assert!(
+        !stdout.contains('\x1b'),
+        "no escape codes when stdout is not a terminal"
+    );
+}
+
+#[test]
+fn json_mode_prints_one_event_per_line_then_the_result() {
+    let state = tempfile::tempdir().unwrap();
+    let out = adaptor()
+        .args([
+            "run",
+            "--json",
+            "--config",
+            &config(state.path()),
+            "json please",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every line is JSON"))
+        .collect();
+    assert_eq!(lines[0]["kind"], "run_started");
+    assert_eq!(lines[lines.len() - 2]["kind"], "run_finished");
+    let result = lines.last().unwrap();
+    assert_eq!(result["kind"], "result");
+    assert_eq!(result["text"], "Reference reply: json please");
+    assert_eq!(result["checkpoint"]["valid"], true);
+    assert!(result["usage"]["cache_write_tokens"].is_null());
+    let seqs: Vec<u64> = lines[..lines.len() - 1]
+        .iter()
+        .map(|l| l["sequence"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[1] > w[0]));
+}
+
+#[test]
+fn exit_codes_distinguish_failure_and_usage_errors() {
+    let state = tempfile::tempdir().unwrap();
+    let failed = adaptor()
+        .args(["run", "--config", &config(state.path()), "[[fail]]"])
+        .output()
+        .unwrap();
+    assert_eq!(failed.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("reference failure requested"));
+
+    let bad_config = adaptor()
+        .args(["run", "--config", r#"{"nope":1}"#, "x"])
+        .output()
+        .unwrap();
+    assert_eq!(bad_config.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad_config.stderr).contains("/nope"));
+
+    let not_json = adaptor()
+        .args(["run", "--config", "{", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(not_json.status.code(), Some(2));
+
+    let unknown = adaptor()
+        .args(["run", "--driver", "nosuch", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(unknown.status.code(), Some(2));
+
+    let missing_program = adaptor()
+        .args(["run", "--config", r#"{"command":"/no/such/cli"}"#, "x"])
+        .output()
+        .unwrap();
+    assert_eq!(missing_program.status.code(), Some(2));
+
+    let usage = adaptor().args(["run"]).output().unwrap();
+    assert_eq!(usage.status.code(), Some(2));
+
+    let by_path = adaptor()
+        .args([
+            "run",
+            "--driver",
+            &driver_path("reference").display().to_string(),
+            "--config",
+            &config(state.path()),
+            "by path",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(by_path.status.code(), Some(0));
+}
+
+#[test]
+fn drivers_lists_the_builtin_reference_driver() {
+    let out = adaptor().args(["drivers"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("reference") && l.contains("resume")),
+        "{text}"
+    );
+    let json = adaptor().args(["drivers", "--json"]).output().unwrap();
+    let first: serde_json::Value = serde_json::from_str(
+        String::from_utf8(json.stdout)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(first["descriptor"]["name"].is_string());
+}
+
+#[test]
+fn ctrl_c_cancels_cleanly_and_leaves_no_process() {
+    let state = tempfile::tempdir().unwrap();
+    let mut child = adaptor()
+        .args([
+            "run",
+            "--json",
+            "--config",
+            &config(state.path()),
+            "[[grandchild]] [[hang]] interrupt me",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut pids = None;
+        let mut lines = Vec::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if v["kind"] == "notice" && v["notice"] == "pids" {
+                let tx = (
+                    v["data"]["provider_pid"].as_u64().unwrap() as u32,
+                    v["data"]["grandchild_pid"].as_u64().unwrap() as u32,
+                );
+                pids = Some(tx);
+                // Interrupt the CLI like a terminal would.
+                // SAFETY: kill(2) on a pid this test spawned.
+                unsafe { libc::kill(child_pid(), libc::SIGINT) };
+            }
+            lines.push(v);
+        }
+        (pids, lines)
+    });
+    CHILD.store(child.id(), std::sync::atomic::Ordering::SeqCst);
+    let status = child.wait().unwrap();
+    let (pids, lines) = reader.join().unwrap();
+    let (provider, grandchild) = pids.expect("pids reported");
+    assert_eq!(status.code(), Some(130));
+    assert_eq!(lines.last().unwrap()["failure"]["reason"], "cancelled");
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!pid_alive(provider) && !pid_alive(grandchild));
+}
+
+static CHILD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+fn child_pid() -> i32 {
+    loop {
+        let pid = CHILD.load(std::sync::atomic::Ordering::SeqCst);
+        if pid != 0 {
+            return pid as i32;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
