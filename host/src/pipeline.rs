@@ -252,6 +252,7 @@ impl Run {
             args: launch.args.clone(),
             env: build_env(&self.inner.settings, &launch.env),
             cwd,
+            parent_death_signal: self.inner.settings.parent_death_signal,
         };
         Ok(Prepared {
             session,

@@ -147,18 +147,27 @@ fn main() {
         })
         .collect();
 
-    // Turn overhead, interleaved.
-    let agent = Agent::builder(driver).workspace(ws.path()).build();
-    let (mut d, mut a, mut dp, mut c) = (vec![], vec![], vec![], vec![]);
+    // Turn overhead, interleaved: direct spawn, Agent (default: parent-death signal on),
+    // Agent with the parent-death signal off (posix_spawn instead of fork).
+    let agent = Agent::builder(driver.clone()).workspace(ws.path()).build();
+    let lean = Agent::builder(driver)
+        .workspace(ws.path())
+        .parent_death_signal(false)
+        .build();
+    let (mut d, mut a, mut l, mut dp, mut c) = (vec![], vec![], vec![], vec![], vec![]);
     rt.block_on(async {
-        // Warm up both paths once.
+        // Warm up every path once.
         direct(state.path()).await;
         agent.run(PROMPT).await.unwrap();
+        lean.run(PROMPT).await.unwrap();
         for _ in 0..rounds {
             d.push(direct(state.path()).await);
             let t = Instant::now();
             agent.run(PROMPT).await.unwrap();
             a.push(t.elapsed());
+            let t = Instant::now();
+            lean.run(PROMPT).await.unwrap();
+            l.push(t.elapsed());
         }
     });
     cli(state.path(), ws.path());
@@ -166,7 +175,7 @@ fn main() {
         dp.push(direct_process(state.path()));
         c.push(cli(state.path(), ws.path()));
     }
-    let (d, a, dp, c) = (median(d), median(a), median(dp), median(c));
+    let (d, a, l, dp, c) = (median(d), median(a), median(l), median(dp), median(c));
     println!("turn overhead ({rounds} interleaved rounds, medians)");
     println!(
         "  in-process: provider direct {:.2} ms · Agent::run via reference.wasm {:.2} ms · host adds {:.2} ms · ratio {:.2}x",
@@ -174,6 +183,12 @@ fn main() {
         ms(a),
         ms(a) - ms(d),
         ms(a) / ms(d)
+    );
+    println!(
+        "  in-process, parent_death_signal(false): {:.2} ms · host adds {:.2} ms · ratio {:.2}x",
+        ms(l),
+        ms(l) - ms(d),
+        ms(l) / ms(d)
     );
     println!(
         "  processes:  provider direct {:.2} ms · `adaptor run` {:.2} ms · CLI adds {:.2} ms · ratio {:.2}x",

@@ -38,6 +38,9 @@ pub(crate) struct ProcessSpec {
     pub args: Vec<String>,
     pub env: Vec<(OsString, OsString)>,
     pub cwd: PathBuf,
+    /// Linux: have the kernel SIGKILL the provider if the host dies (`PR_SET_PDEATHSIG`).
+    /// Costs a fork instead of posix_spawn (about 1.2 ms per launch, measured).
+    pub parent_death_signal: bool,
 }
 
 /// Signals the host sends.

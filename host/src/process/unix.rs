@@ -61,7 +61,7 @@ pub(crate) fn spawn(spec: &ProcessSpec) -> io::Result<Spawned> {
         .process_group(0)
         .kill_on_drop(true);
     #[cfg(target_os = "linux")]
-    {
+    if spec.parent_death_signal {
         // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) run between fork and
         // exec.
         let parent = std::process::id() as libc::pid_t;
