@@ -6,7 +6,9 @@ use std::time::Duration;
 use adaptor_integration_tests::*;
 
 fn adaptor() -> Command {
-    let mut cmd = Command::new(bin_dir().join("adaptor"));
+    let exe = bin_dir().join("adaptor");
+    assert!(exe.is_file(), "{} is missing: build it first (`./x.sh test` does)", exe.display());
+    let mut cmd = Command::new(exe);
     cmd.stdin(Stdio::null());
     cmd
 }

@@ -420,13 +420,20 @@ async fn raw_streams_hold_every_byte_even_ignored_ones() {
     );
 }
 
-async fn spam(agent: &Agent, n: usize) -> (Vec<Event>, RunResult) {
+/// Run `[[spam n]]` with a slow consumer. `per_event` pauses after every event (a
+/// consumer that never catches up); otherwise the consumer reads nothing for a while, then
+/// drains.
+async fn spam(agent: &Agent, n: usize, per_event: bool) -> (Vec<Event>, RunResult) {
     let mut stream = agent.stream(format!("[[spam {n}]] x"));
-    // A slow consumer: let the provider run ahead before reading anything.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    if !per_event {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+    }
     let mut events = Vec::new();
     while let Some(ev) = stream.next().await {
         events.push(ev);
+        if per_event {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
     (events, stream.result().await.expect("spam run"))
 }
@@ -437,7 +444,7 @@ async fn slow_consumer_drop_mode_reports_drops_and_keeps_reliable_events() {
     let agent = agent_builder(reference(state.path()), ws.path())
         .event_buffer(16)
         .build();
-    let (events, result) = spam(&agent, 3000).await;
+    let (events, result) = spam(&agent, 3000, true).await;
     assert_lifecycle(&events);
     let dropped: Vec<_> = events
         .iter()
@@ -482,7 +489,7 @@ async fn slow_consumer_blocking_mode_drops_nothing() {
         .event_buffer(16)
         .blocking_events()
         .build();
-    let (events, result) = spam(&agent, 3000).await;
+    let (events, result) = spam(&agent, 3000, false).await;
     assert_lifecycle(&events);
     assert!(!events.iter().any(|e| matches!(e, Event::Dropped(_))));
     for (i, e) in events.iter().enumerate() {
