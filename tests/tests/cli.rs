@@ -7,7 +7,11 @@ use adaptor_integration_tests::*;
 
 fn adaptor() -> Command {
     let exe = bin_dir().join("adaptor");
-    assert!(exe.is_file(), "{} is missing: build it first (`./x.sh test` does)", exe.display());
+    assert!(
+        exe.is_file(),
+        "{} is missing: build it first (`./x.sh test` does)",
+        exe.display()
+    );
     let mut cmd = Command::new(exe);
     cmd.stdin(Stdio::null());
     cmd
