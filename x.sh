@@ -68,7 +68,7 @@ build_drivers() {
 }
 
 build_host() {
-  cargo build -p agent-adaptor -p reference-provider >&2
+  cargo build -p agent-adaptor -p reference-provider -p adaptertest >&2
 }
 
 cmd="${1:-help}"

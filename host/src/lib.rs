@@ -27,6 +27,7 @@
 
 mod agent;
 mod bindings;
+pub mod cassette;
 mod convert;
 mod descriptor;
 mod driver;
@@ -55,7 +56,8 @@ pub use event::{
 pub use guest::GuestLimits;
 pub use process::DEFAULT_ENV_ALLOWLIST;
 pub use result::{
-    Checkpoint, ExitInfo, ItemKind, RawStreams, RunResult, TerminalPayload, TranscriptItem, Usage,
+    Checkpoint, ChunkRecord, ExitInfo, ItemKind, LaunchRecord, RawStreams, RunResult, StreamKind,
+    TerminalPayload, TranscriptItem, Usage,
 };
 pub use stream::{Canceller, Stream};
 

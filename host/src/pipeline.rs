@@ -30,7 +30,7 @@ use crate::event::*;
 use crate::grant::Grant;
 use crate::guest::{GuestInstance, GuestSession};
 use crate::process::{self, DEFAULT_ENV_ALLOWLIST, PrivateDir, ProcessSpec, Sig};
-use crate::result::{ExitInfo, RawStreams, RunResult};
+use crate::result::{ChunkRecord, ExitInfo, LaunchRecord, RawStreams, RunResult, StreamKind};
 use crate::stream::{Emitter, Stream, blank_meta};
 
 /// Read size for stdout/stderr chunks.
@@ -347,7 +347,16 @@ impl Run {
             decisions: VecDeque::new(),
             kill_at: None,
             turn_ended: false,
-            raw: RawStreams::default(),
+            raw: RawStreams {
+                launch: Some(LaunchRecord {
+                    program: launch.program.clone(),
+                    resolved: spec.program.clone(),
+                    args: spec.args.clone(),
+                    cwd: spec.cwd.clone(),
+                }),
+                ..RawStreams::default()
+            },
+            spawned_at: Instant::now(),
         };
         if let Some(stdin) = spawned.stdin.take() {
             let (tx, rx) = mpsc::unbounded_channel();
@@ -524,6 +533,7 @@ struct Supervisor<'a> {
     kill_at: Option<Instant>,
     turn_ended: bool,
     raw: RawStreams,
+    spawned_at: Instant,
 }
 
 type LoopOutcome = Result<(Option<std::process::ExitStatus>, bool, bool), Error>;
@@ -634,11 +644,19 @@ impl Supervisor<'_> {
     }
 
     async fn on_chunk(&mut self, is_stdout: bool, chunk: &[u8]) -> Result<(), Error> {
-        if is_stdout {
-            self.raw.stdout.extend_from_slice(chunk);
+        let (stream, bytes) = if is_stdout {
+            (StreamKind::Stdout, &mut self.raw.stdout)
         } else {
-            self.raw.stderr.extend_from_slice(chunk);
-        }
+            (StreamKind::Stderr, &mut self.raw.stderr)
+        };
+        let offset = bytes.len();
+        bytes.extend_from_slice(chunk);
+        self.raw.chunks.push(ChunkRecord {
+            stream,
+            at: self.spawned_at.elapsed(),
+            offset,
+            len: chunk.len(),
+        });
         self.emitter
             .emit(Event::ProcessInfo(ProcessInfo {
                 meta: blank_meta(),
@@ -704,10 +722,24 @@ impl Supervisor<'_> {
 
     async fn write_stdin(&mut self, bytes: Vec<u8>) {
         let len = bytes.len();
+        let offset = self.raw.stdin.len();
         let sent = match &self.stdin {
-            Some(tx) => tx.send(bytes).is_ok(),
+            Some(tx) => {
+                self.raw.stdin.extend_from_slice(&bytes);
+                tx.send(bytes).is_ok()
+            }
             None => false,
         };
+        if sent {
+            self.raw.chunks.push(ChunkRecord {
+                stream: StreamKind::Stdin,
+                at: self.spawned_at.elapsed(),
+                offset,
+                len,
+            });
+        } else {
+            self.raw.stdin.truncate(offset);
+        }
         if !sent {
             self.notice(
                 "stdin.closed",

@@ -103,15 +103,74 @@ pub struct TerminalPayload {
     pub json: String,
 }
 
-/// Complete raw process output.
+/// Which stream a [`ChunkRecord`] belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamKind {
+    /// Bytes the host wrote to the provider's stdin.
+    Stdin,
+    /// Bytes the provider wrote to stdout.
+    Stdout,
+    /// Bytes the provider wrote to stderr.
+    Stderr,
+}
+
+/// One read from (or write to) the provider, in order: enough to replay a run with its
+/// timing and chunking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ChunkRecord {
+    /// The stream.
+    pub stream: StreamKind,
+    /// Time since the process was spawned.
+    pub at: Duration,
+    /// Offset of the chunk in that stream's bytes ([`RawStreams::stdout`], …).
+    pub offset: usize,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+/// The process the host launched for a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LaunchRecord {
+    /// The program as the driver asked for it.
+    pub program: String,
+    /// The absolute path that ran.
+    pub resolved: std::path::PathBuf,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Working directory.
+    pub cwd: std::path::PathBuf,
+}
+
+/// Complete raw process I/O.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RawStreams {
     /// Every stdout byte.
     pub stdout: Vec<u8>,
     /// Every stderr byte.
     pub stderr: Vec<u8>,
+    /// Every byte the host wrote to stdin.
+    pub stdin: Vec<u8>,
+    /// The reads and writes, in order, with timing.
+    pub chunks: Vec<ChunkRecord>,
+    /// What was launched (none if the run failed before spawning).
+    pub launch: Option<LaunchRecord>,
     /// The terminal event.
     pub terminal: Option<TerminalPayload>,
+}
+
+impl RawStreams {
+    /// The bytes of one recorded chunk.
+    pub fn chunk_bytes(&self, chunk: &ChunkRecord) -> &[u8] {
+        let bytes = match chunk.stream {
+            StreamKind::Stdin => &self.stdin,
+            StreamKind::Stdout => &self.stdout,
+            StreamKind::Stderr => &self.stderr,
+        };
+        bytes
+            .get(chunk.offset..chunk.offset + chunk.len)
+            .unwrap_or_default()
+    }
 }
 
 /// A resume point.

@@ -59,6 +59,9 @@ struct RunArgs {
     /// Resume this provider session id (e.g. the `session` of an earlier run).
     #[arg(long, value_name = "SESSION_ID")]
     resume: Option<String>,
+    /// Save the run as a cassette `<DIR>/<run id>.json` (for `adaptertest replay`).
+    #[arg(long, value_name = "DIR")]
+    record: Option<PathBuf>,
     /// Print events as JSON Lines (plus a final `result` line).
     #[arg(long)]
     json: bool,
@@ -183,8 +186,8 @@ async fn run(args: RunArgs) -> ExitCode {
     }
     let agent = builder.build();
     let mut options = RunOptions::new();
-    if let Some(m) = args.model {
-        options = options.model(m);
+    if let Some(m) = &args.model {
+        options = options.model(m.clone());
     }
     if let Some(dir) = args.cwd {
         options = options.workspace(dir);
@@ -205,7 +208,9 @@ async fn run(args: RunArgs) -> ExitCode {
             valid: true,
         });
     }
-    let mut stream = agent.stream_with(args.prompt, options);
+    let prompt = args.prompt;
+    let model = args.model;
+    let mut stream = agent.stream_with(prompt.clone(), options);
     let mut view = View::new(args.json);
     let mut interrupted = false;
     let ctrl_c = tokio::signal::ctrl_c();
@@ -225,6 +230,33 @@ async fn run(args: RunArgs) -> ExitCode {
     }
     let result = stream.result().await;
     view.finish(&result);
+    if let Some(dir) = &args.record {
+        let recorded = match &result {
+            Ok(r) => Some(r),
+            Err(Error::Run(e)) => Some(&e.result),
+            Err(_) => None,
+        };
+        match recorded {
+            Some(r) => {
+                let cassette = adaptor::cassette::Cassette::from_run(
+                    r,
+                    &prompt,
+                    model.as_deref(),
+                    agent.driver().config(),
+                );
+                let path = dir.join(format!("{}.json", r.run_id));
+                if let Err(e) = std::fs::create_dir_all(dir)
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| cassette.save(&path).map_err(|e| e.to_string()))
+                {
+                    eprintln!("adaptor: could not record the run: {}", sanitize(&e));
+                    return ExitCode::from(EXIT_USAGE);
+                }
+                eprintln!("adaptor: recorded {}", path.display());
+            }
+            None => eprintln!("adaptor: nothing to record: the run did not start"),
+        }
+    }
     match result {
         Ok(_) => ExitCode::SUCCESS,
         Err(_) if interrupted => ExitCode::from(EXIT_INTERRUPTED),

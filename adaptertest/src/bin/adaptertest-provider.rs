@@ -1,0 +1,82 @@
+//! `adaptertest-provider`: a scripted fake CLI that replays a cassette.
+//!
+//! Reads the cassette named by `ADAPTERTEST_CASSETTE`, drains its stdin (appending it to
+//! `ADAPTERTEST_STDIN_LOG` when set), writes the recorded stdout/stderr chunks in order — with
+//! the recorded timing, scaled by `ADAPTERTEST_TIMING` (`recorded` = 1.0, the default; `fast`
+//! = 0; or a factor) — and ends with the recorded exit code or signal. Its own arguments are
+//! ignored: they are whatever the driver under test builds. Exit code 120 means the cassette
+//! could not be used (the message is on stderr).
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use adaptor::StreamKind;
+use adaptor::cassette::Cassette;
+
+fn fail(message: &str) -> ! {
+    eprintln!("adaptertest-provider: {message}");
+    std::process::exit(120);
+}
+
+fn main() {
+    let path = std::env::var_os("ADAPTERTEST_CASSETTE")
+        .unwrap_or_else(|| fail("ADAPTERTEST_CASSETTE is not set"));
+    let cassette =
+        Cassette::load(std::path::Path::new(&path)).unwrap_or_else(|e| fail(&e.to_string()));
+    let factor = match std::env::var("ADAPTERTEST_TIMING").as_deref() {
+        Err(_) | Ok("recorded") => 1.0,
+        Ok("fast") => 0.0,
+        Ok(other) => other
+            .parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite() && *f >= 0.0)
+            .unwrap_or_else(|| fail("ADAPTERTEST_TIMING must be `recorded`, `fast` or a factor")),
+    };
+    let stdin_log = std::env::var_os("ADAPTERTEST_STDIN_LOG");
+    std::thread::spawn(move || {
+        let mut log = stdin_log.and_then(|p| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .ok()
+        });
+        let mut buf = [0u8; 8192];
+        let mut stdin = std::io::stdin().lock();
+        while let Ok(n) = stdin.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            if let Some(f) = log.as_mut() {
+                let _ = f.write_all(&buf[..n]);
+            }
+        }
+    });
+    let start = Instant::now();
+    let mut stdout = std::io::stdout().lock();
+    let mut stderr = std::io::stderr().lock();
+    for chunk in &cassette.chunks {
+        let bytes = chunk.bytes().unwrap_or_else(|e| fail(&e));
+        let due = Duration::from_secs_f64(chunk.at_ms * factor / 1e3);
+        if let Some(wait) = due.checked_sub(start.elapsed()) {
+            std::thread::sleep(wait);
+        }
+        let written = match chunk.stream {
+            StreamKind::Stdout => stdout.write_all(&bytes).and_then(|()| stdout.flush()),
+            StreamKind::Stderr => stderr.write_all(&bytes).and_then(|()| stderr.flush()),
+            StreamKind::Stdin => Ok(()),
+        };
+        if written.is_err() {
+            // The reader went away (the host stopped us): end like a killed CLI.
+            std::process::exit(141);
+        }
+    }
+    if let Some(signal) = cassette.exit.signal {
+        // SAFETY: restoring the default action and raising a signal on ourselves.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            libc::raise(signal);
+        }
+    }
+    std::process::exit(cassette.exit.code.unwrap_or(1));
+}

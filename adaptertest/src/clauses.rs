@@ -1,0 +1,228 @@
+//! Event and result clauses: pure functions over what a run produced.
+//! Must not: run drivers or processes.
+
+use std::collections::BTreeSet;
+
+use adaptor::{Error, Event, Phase, RunResult};
+use serde::Serialize;
+
+/// One clause a run broke.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// Clause id, e.g. `EVT-03`.
+    pub clause: &'static str,
+    /// What was wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.clause, self.message)
+    }
+}
+
+fn v(clause: &'static str, message: impl Into<String>) -> Violation {
+    Violation {
+        clause,
+        message: message.into(),
+    }
+}
+
+#[derive(Default)]
+struct Lifecycles {
+    open: BTreeSet<String>,
+    seen: BTreeSet<String>,
+}
+
+impl Lifecycles {
+    fn step(
+        &mut self,
+        clause: &'static str,
+        what: &str,
+        id: &str,
+        phase: Phase,
+        out: &mut Vec<Violation>,
+    ) {
+        match phase {
+            Phase::Start => {
+                if !self.open.insert(id.to_owned()) {
+                    out.push(v(clause, format!("{what} `{id}` started twice")));
+                }
+                self.seen.insert(id.to_owned());
+            }
+            Phase::Delta => {
+                if !self.open.contains(id) {
+                    out.push(v(
+                        clause,
+                        format!("{what} `{id}` got a delta while not open"),
+                    ));
+                }
+            }
+            Phase::End => {
+                if !self.open.remove(id) {
+                    out.push(v(clause, format!("{what} `{id}` ended while not open")));
+                }
+            }
+        }
+    }
+}
+
+/// Check the event clauses (EVT-00..EVT-11) on the complete event list of one run.
+pub fn check_events(events: &[Event]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let Some(first) = events.first() else {
+        out.push(v("EVT-01", "a started run emitted no events"));
+        return out;
+    };
+    let run_id = &first.meta().run_id;
+    for (i, pair) in events.windows(2).enumerate() {
+        if pair[1].meta().sequence <= pair[0].meta().sequence {
+            out.push(v(
+                "EVT-00",
+                format!("sequence does not increase at event {}", i + 1),
+            ));
+        }
+    }
+    if first.meta().sequence != 1 {
+        out.push(v(
+            "EVT-00",
+            format!("first sequence is {}, not 1", first.meta().sequence),
+        ));
+    }
+    if events.iter().any(|e| &e.meta().run_id != run_id) {
+        out.push(v("EVT-00", "events carry different run ids"));
+    }
+    let starts = events
+        .iter()
+        .filter(|e| matches!(e, Event::RunStarted(_)))
+        .count();
+    if starts != 1 || !matches!(first, Event::RunStarted(_)) {
+        out.push(v(
+            "EVT-01",
+            format!(
+                "{starts} RunStarted events; the first event is `{}`",
+                first.kind()
+            ),
+        ));
+    }
+    let finishes = events
+        .iter()
+        .filter(|e| matches!(e, Event::RunFinished(_)))
+        .count();
+    if finishes != 1 || !matches!(events.last(), Some(Event::RunFinished(_))) {
+        out.push(v(
+            "EVT-02",
+            format!(
+                "{finishes} RunFinished events; the last event is `{}`",
+                events.last().map_or("none", Event::kind)
+            ),
+        ));
+    }
+    let (mut text, mut thinking, mut tools) = (
+        Lifecycles::default(),
+        Lifecycles::default(),
+        Lifecycles::default(),
+    );
+    let mut ended_tools = BTreeSet::new();
+    for e in events {
+        match e {
+            Event::TextDelta(d) => {
+                text.step("EVT-03", "text", &d.message_id, d.phase, &mut out);
+                if d.phase == Phase::Delta && d.text.is_empty() {
+                    out.push(v(
+                        "EVT-04",
+                        format!("empty text delta in `{}`", d.message_id),
+                    ));
+                }
+            }
+            Event::Thinking(d) => {
+                thinking.step("EVT-06", "thinking", &d.message_id, d.phase, &mut out);
+                if d.phase == Phase::Delta && d.text.is_empty() {
+                    out.push(v(
+                        "EVT-04",
+                        format!("empty thinking delta in `{}`", d.message_id),
+                    ));
+                }
+            }
+            Event::ToolCall(c) => {
+                if c.phase == Phase::Start && c.name.is_empty() {
+                    out.push(v(
+                        "EVT-05",
+                        format!("tool call `{}` started without a name", c.id),
+                    ));
+                }
+                tools.step("EVT-05", "tool call", &c.id, c.phase, &mut out);
+                if c.phase == Phase::End {
+                    ended_tools.insert(c.id.clone());
+                }
+            }
+            Event::ToolResult(r) if !ended_tools.contains(&r.id) => {
+                let why = if tools.seen.contains(&r.id) {
+                    "before the call ended"
+                } else {
+                    "for an unknown call"
+                };
+                out.push(v("EVT-05", format!("tool result `{}` {why}", r.id)));
+            }
+            _ => {}
+        }
+    }
+    for (what, l) in [
+        ("text", &text),
+        ("thinking", &thinking),
+        ("tool call", &tools),
+    ] {
+        for id in &l.open {
+            out.push(v(
+                "EVT-11",
+                format!("{what} `{id}` still open at the end of the run"),
+            ));
+        }
+    }
+    out
+}
+
+/// Check the result clauses (RUN-04, RSP-01, RSP-03, RSP-05) given the run's events and its
+/// outcome (`Ok` result or the partial result inside a `RunError`).
+pub fn check_result(events: &[Event], result: &Result<RunResult, Error>) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let (res, failed) = match result {
+        Ok(r) => (r, false),
+        Err(Error::Run(e)) => (&e.result, true),
+        Err(_) => return out,
+    };
+    let items: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Item(i) => Some(&i.item),
+            _ => None,
+        })
+        .collect();
+    let transcript: Vec<_> = res.transcript().iter().collect();
+    if items != transcript {
+        out.push(v(
+            "RUN-04",
+            format!(
+                "{} item events vs {} transcript entries, or different order/content",
+                items.len(),
+                transcript.len()
+            ),
+        ));
+    }
+    if failed && res.checkpoint.as_ref().is_some_and(|c| c.valid) {
+        out.push(v("RSP-01", "a failed run carries a valid checkpoint"));
+    }
+    let stdout = String::from_utf8_lossy(&res.raw().stdout);
+    if !res.text.is_empty() && res.text.trim() == stdout.trim() {
+        out.push(v("RSP-03", "the final text is the raw protocol stdout"));
+    }
+    if let Some(t) = res.terminal() {
+        if t.event.is_empty() {
+            out.push(v("RSP-05", "terminal payload without an event name"));
+        }
+        if serde_json::from_str::<serde_json::Value>(&t.json).is_err() {
+            out.push(v("RSP-05", "terminal payload is not valid JSON"));
+        }
+    }
+    out
+}
