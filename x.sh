@@ -16,7 +16,7 @@ export CARGO_TARGET_DIR="$TARGET"
 # Drivers: crate name -> installed file name. Built-ins go to $TARGET/drivers (found by the
 # host), test-only drivers to $TARGET/test-drivers.
 DRIVERS=("reference-driver:reference")
-TEST_DRIVERS=("testbed-driver:testbed")
+TEST_DRIVERS=("testbed-driver:testbed" "broken-driver:broken" "unstable-driver:unstable")
 
 ensure_wasm_target() {
   if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then

@@ -104,6 +104,8 @@ pub struct CheckOptions {
     pub cassettes: Vec<(String, Cassette)>,
     /// Replay options.
     pub replay: ReplayOptions,
+    /// Skip fault injection (FLT-*).
+    pub skip_faults: bool,
 }
 
 struct Results(Vec<ClauseResult>);
@@ -148,6 +150,7 @@ pub async fn check_driver(path: &Path, options: &CheckOptions) -> Report {
     );
     static_clauses(&mut r, path, &driver, options);
     dynamic_clauses(&mut r, &driver, options).await;
+    fault_clauses(&mut r, &driver, options).await;
     Report {
         driver: d.name,
         version: d.version,
@@ -277,6 +280,65 @@ fn static_clauses(r: &mut Results, path: &Path, driver: &Driver, options: &Check
             Status::Pass,
             "structured-output declarations consistent",
         );
+    }
+}
+
+const FAULTS: &[&str] = &[
+    "FLT-01", "FLT-02", "FLT-03", "FLT-04", "FLT-05", "FLT-06", "FLT-07",
+];
+
+async fn fault_clauses(r: &mut Results, driver: &Driver, options: &CheckOptions) {
+    let reason = if options.skip_faults {
+        Some("fault injection skipped (--no-faults)")
+    } else if options.cassettes.is_empty() {
+        Some("no cassettes given")
+    } else {
+        None
+    };
+    if let Some(reason) = reason {
+        for id in FAULTS {
+            r.push(id, Status::Skip, reason);
+        }
+        return;
+    }
+    let configured = match &options.config {
+        Some(c) => driver.clone().with_config(c.clone()),
+        None => Ok(driver.clone()),
+    };
+    let known: std::collections::BTreeSet<String> =
+        r.0.iter()
+            .filter(|x| x.status == Status::Fail)
+            .map(|x| x.id.clone())
+            .collect();
+    let mut per_id: std::collections::BTreeMap<String, Vec<ClauseResult>> = Default::default();
+    for (name, cassette) in &options.cassettes {
+        let driver = match (&configured, &cassette.config) {
+            (Ok(d), Some(c)) if options.config.is_none() => d
+                .clone()
+                .with_config(c.clone())
+                .unwrap_or_else(|_| d.clone()),
+            (Ok(d), _) => d.clone(),
+            (Err(e), _) => {
+                r.push(
+                    "FLT-01",
+                    Status::Fail,
+                    format!("suite config rejected: {e}"),
+                );
+                return;
+            }
+        };
+        for result in crate::faults::inject_faults(&driver, name, cassette, &known).await {
+            per_id.entry(result.id.clone()).or_default().push(result);
+        }
+    }
+    for id in FAULTS {
+        let results = per_id.remove(*id).unwrap_or_default();
+        let failures: Vec<String> = results
+            .iter()
+            .filter(|x| x.status == Status::Fail)
+            .map(|x| x.reason.clone())
+            .collect();
+        r.verdict(id, &failures, &format!("{} cassette(s)", results.len()));
     }
 }
 

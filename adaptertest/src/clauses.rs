@@ -212,6 +212,13 @@ pub fn check_result(events: &[Event], result: &Result<RunResult, Error>) -> Vec<
     if failed && res.checkpoint.as_ref().is_some_and(|c| c.valid) {
         out.push(v("RSP-01", "a failed run carries a valid checkpoint"));
     }
+    for e in events {
+        if let Event::Notice(n) = e
+            && n.notice == adaptor::CHECKPOINT_INVALIDATED
+        {
+            out.push(v("RSP-01", n.message.clone()));
+        }
+    }
     let stdout = String::from_utf8_lossy(&res.raw().stdout);
     if !res.text.is_empty() && res.text.trim() == stdout.trim() {
         out.push(v("RSP-03", "the final text is the raw protocol stdout"));

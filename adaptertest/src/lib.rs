@@ -25,6 +25,7 @@
 
 pub mod check;
 pub mod clauses;
+pub mod faults;
 pub mod replay;
 
 pub use check::{ClauseResult, Report, Status, check_driver};

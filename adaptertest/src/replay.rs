@@ -45,6 +45,8 @@ pub struct ReplayOptions {
     pub resume: Option<Checkpoint>,
     /// Run timeout.
     pub timeout: Duration,
+    /// No-output watchdog for the run.
+    pub idle_timeout: Option<Duration>,
     /// Workspace to run in (default: a fresh temporary directory). Resuming needs the same
     /// workspace as the run that produced the checkpoint.
     pub workspace: Option<PathBuf>,
@@ -58,6 +60,7 @@ impl Default for ReplayOptions {
             resume: None,
             timeout: Duration::from_secs(60),
             workspace: None,
+            idle_timeout: None,
         }
     }
 }
@@ -139,8 +142,12 @@ pub async fn replay_cassette(
         .env("ADAPTERTEST_CASSETTE", cassette_path.display().to_string())
         .env("ADAPTERTEST_TIMING", options.timing.env())
         .grace_period(Duration::from_millis(500))
-        .timeout(options.timeout)
-        .build();
+        .timeout(options.timeout);
+    let agent = match options.idle_timeout {
+        Some(idle) => agent.idle_timeout(idle),
+        None => agent,
+    }
+    .build();
     let mut run = RunOptions::new();
     if let Some(model) = &cassette.model {
         run = run.model(model.clone());

@@ -119,6 +119,7 @@ pub(crate) struct Settings {
     pub blocking_events: bool,
     pub grace_period: Duration,
     pub end_turn_grace: Duration,
+    pub idle_timeout: Option<Duration>,
     pub pass_env: Vec<String>,
     pub set_env: Vec<(String, String)>,
     pub program_dirs: Vec<PathBuf>,
@@ -133,6 +134,7 @@ impl Default for Settings {
             blocking_events: false,
             grace_period: Duration::from_secs(2),
             end_turn_grace: Duration::from_secs(10),
+            idle_timeout: None,
             pass_env: Vec::new(),
             set_env: Vec::new(),
             program_dirs: Vec::new(),
@@ -175,6 +177,14 @@ impl AgentBuilder {
     /// How long a one-shot provider may keep running after its turn ended (default 10 s).
     pub fn end_turn_grace(mut self, grace: Duration) -> Self {
         self.settings.end_turn_grace = grace;
+        self
+    }
+
+    /// No-output watchdog: stop the provider when it writes nothing to stdout or stderr for
+    /// this long; the run fails with reason `timeout` and `exit.no_output` set. Default: off
+    /// (agent CLIs can think silently for minutes; set it to what your provider tolerates).
+    pub fn idle_timeout(mut self, idle: Duration) -> Self {
+        self.settings.idle_timeout = Some(idle);
         self
     }
 

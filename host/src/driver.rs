@@ -204,12 +204,20 @@ impl Driver {
             GuestLimits::default(),
         ))?;
         let raw = run_sync(instance.describe())?;
+        let again = run_sync(instance.describe())?;
         let descriptor = crate::convert::descriptor(raw).map_err(|reason| {
             Error::Load(LoadError::InvalidDescriptor {
                 driver: self.loaded.name.to_string(),
                 reason,
             })
         })?;
+        let same_instance = crate::convert::descriptor(again).ok();
+        if same_instance.as_ref() != Some(&descriptor) {
+            return Err(Error::Load(LoadError::InvalidDescriptor {
+                driver: self.loaded.name.to_string(),
+                reason: "describe() returned different descriptors on two calls".into(),
+            }));
+        }
         if descriptor != self.loaded.descriptor {
             return Err(Error::Load(LoadError::InvalidDescriptor {
                 driver: self.loaded.name.to_string(),

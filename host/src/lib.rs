@@ -38,6 +38,7 @@ mod grant;
 mod guest;
 mod pipeline;
 mod process;
+pub mod replay;
 mod result;
 mod stream;
 
@@ -54,6 +55,7 @@ pub use event::{
     RunStarted, SessionStarted, TextDelta, ToolCall, ToolResult, UsageUpdate, VendorEvent,
 };
 pub use guest::GuestLimits;
+pub use pipeline::CHECKPOINT_INVALIDATED;
 pub use process::DEFAULT_ENV_ALLOWLIST;
 pub use result::{
     Checkpoint, ChunkRecord, ExitInfo, ItemKind, LaunchRecord, RawStreams, RunResult, StreamKind,

@@ -38,7 +38,7 @@ const CHUNK: usize = 64 * 1024;
 /// After the process exits, how long descendants may keep its pipes open.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 
-fn new_run_id() -> String {
+pub(crate) fn new_run_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
@@ -191,44 +191,17 @@ impl Run {
         })?;
         let resume = self.resume_request()?;
         let private_dir = PrivateDir::path_for(&self.run_id);
-        let request = wit::RunRequest {
-            run_id: self.run_id.clone(),
-            prompt: self.prompt.clone(),
+        let request = build_request(
+            &self.run_id,
+            &self.prompt,
             config_json,
-            model: self.options.model.clone(),
-            instructions: self.options.instructions.clone(),
-            workspace: workspace.display().to_string(),
-            private_dir: private_dir.display().to_string(),
-            policy: convert::inherit_policy(),
-            output_schema: None,
+            &self.options,
+            &workspace,
+            &private_dir,
             resume,
-            streaming: self.options.streaming.unwrap_or(true),
-            mcp_servers: Vec::new(),
-            skill_dirs: Vec::new(),
-            metadata: self
-                .options
-                .metadata
-                .clone()
-                .unwrap_or_default()
-                .into_iter()
-                .collect(),
-        };
+        );
         let mut session = instance.open_session(&request).await?;
-        let launch = match session.start().await? {
-            Ok(launch) => launch,
-            Err(e) => {
-                let (kind, message) = match e {
-                    wit::StartError::InvalidRequest(m) => (StartRefusal::InvalidRequest, m),
-                    wit::StartError::Unsupported(m) => (StartRefusal::Unsupported, m),
-                    wit::StartError::ResumeRejected(m) => (StartRefusal::ResumeRejected, m),
-                };
-                return Err(Error::StartRefused {
-                    driver: name,
-                    kind,
-                    message,
-                });
-            }
-        };
+        let launch = start_session(&mut session, &name).await?;
         let grant = Grant {
             configured: &configured,
             resolved: &resolved,
@@ -357,6 +330,7 @@ impl Run {
                 ..RawStreams::default()
             },
             spawned_at: Instant::now(),
+            idle_fired: false,
         };
         if let Some(stdin) = spawned.stdin.take() {
             let (tx, rx) = mpsc::unbounded_channel();
@@ -377,6 +351,7 @@ impl Run {
                 &self.cancel,
                 self.options.timeout,
                 self.inner.settings.end_turn_grace,
+                self.inner.settings.idle_timeout,
             )
             .await;
         // Whatever happened, no process of this run survives it.
@@ -400,7 +375,8 @@ impl Run {
         }
         drop(private_dir);
 
-        let exit = exit_info(status, cancelled, timed_out);
+        let mut exit = exit_info(status, cancelled, timed_out);
+        exit.no_output = sup.idle_fired;
         let wit_status = wit::ExitStatus {
             code: exit.code,
             signal: exit.signal,
@@ -420,102 +396,226 @@ impl Run {
                 bytes: 0,
             }))
             .await;
-        self.classify(outcome, raw, exit)
+        let mut notices = Vec::new();
+        let result = self.classify(outcome, raw, exit, &mut notices);
+        for (kind, message) in notices {
+            self.emitter
+                .emit(Event::Notice(Notice {
+                    meta: blank_meta(),
+                    notice: kind,
+                    message,
+                    data: None,
+                }))
+                .await;
+        }
+        result
     }
 
     fn classify(
         &self,
         outcome: wit::Outcome,
-        mut raw: RawStreams,
+        raw: RawStreams,
         exit: ExitInfo,
+        notices: &mut Vec<(String, String)>,
     ) -> Result<RunResult, Error> {
-        let name = self.driver_name();
-        let contract = |message: String| Error::DriverContract {
-            driver: name.clone(),
-            call: "session.finish",
-            message,
-        };
-        let transcript = outcome
-            .transcript
+        classify(
+            &Classify {
+                driver: self.driver_name(),
+                codec: self.inner.driver.loaded.descriptor.sessions.codec.clone(),
+                run_id: self.run_id.clone(),
+                timeout: self.options.timeout,
+                idle: self.inner.settings.idle_timeout,
+                started: self.started,
+            },
+            outcome,
+            raw,
+            exit,
+            notices,
+        )
+    }
+}
+
+/// The fully resolved request the driver sees.
+pub(crate) fn build_request(
+    run_id: &str,
+    prompt: &str,
+    config_json: String,
+    options: &RunOptions,
+    workspace: &Path,
+    private_dir: &Path,
+    resume: Option<wit::Resume>,
+) -> wit::RunRequest {
+    wit::RunRequest {
+        run_id: run_id.to_owned(),
+        prompt: prompt.to_owned(),
+        config_json,
+        model: options.model.clone(),
+        instructions: options.instructions.clone(),
+        workspace: workspace.display().to_string(),
+        private_dir: private_dir.display().to_string(),
+        policy: convert::inherit_policy(),
+        output_schema: None,
+        resume,
+        streaming: options.streaming.unwrap_or(true),
+        mcp_servers: Vec::new(),
+        skill_dirs: Vec::new(),
+        metadata: options
+            .metadata
+            .clone()
+            .unwrap_or_default()
             .into_iter()
-            .map(convert::item)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(contract)?;
-        raw.terminal = outcome
-            .terminal
-            .map(convert::terminal)
-            .transpose()
-            .map_err(contract)?;
-        let codec = &self.inner.driver.loaded.descriptor.sessions.codec;
-        let mut checkpoint = outcome
-            .checkpoint
-            .map(|c| convert::checkpoint(codec, c))
-            .transpose()
-            .map_err(contract)?;
-        let structured_output = convert::json_field("structured-output", outcome.structured_output)
-            .map_err(contract)?;
-        let failure = if exit.cancelled {
-            Some((
-                FailureReason::Cancelled,
-                "the run was cancelled".to_owned(),
-                None,
-            ))
-        } else if exit.timed_out {
-            Some((
-                FailureReason::Timeout,
+            .collect(),
+    }
+}
+
+/// `session.start`, with a refusal turned into [`Error::StartRefused`].
+pub(crate) async fn start_session(
+    session: &mut GuestSession,
+    driver: &str,
+) -> Result<wit::Launch, Error> {
+    match session.start().await? {
+        Ok(launch) => Ok(launch),
+        Err(e) => {
+            let (kind, message) = match e {
+                wit::StartError::InvalidRequest(m) => (StartRefusal::InvalidRequest, m),
+                wit::StartError::Unsupported(m) => (StartRefusal::Unsupported, m),
+                wit::StartError::ResumeRejected(m) => (StartRefusal::ResumeRejected, m),
+            };
+            Err(Error::StartRefused {
+                driver: driver.to_owned(),
+                kind,
+                message,
+            })
+        }
+    }
+}
+
+/// Notice kind emitted when the host invalidates a checkpoint a driver claimed valid on a
+/// failed run (conformance clause RSP-01 looks for it).
+pub const CHECKPOINT_INVALIDATED: &str = "checkpoint.invalidated";
+
+/// Facts about a run that classification needs.
+pub(crate) struct Classify {
+    pub driver: String,
+    pub codec: String,
+    pub run_id: String,
+    pub timeout: Option<Duration>,
+    pub idle: Option<Duration>,
+    pub started: Instant,
+}
+
+/// Turn a driver's outcome plus the process facts into the run's result: validate what the
+/// driver returned, decide success or the failure reason (host knowledge first: cancel,
+/// timeout; then the driver's failure; then an abnormal exit), and invalidate a checkpoint
+/// claimed on a failed run. Host corrections are appended to `notices` (kind, message) so
+/// they reach the event stream: nothing is corrected silently.
+pub(crate) fn classify(
+    facts: &Classify,
+    outcome: wit::Outcome,
+    mut raw: RawStreams,
+    exit: ExitInfo,
+    notices: &mut Vec<(String, String)>,
+) -> Result<RunResult, Error> {
+    let name = facts.driver.clone();
+    let contract = |message: String| Error::DriverContract {
+        driver: name.clone(),
+        call: "session.finish",
+        message,
+    };
+    let transcript = outcome
+        .transcript
+        .into_iter()
+        .map(convert::item)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(contract)?;
+    raw.terminal = outcome
+        .terminal
+        .map(convert::terminal)
+        .transpose()
+        .map_err(contract)?;
+    let codec = &facts.codec;
+    let mut checkpoint = outcome
+        .checkpoint
+        .map(|c| convert::checkpoint(codec, c))
+        .transpose()
+        .map_err(contract)?;
+    let structured_output =
+        convert::json_field("structured-output", outcome.structured_output).map_err(contract)?;
+    let failure = if exit.cancelled {
+        Some((
+            FailureReason::Cancelled,
+            "the run was cancelled".to_owned(),
+            None,
+        ))
+    } else if exit.timed_out {
+        Some((
+            FailureReason::Timeout,
+            if exit.no_output {
+                format!(
+                    "the provider wrote nothing for {} ms (idle timeout)",
+                    facts.idle.unwrap_or_default().as_millis()
+                )
+            } else {
                 format!(
                     "the run exceeded its timeout of {} ms",
-                    self.options.timeout.unwrap_or_default().as_millis()
-                ),
-                None,
-            ))
-        } else if let Some(f) = outcome.failure {
-            let details =
-                convert::json_field("failure details-json", f.details_json).map_err(contract)?;
-            Some((convert::failure_reason(f.reason), f.message, details))
-        } else if exit.code != Some(0) || exit.signal.is_some() {
-            Some((
-                FailureReason::AgentError,
+                    facts.timeout.unwrap_or_default().as_millis()
+                )
+            },
+            None,
+        ))
+    } else if let Some(f) = outcome.failure {
+        let details =
+            convert::json_field("failure details-json", f.details_json).map_err(contract)?;
+        Some((convert::failure_reason(f.reason), f.message, details))
+    } else if exit.code != Some(0) || exit.signal.is_some() {
+        Some((
+            FailureReason::AgentError,
+            format!(
+                "the provider process ended unsuccessfully: {}",
+                describe_exit(&exit)
+            ),
+            None,
+        ))
+    } else {
+        None
+    };
+    if failure.is_some()
+        && let Some(cp) = checkpoint.as_mut()
+        && cp.valid
+    {
+        tracing::warn!(driver = %name, "driver marked a checkpoint valid on a failed run; the host invalidated it");
+        notices.push((
+                CHECKPOINT_INVALIDATED.to_owned(),
                 format!(
-                    "the provider process ended unsuccessfully: {}",
-                    describe_exit(&exit)
+                    "driver `{name}` marked checkpoint `{}` valid on a failed run; the host invalidated it",
+                    cp.resume_id
                 ),
-                None,
-            ))
-        } else {
-            None
-        };
-        if failure.is_some()
-            && let Some(cp) = checkpoint.as_mut()
-            && cp.valid
-        {
-            tracing::warn!(driver = %name, "driver marked a checkpoint valid on a failed run; the host invalidated it");
-            cp.valid = false;
-        }
-        let result = RunResult {
-            run_id: self.run_id.clone(),
-            provider: name,
-            model: outcome.model,
-            text: outcome.text,
-            summary: outcome.summary,
-            usage: outcome.usage.map(convert::usage),
-            metadata: outcome.metadata.into_iter().collect::<BTreeMap<_, _>>(),
-            checkpoint,
-            structured_output,
-            exit,
-            duration: self.started.elapsed(),
-            raw,
-            transcript,
-        };
-        match failure {
-            None => Ok(result),
-            Some((reason, message, details)) => Err(Error::Run(Box::new(RunError {
-                reason,
-                message,
-                details,
-                result,
-            }))),
-        }
+            ));
+        cp.valid = false;
+    }
+    let result = RunResult {
+        run_id: facts.run_id.clone(),
+        provider: name,
+        model: outcome.model,
+        text: outcome.text,
+        summary: outcome.summary,
+        usage: outcome.usage.map(convert::usage),
+        metadata: outcome.metadata.into_iter().collect::<BTreeMap<_, _>>(),
+        checkpoint,
+        structured_output,
+        exit,
+        duration: facts.started.elapsed(),
+        raw,
+        transcript,
+    };
+    match failure {
+        None => Ok(result),
+        Some((reason, message, details)) => Err(Error::Run(Box::new(RunError {
+            reason,
+            message,
+            details,
+            result,
+        }))),
     }
 }
 
@@ -534,6 +634,7 @@ struct Supervisor<'a> {
     turn_ended: bool,
     raw: RawStreams,
     spawned_at: Instant,
+    idle_fired: bool,
 }
 
 type LoopOutcome = Result<(Option<std::process::ExitStatus>, bool, bool), Error>;
@@ -545,12 +646,14 @@ impl Supervisor<'_> {
         cancel: &CancellationToken,
         timeout: Option<Duration>,
         end_turn_grace: Duration,
+        idle: Option<Duration>,
     ) -> LoopOutcome {
         let mut stdout = spawned.stdout.take();
         let mut stderr = spawned.stderr.take();
         let mut out_buf = vec![0u8; CHUNK];
         let mut err_buf = vec![0u8; CHUNK];
         let deadline = timeout.map(|t| Instant::now() + t);
+        let mut last_output = Instant::now();
         let mut status: Option<std::process::ExitStatus> = None;
         let mut cancelled = false;
         let mut timed_out = false;
@@ -584,6 +687,11 @@ impl Supervisor<'_> {
                     timed_out = true;
                     self.terminate("timeout").await;
                 }
+                _ = sleep_opt(idle.map(|d| last_output + d)), if !stopping && status.is_none() => {
+                    timed_out = true;
+                    self.idle_fired = true;
+                    self.terminate("no output within the idle timeout").await;
+                }
                 _ = sleep_opt(self.kill_at) => {
                     self.kill_at = None;
                     self.signal(Sig::Kill, "grace period elapsed").await;
@@ -610,7 +718,10 @@ impl Supervisor<'_> {
                 n = read_opt(&mut stdout, &mut out_buf) => {
                     match n {
                         Ok(0) => stdout = None,
-                        Ok(n) => self.on_chunk(true, &out_buf[..n]).await?,
+                        Ok(n) => {
+                            last_output = Instant::now();
+                            self.on_chunk(true, &out_buf[..n]).await?
+                        }
                         Err(e) => {
                             stdout = None;
                             self.notice("stdout.error", &format!("reading the provider's stdout failed: {e}")).await;
@@ -620,7 +731,10 @@ impl Supervisor<'_> {
                 n = read_opt(&mut stderr, &mut err_buf) => {
                     match n {
                         Ok(0) => stderr = None,
-                        Ok(n) => self.on_chunk(false, &err_buf[..n]).await?,
+                        Ok(n) => {
+                            last_output = Instant::now();
+                            self.on_chunk(false, &err_buf[..n]).await?
+                        }
                         Err(e) => {
                             stderr = None;
                             self.notice("stderr.error", &format!("reading the provider's stderr failed: {e}")).await;
@@ -749,14 +863,6 @@ impl Supervisor<'_> {
         }
     }
 
-    fn contract(&self, call: &'static str, message: String) -> Error {
-        Error::DriverContract {
-            driver: self.driver.clone(),
-            call,
-            message,
-        }
-    }
-
     async fn apply(&mut self, actions: Vec<wit::Action>) -> Result<(), Error> {
         for action in actions {
             match action {
@@ -818,67 +924,7 @@ impl Supervisor<'_> {
     }
 
     fn convert_event(&self, event: wit::Event) -> Result<Event, Error> {
-        let meta = blank_meta();
-        let bad = |m: String| self.contract("emit", m);
-        Ok(match event {
-            wit::Event::Text(p) | wit::Event::Thinking(p) if p.message_id.is_empty() => {
-                return Err(bad("a text/thinking event has an empty message id".into()));
-            }
-            wit::Event::Text(p) => Event::TextDelta(text_delta(meta, p)),
-            wit::Event::Thinking(p) => Event::Thinking(text_delta(meta, p)),
-            wit::Event::ToolCall(c) => {
-                if c.id.is_empty() || (c.phase == wit::Phase::Start && c.name.is_empty()) {
-                    return Err(bad(
-                        "a tool-call event needs an id, and a name on start".into()
-                    ));
-                }
-                Event::ToolCall(ToolCall {
-                    meta,
-                    args: convert::json_field("tool-call args-json", c.args_json).map_err(bad)?,
-                    id: c.id,
-                    name: c.name,
-                    phase: convert::phase(c.phase),
-                    args_delta: c.args_delta,
-                    parent_tool_call_id: c.scope.parent_tool_call_id,
-                })
-            }
-            wit::Event::ToolResult(r) => {
-                if r.id.is_empty() {
-                    return Err(bad("a tool-result event has an empty id".into()));
-                }
-                Event::ToolResult(ToolResult {
-                    meta,
-                    id: r.id,
-                    output: r.output,
-                    is_error: r.is_error,
-                    parent_tool_call_id: r.scope.parent_tool_call_id,
-                })
-            }
-            wit::Event::Item(i) => Event::Item(ItemEvent {
-                meta,
-                item: convert::item(i).map_err(bad)?,
-            }),
-            wit::Event::Usage(u) => Event::Usage(UsageUpdate {
-                meta,
-                usage: convert::usage(u),
-            }),
-            wit::Event::Session(s) => Event::Session(SessionStarted {
-                meta,
-                session_id: s.session_id,
-                model: s.model,
-            }),
-            wit::Event::Notice(n) => Event::Notice(Notice {
-                meta,
-                notice: n.kind,
-                message: n.message,
-                data: convert::json_field("notice data-json", n.data_json).map_err(bad)?,
-            }),
-            wit::Event::Other(v) => Event::Vendor(VendorEvent {
-                meta,
-                json: serde_json::from_str(&v.json).unwrap_or(serde_json::Value::String(v.json)),
-                name: v.name,
-            }),
-        })
+        convert_event(&self.driver, event)
     }
 
     /// Close stdin and wait (bounded) for the writer; returns its error, if any.
@@ -895,6 +941,76 @@ impl Supervisor<'_> {
             Err(_) => Some("stdin writer did not finish within the grace period".into()),
         }
     }
+}
+
+/// Validate a driver event and turn it into a public [`Event`] (meta filled in later by the
+/// emitter).
+pub(crate) fn convert_event(driver: &str, event: wit::Event) -> Result<Event, Error> {
+    let meta = blank_meta();
+    let bad = |message: String| Error::DriverContract {
+        driver: driver.to_owned(),
+        call: "emit",
+        message,
+    };
+    Ok(match event {
+        wit::Event::Text(p) | wit::Event::Thinking(p) if p.message_id.is_empty() => {
+            return Err(bad("a text/thinking event has an empty message id".into()));
+        }
+        wit::Event::Text(p) => Event::TextDelta(text_delta(meta, p)),
+        wit::Event::Thinking(p) => Event::Thinking(text_delta(meta, p)),
+        wit::Event::ToolCall(c) => {
+            if c.id.is_empty() || (c.phase == wit::Phase::Start && c.name.is_empty()) {
+                return Err(bad(
+                    "a tool-call event needs an id, and a name on start".into()
+                ));
+            }
+            Event::ToolCall(ToolCall {
+                meta,
+                args: convert::json_field("tool-call args-json", c.args_json).map_err(bad)?,
+                id: c.id,
+                name: c.name,
+                phase: convert::phase(c.phase),
+                args_delta: c.args_delta,
+                parent_tool_call_id: c.scope.parent_tool_call_id,
+            })
+        }
+        wit::Event::ToolResult(r) => {
+            if r.id.is_empty() {
+                return Err(bad("a tool-result event has an empty id".into()));
+            }
+            Event::ToolResult(ToolResult {
+                meta,
+                id: r.id,
+                output: r.output,
+                is_error: r.is_error,
+                parent_tool_call_id: r.scope.parent_tool_call_id,
+            })
+        }
+        wit::Event::Item(i) => Event::Item(ItemEvent {
+            meta,
+            item: convert::item(i).map_err(bad)?,
+        }),
+        wit::Event::Usage(u) => Event::Usage(UsageUpdate {
+            meta,
+            usage: convert::usage(u),
+        }),
+        wit::Event::Session(s) => Event::Session(SessionStarted {
+            meta,
+            session_id: s.session_id,
+            model: s.model,
+        }),
+        wit::Event::Notice(n) => Event::Notice(Notice {
+            meta,
+            notice: n.kind,
+            message: n.message,
+            data: convert::json_field("notice data-json", n.data_json).map_err(bad)?,
+        }),
+        wit::Event::Other(v) => Event::Vendor(VendorEvent {
+            meta,
+            json: serde_json::from_str(&v.json).unwrap_or(serde_json::Value::String(v.json)),
+            name: v.name,
+        }),
+    })
 }
 
 fn text_delta(meta: EventMeta, p: wit::TextPart) -> TextDelta {
@@ -975,6 +1091,7 @@ fn exit_info(
         signal,
         timed_out,
         cancelled,
+        no_output: false,
     }
 }
 

@@ -189,7 +189,7 @@ pub struct Checkpoint {
 }
 
 /// How the provider process ended.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ExitInfo {
     /// Exit code.
     pub code: Option<i32>,
@@ -199,6 +199,8 @@ pub struct ExitInfo {
     pub timed_out: bool,
     /// Stopped by cancellation.
     pub cancelled: bool,
+    /// The timeout was the idle watchdog: no output for too long.
+    pub no_output: bool,
 }
 
 /// What a run produced.

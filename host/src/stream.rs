@@ -31,6 +31,20 @@ pub(crate) fn blank_meta() -> EventMeta {
     }
 }
 
+/// Fill in an event's host metadata with the sequence after `previous`; returns the new
+/// sequence. The only place sequence numbers are assigned.
+pub(crate) fn stamp(event: &mut Event, run_id: &str, driver: &str, previous: u64) -> u64 {
+    let sequence = previous + 1;
+    let meta = event.meta_mut();
+    meta.run_id.clear();
+    meta.run_id.push_str(run_id);
+    meta.driver.clear();
+    meta.driver.push_str(driver);
+    meta.sequence = sequence;
+    meta.time = SystemTime::now();
+    sequence
+}
+
 #[derive(Default)]
 struct DropStats {
     count: u64,
@@ -69,12 +83,7 @@ impl Emitter {
     }
 
     fn stamp(&mut self, event: &mut Event) {
-        self.sequence += 1;
-        let meta = event.meta_mut();
-        meta.run_id.clone_from(&self.run_id);
-        meta.driver.clone_from(&self.driver);
-        meta.sequence = self.sequence;
-        meta.time = SystemTime::now();
+        self.sequence = stamp(event, &self.run_id, &self.driver, self.sequence);
     }
 
     /// Emit one event.

@@ -9,10 +9,10 @@
 pub enum Line {
     /// A complete line without its terminator. Bytes need not be valid UTF-8.
     Complete(Vec<u8>),
-    /// A line longer than the framer's limit: its length, the first `limit` bytes kept.
-    /// The rest of that line is discarded up to its terminator.
+    /// A line longer than the framer's limit: its length and its first bytes (at most
+    /// [`OVERSIZED_HEAD`]). The rest of that line is discarded up to its terminator.
     Oversized {
-        /// The first bytes of the line (at most the limit).
+        /// The first bytes of the line (at most [`OVERSIZED_HEAD`]).
         head: Vec<u8>,
         /// Total length of the line seen so far when it was cut (at least limit + 1).
         len: usize,
@@ -28,8 +28,12 @@ pub struct LineFramer {
     skipping: Option<usize>,
 }
 
-/// Default line limit: 16 MiB.
-pub const DEFAULT_MAX_LINE: usize = 16 * 1024 * 1024;
+/// Default line limit: 8 MiB. Drivers run with a 64 MiB memory cap by default; a line is
+/// buffered once, and growth is bounded so the buffer never needs more than about 1.5× this.
+pub const DEFAULT_MAX_LINE: usize = 8 * 1024 * 1024;
+
+/// Bytes of an oversized line kept for diagnostics.
+pub const OVERSIZED_HEAD: usize = 1024;
 
 impl Default for LineFramer {
     fn default() -> Self {
@@ -63,6 +67,10 @@ impl LineFramer {
             };
             if let Some(seen) = self.skipping.as_mut() {
                 *seen += part.len();
+                let keep = OVERSIZED_HEAD
+                    .saturating_sub(self.buf.len())
+                    .min(part.len());
+                self.buf.extend_from_slice(&part[..keep]);
                 if ended {
                     let len = *seen;
                     self.skipping = None;
@@ -75,8 +83,12 @@ impl LineFramer {
             }
             if self.buf.len() + part.len() > self.max_line {
                 let total = self.buf.len() + part.len();
-                let keep = self.max_line - self.buf.len();
+                let keep = OVERSIZED_HEAD
+                    .saturating_sub(self.buf.len())
+                    .min(part.len());
                 self.buf.extend_from_slice(&part[..keep]);
+                self.buf.truncate(OVERSIZED_HEAD);
+                self.buf.shrink_to_fit();
                 if ended {
                     lines.push(Line::Oversized {
                         head: std::mem::take(&mut self.buf),
@@ -87,6 +99,7 @@ impl LineFramer {
                 }
                 continue;
             }
+            self.grow_for(part.len());
             self.buf.extend_from_slice(part);
             if ended {
                 let mut line = std::mem::take(&mut self.buf);
@@ -97,6 +110,16 @@ impl LineFramer {
             }
         }
         lines
+    }
+
+    /// Reserve room for `extra` more bytes: doubling, but never beyond the line limit, so a
+    /// long line does not leave a buffer twice the limit behind.
+    fn grow_for(&mut self, extra: usize) {
+        let needed = self.buf.len() + extra;
+        if needed > self.buf.capacity() {
+            let target = needed.max(self.buf.capacity() * 2).min(self.max_line);
+            self.buf.reserve_exact(target - self.buf.len());
+        }
     }
 
     /// End of stream: the unterminated rest, if any (a truncated last line).
@@ -158,13 +181,13 @@ mod tests {
         let mut f = LineFramer::new(4);
         let got = f.push(b"abcdefgh");
         assert!(got.is_empty());
-        assert!(f.buf.len() <= 4);
+        assert!(f.buf.len() <= OVERSIZED_HEAD);
         let got = f.push(b"ij\nok\n");
         assert_eq!(
             got,
             vec![
                 Line::Oversized {
-                    head: b"abcd".to_vec(),
+                    head: b"abcdefghij".to_vec(),
                     len: 10
                 },
                 complete("ok")

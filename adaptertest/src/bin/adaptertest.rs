@@ -45,6 +45,9 @@ enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Skip fault injection.
+        #[arg(long)]
+        no_faults: bool,
     },
     /// Replay one cassette (or a plain stdout capture) through a driver and print the outcome.
     Replay {
@@ -149,6 +152,7 @@ async fn main() -> ExitCode {
             cassettes,
             timing,
             json,
+            no_faults,
         } => {
             let config = match config.as_deref().map(parse_config).transpose() {
                 Ok(c) => c,
@@ -181,6 +185,7 @@ async fn main() -> ExitCode {
                     timing,
                     ..ReplayOptions::default()
                 },
+                skip_faults: no_faults,
             };
             let report = check_driver(&driver, &options).await;
             if json {

@@ -1,0 +1,131 @@
+//! A test-only driver that breaks exactly one conformance clause, chosen by the config field
+//! `defect` (otherwise it is the reference driver):
+//!
+//! - `unclosed-tool` — starts a tool call that never ends (EVT-11);
+//! - `valid-checkpoint-on-failure` — claims a valid checkpoint on failed runs (RSP-01);
+//! - `raw-text` — returns the raw protocol stdout as the final text (RSP-03);
+//! - `chunk-notice` — emits a notice per stdout chunk, so events depend on chunking (FLT-01).
+//!
+//! A driver cannot emit two run starts: `RunStarted`/`RunFinished` are host-owned.
+
+use adaptor_sdk::json::{self, check_fields, str_field};
+use adaptor_sdk::{
+    Actions, ConfigError, Descriptor, Driver, ExitStatus, Launch, Outcome, RunRequest, Session,
+    StartError, top_scope,
+};
+use reference_driver::{ReferenceDriver, ReferenceSession};
+use serde_json::Value;
+
+const DEFECTS: &[&str] = &[
+    "unclosed-tool",
+    "valid-checkpoint-on-failure",
+    "raw-text",
+    "chunk-notice",
+];
+
+/// The broken driver.
+pub struct BrokenDriver;
+
+fn without_defect(config: &Value) -> Value {
+    let mut c = config.clone();
+    if let Some(m) = c.as_object_mut() {
+        m.remove("defect");
+    }
+    c
+}
+
+impl Driver for BrokenDriver {
+    type Session = BrokenSession;
+
+    fn describe() -> Descriptor {
+        let mut d = ReferenceDriver::describe();
+        d.name = "broken".into();
+        d.display_name = "Broken (one defect)".into();
+        let mut schema: Value = serde_json::from_str(&d.config_schema).unwrap_or(Value::Null);
+        schema["properties"]["defect"] = serde_json::json!({"type": "string", "enum": DEFECTS});
+        d.config_schema = schema.to_string();
+        d
+    }
+
+    fn validate_config(config: &Value) -> Result<(), ConfigError> {
+        if let Some(defect) = config.get("defect") {
+            check_fields(
+                &serde_json::json!({"defect": defect}),
+                &[("defect", "string")],
+            )?;
+            if !DEFECTS.contains(&str_field(config, "defect").unwrap_or_default()) {
+                return Err(ConfigError {
+                    path: "/defect".into(),
+                    message: format!("unknown defect (known: {})", DEFECTS.join(", ")),
+                });
+            }
+        }
+        ReferenceDriver::validate_config(&without_defect(config))
+    }
+}
+
+/// A reference session with one defect.
+pub struct BrokenSession {
+    inner: ReferenceSession,
+    defect: String,
+    stdout: Vec<u8>,
+    started_tool: bool,
+}
+
+impl Session for BrokenSession {
+    fn new(mut request: RunRequest) -> Self {
+        let config = json::parse_config(&request.config_json).unwrap_or(Value::Null);
+        let defect = str_field(&config, "defect").unwrap_or_default().to_owned();
+        request.config_json = without_defect(&config).to_string();
+        Self {
+            inner: ReferenceSession::new(request),
+            defect,
+            stdout: Vec::new(),
+            started_tool: false,
+        }
+    }
+
+    fn start(&mut self) -> Result<Launch, StartError> {
+        self.inner.start()
+    }
+
+    fn on_stdout(&mut self, chunk: &[u8], out: &mut Actions) {
+        if self.defect == "raw-text" && self.stdout.len() < (1 << 20) {
+            self.stdout.extend_from_slice(chunk);
+        }
+        match self.defect.as_str() {
+            "unclosed-tool" if !self.started_tool => {
+                self.started_tool = true;
+                out.tool_start("never-ends", "dangling", None, &top_scope());
+            }
+            "chunk-notice" => out.notice("chunk", &format!("{} bytes", chunk.len()), None),
+            _ => {}
+        }
+        self.inner.on_stdout(chunk, out);
+    }
+
+    fn on_stderr(&mut self, chunk: &[u8], out: &mut Actions) {
+        self.inner.on_stderr(chunk, out);
+    }
+
+    fn on_exit(&mut self, status: &ExitStatus, out: &mut Actions) {
+        self.inner.on_exit(status, out);
+    }
+
+    fn finish(&mut self) -> Outcome {
+        let mut outcome = self.inner.finish();
+        match self.defect.as_str() {
+            "valid-checkpoint-on-failure" => {
+                if let Some(cp) = outcome.checkpoint.as_mut() {
+                    cp.valid = true;
+                }
+            }
+            "raw-text" => outcome.text = String::from_utf8_lossy(&self.stdout).into_owned(),
+            _ => {}
+        }
+        outcome
+    }
+}
+
+#[cfg(target_family = "wasm")]
+adaptor_sdk::export_driver!(BrokenDriver);
