@@ -5,6 +5,7 @@
 #   ./x.sh test                                fmt check, clippy, build drivers, the whole test suite
 #   ./x.sh build-drivers                       build the WASM drivers into $TARGET/drivers
 #   ./x.sh bench                               the turn-overhead / compile benchmark (release build)
+#   ./x.sh reports                             regenerate the conformance report in each driver README
 #
 # CARGO_TARGET_DIR is honoured; drivers land in "$CARGO_TARGET_DIR/drivers".
 set -euo pipefail
@@ -94,13 +95,32 @@ case "$cmd" in
   build-drivers)
     build_drivers
     ;;
+  reports)
+    build_drivers
+    build_host
+    for entry in "${DRIVERS[@]}"; do
+      crate="${entry%%:*}" name="${entry##*:}"
+      dir="drivers/$name"
+      report="$("$TARGET/debug/adaptertest" report "$TARGET/drivers/$name.wasm" --cassette "$dir/cassettes")"
+      REPORT="$report" python3 - "$dir/README.md" <<'PY'
+import os, sys
+path = sys.argv[1]
+text = open(path).read()
+begin, end = "<!-- adaptertest report: begin -->", "<!-- adaptertest report: end -->"
+head, rest = text.split(begin, 1)
+_, tail = rest.split(end, 1)
+open(path, "w").write(head + begin + "\n" + os.environ["REPORT"].rstrip("\n") + "\n" + end + tail)
+PY
+      echo "x.sh: updated $dir/README.md" >&2
+    done
+    ;;
   bench)
     build_drivers
     cargo build --release -p agent-adaptor -p reference-provider >&2
     cargo bench -p adaptor-integration-tests --bench turn_overhead
     ;;
   *)
-    sed -n '2,9p' "$0"
+    sed -n '2,10p' "$0"
     exit 2
     ;;
 esac

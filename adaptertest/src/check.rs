@@ -106,6 +106,11 @@ pub struct CheckOptions {
     pub replay: ReplayOptions,
     /// Skip fault injection (FLT-*).
     pub skip_faults: bool,
+    /// Run the live clauses (LIV-*): the real CLI, through the real pipeline. Off by default
+    /// so ordinary CI never calls a paid service.
+    pub live: bool,
+    /// Extra directories to find the driver's program in (after PATH).
+    pub program_dirs: Vec<std::path::PathBuf>,
 }
 
 struct Results(Vec<ClauseResult>);
@@ -151,6 +156,7 @@ pub async fn check_driver(path: &Path, options: &CheckOptions) -> Report {
     static_clauses(&mut r, path, &driver, options);
     dynamic_clauses(&mut r, &driver, options).await;
     fault_clauses(&mut r, &driver, options).await;
+    live_clauses(&mut r, &driver, options).await;
     Report {
         driver: d.name,
         version: d.version,
@@ -340,6 +346,246 @@ async fn fault_clauses(r: &mut Results, driver: &Driver, options: &CheckOptions)
             .collect();
         r.verdict(id, &failures, &format!("{} cassette(s)", results.len()));
     }
+}
+
+/// The prompt of the live probe.
+pub const LIVE_PROMPT: &str = "Reply with exactly: OK";
+
+async fn live_clauses(r: &mut Results, driver: &Driver, options: &CheckOptions) {
+    if !options.live {
+        for id in ["LIV-01", "LIV-02", "LIV-03"] {
+            r.push(
+                id,
+                Status::Skip,
+                "live clauses run the real CLI: pass --live (or set ADAPTERTEST_LIVE=1)",
+            );
+        }
+        return;
+    }
+    let suite = options.config.clone().unwrap_or_else(|| json!({}));
+    let driver = match driver.clone().with_config(suite) {
+        Ok(d) => d,
+        Err(e) => {
+            r.push(
+                "LIV-01",
+                Status::Fail,
+                format!("suite config rejected: {e}"),
+            );
+            return;
+        }
+    };
+    let workspace = match tempfile::tempdir() {
+        Ok(w) => w,
+        Err(e) => {
+            r.push(
+                "LIV-01",
+                Status::Fail,
+                format!("no temporary workspace: {e}"),
+            );
+            return;
+        }
+    };
+    let resumable = driver.descriptor().sessions.resume;
+    let mut builder = adaptor::Agent::builder(driver)
+        .workspace(workspace.path())
+        .timeout(std::time::Duration::from_secs(300));
+    for dir in &options.program_dirs {
+        builder = builder.program_dir(dir);
+    }
+    let result = builder.build().run(LIVE_PROMPT).await;
+    match &result {
+        Ok(res) if res.exit.code == Some(0) => {
+            r.push("LIV-01", Status::Pass, "live run succeeded, exit 0")
+        }
+        Ok(res) => r.push("LIV-01", Status::Fail, format!("exit {:?}", res.exit.code)),
+        Err(e) => r.push("LIV-01", Status::Fail, e.to_string()),
+    }
+    match &result {
+        Ok(res) if res.text.trim() == "OK" => r.push("LIV-02", Status::Pass, "answered `OK`"),
+        Ok(res) => r.push("LIV-02", Status::Fail, format!("answered {:?}", res.text)),
+        Err(_) => r.push("LIV-02", Status::Fail, "no answer"),
+    }
+    if !resumable {
+        r.push("LIV-03", Status::Skip, "resume not declared");
+    } else {
+        match &result {
+            Ok(res) if res.checkpoint.as_ref().is_some_and(|c| c.valid) => {
+                r.push("LIV-03", Status::Pass, "healthy resumable checkpoint")
+            }
+            _ => r.push(
+                "LIV-03",
+                Status::Fail,
+                "no valid checkpoint from a successful live run",
+            ),
+        }
+    }
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+fn modes(m: adaptor::DecisionModes) -> String {
+    let mut v = Vec::new();
+    for (on, name) in [
+        (m.ask, "ask"),
+        (m.auto_approve, "auto-approve"),
+        (m.auto_deny, "auto-deny"),
+        (m.retry, "retry"),
+    ] {
+        if on {
+            v.push(name);
+        }
+    }
+    if v.is_empty() {
+        "—".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// The capability matrix and clause results as Markdown (for a driver's README).
+pub fn render_markdown(d: &adaptor::Descriptor, report: &Report) -> String {
+    let mut out = format!("### {} (`{}` {})\n\n", d.display_name, d.name, d.version);
+    out.push_str("| capability | declared |\n|---|---|\n");
+    let v = &d.cli_versions;
+    let mut rows: Vec<(String, String)> = vec![
+        ("default program".into(), format!("`{}`", d.default_program)),
+        (
+            "CLI versions".into(),
+            format!(
+                "{} ..< {} (verified: {})",
+                v.min.as_deref().unwrap_or("any"),
+                v.max_exclusive.as_deref().unwrap_or("any"),
+                if v.verified.is_empty() {
+                    "none".to_owned()
+                } else {
+                    v.verified.join(", ")
+                }
+            ),
+        ),
+        (
+            "resume / fork".into(),
+            format!(
+                "{} / {} (codec `{}`)",
+                yes_no(d.sessions.resume),
+                yes_no(d.sessions.fork),
+                d.sessions.codec
+            ),
+        ),
+        (
+            "persistent process".into(),
+            yes_no(d.persistent_process).into(),
+        ),
+    ];
+    let so = d.structured_output;
+    let mut mech = Vec::new();
+    if so.native {
+        mech.push("native");
+    }
+    if so.prompt_validate {
+        mech.push("prompt + validate");
+    }
+    rows.push((
+        "structured output".into(),
+        format!(
+            "{}{}",
+            if mech.is_empty() {
+                "—".to_owned()
+            } else {
+                mech.join(", ")
+            },
+            if so.with_streaming {
+                " (works when streaming)"
+            } else {
+                ""
+            }
+        ),
+    ));
+    let sb = d.policy.sandbox;
+    let mut levels = Vec::new();
+    for (on, name) in [
+        (sb.read_only, "read-only"),
+        (sb.workspace_write, "workspace-write"),
+        (sb.unrestricted, "unrestricted"),
+    ] {
+        if on {
+            levels.push(name);
+        }
+    }
+    rows.push((
+        "sandbox levels".into(),
+        if levels.is_empty() {
+            "—".into()
+        } else {
+            levels.join(", ")
+        },
+    ));
+    rows.push((
+        "web search / browser".into(),
+        format!(
+            "{} / {}",
+            yes_no(d.policy.web_search),
+            yes_no(d.policy.browser)
+        ),
+    ));
+    rows.push((
+        "approvals: permission".into(),
+        modes(d.approvals.permission),
+    ));
+    rows.push((
+        "approvals: plan review".into(),
+        modes(d.approvals.plan_review),
+    ));
+    rows.push(("approvals: question".into(), modes(d.approvals.question)));
+    let st = d.streaming;
+    rows.push((
+        "streaming".into(),
+        format!(
+            "incremental {}, token-level {}, reasoning {}, tool-call args {}",
+            yes_no(st.incremental),
+            yes_no(st.token_level),
+            yes_no(st.reasoning),
+            yes_no(st.tool_call_args)
+        ),
+    ));
+    rows.push((
+        "MCP (stdio / http / sse)".into(),
+        format!(
+            "{} / {} / {}",
+            yes_no(d.mcp.stdio),
+            yes_no(d.mcp.http),
+            yes_no(d.mcp.sse)
+        ),
+    ));
+    rows.push((
+        "skills / instructions".into(),
+        format!("{} / {}", yes_no(d.skills), yes_no(d.instructions)),
+    ));
+    for (k, v) in rows {
+        out.push_str(&format!("| {k} | {v} |\n"));
+    }
+    let count = |s| report.results.iter().filter(|r| r.status == s).count();
+    out.push_str(&format!(
+        "\n**Conformance:** {} passed, {} failed, {} skipped.\n\n| clause | status | detail |\n|---|---|---|\n",
+        count(Status::Pass),
+        count(Status::Fail),
+        count(Status::Skip)
+    ));
+    for r in &report.results {
+        let status = match r.status {
+            Status::Pass => "pass",
+            Status::Fail => "**FAIL**",
+            Status::Skip => "skip",
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} |\n",
+            r.id,
+            status,
+            r.reason.replace('|', "\\|")
+        ));
+    }
+    out
 }
 
 /// The same object with its keys in reverse order (fingerprints must not care).

@@ -8,6 +8,9 @@ use adaptertest::check::{CheckOptions, Status, check_driver};
 use adaptor::cassette::Cassette;
 use adaptor_integration_tests::*;
 
+/// Drivers installed as built-ins (each has a README with its report and committed cassettes).
+const BUILTIN_DRIVERS: &[&str] = &["reference"];
+
 fn cassette_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../drivers/reference/cassettes")
 }
@@ -328,4 +331,38 @@ fn adaptor_run_record_writes_a_replayable_cassette() {
         .unwrap();
     let doc: serde_json::Value = serde_json::from_slice(&replay.stdout).unwrap();
     assert_eq!(doc["outcome"]["text"], "Reference reply: record me");
+}
+
+#[test]
+fn each_builtin_driver_readme_carries_its_current_report() {
+    for name in BUILTIN_DRIVERS {
+        let readme =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../drivers/{name}/README.md"));
+        let text = std::fs::read_to_string(&readme).unwrap();
+        let begin = "<!-- adaptertest report: begin -->\n";
+        let section = text
+            .split_once(begin)
+            .and_then(|(_, rest)| rest.split_once("<!-- adaptertest report: end -->"))
+            .map(|(s, _)| s)
+            .expect("report markers");
+        let out = adaptertest()
+            .args([
+                "report",
+                &driver_path(name).display().to_string(),
+                "--cassette",
+            ])
+            .arg(
+                PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join(format!("../drivers/{name}/cassettes")),
+            )
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(
+            section,
+            String::from_utf8(out.stdout).unwrap(),
+            "{} is stale: run ./x.sh reports",
+            readme.display()
+        );
+    }
 }

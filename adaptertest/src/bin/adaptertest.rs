@@ -1,7 +1,8 @@
 //! `adaptertest`: check a `.wasm` driver against the contract, or replay a cassette.
 //!
 //! ```text
-//! adaptertest check DRIVER.wasm [--config JSON] [--cassette FILE]... [--json]
+//! adaptertest check DRIVER.wasm [--config JSON] [--cassette FILE|DIR]... [--no-faults]
+//!                  [--live] [--json | --markdown]
 //! adaptertest replay --driver DRIVER.wasm CASSETTE [--stderr FILE] [--exit-code N] [--json]
 //! ```
 //!
@@ -30,25 +31,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run every clause that applies to the driver.
-    Check {
-        /// The driver component.
-        driver: PathBuf,
-        /// Suite config (JSON object, or @file).
-        #[arg(long)]
-        config: Option<String>,
-        /// Cassettes to replay (files, or directories of `*.json`).
-        #[arg(long = "cassette")]
-        cassettes: Vec<PathBuf>,
-        /// Replay timing: `fast` (default), `recorded`, or a factor.
-        #[arg(long, default_value = "fast")]
-        timing: String,
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
-        /// Skip fault injection.
-        #[arg(long)]
-        no_faults: bool,
-    },
+    Check(CheckArgs),
+    /// The capability matrix and clause results as Markdown (for a driver's README); the same
+    /// clauses as `check`.
+    Report(CheckArgs),
     /// Replay one cassette (or a plain stdout capture) through a driver and print the outcome.
     Replay {
         /// The driver component.
@@ -72,6 +58,34 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// The driver component.
+    driver: PathBuf,
+    /// Suite config (JSON object, or @file).
+    #[arg(long)]
+    config: Option<String>,
+    /// Cassettes to replay (files, or directories of `*.json`).
+    #[arg(long = "cassette")]
+    cassettes: Vec<PathBuf>,
+    /// Replay timing: `fast` (default), `recorded`, or a factor.
+    #[arg(long, default_value = "fast")]
+    timing: String,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Skip fault injection.
+    #[arg(long)]
+    no_faults: bool,
+    /// Also run the live clauses: the real CLI answers "Reply with exactly: OK" (also
+    /// enabled by ADAPTERTEST_LIVE=1). Never on by default: it may call a paid service.
+    #[arg(long)]
+    live: bool,
+    /// Print the capability matrix and results as Markdown.
+    #[arg(long)]
+    markdown: bool,
 }
 
 fn usage(message: &str) -> ExitCode {
@@ -143,65 +157,86 @@ fn load_any(path: &Path, stderr: Option<&Path>, exit_code: i32) -> Result<Casset
     Ok(Cassette::from_capture(&bytes, &stderr, exit_code))
 }
 
+async fn check(args: CheckArgs, force_markdown: bool) -> ExitCode {
+    let CheckArgs {
+        driver,
+        config,
+        cassettes,
+        timing,
+        json,
+        no_faults,
+        live,
+        markdown,
+    } = args;
+    let markdown = markdown || force_markdown;
+    let config = match config.as_deref().map(parse_config).transpose() {
+        Ok(c) => c,
+        Err(e) => return usage(&e),
+    };
+    let timing = match parse_timing(&timing) {
+        Ok(t) => t,
+        Err(e) => return usage(&e),
+    };
+    let files = match cassette_files(&cassettes) {
+        Ok(f) => f,
+        Err(e) => return usage(&e),
+    };
+    let mut loaded = Vec::new();
+    for f in files {
+        match Cassette::load(&f) {
+            Ok(c) => loaded.push((
+                f.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                c,
+            )),
+            Err(e) => return usage(&e.to_string()),
+        }
+    }
+    let options = CheckOptions {
+        config,
+        cassettes: loaded,
+        replay: ReplayOptions {
+            timing,
+            ..ReplayOptions::default()
+        },
+        skip_faults: no_faults,
+        live: live || std::env::var("ADAPTERTEST_LIVE").is_ok_and(|v| v == "1"),
+        program_dirs: std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(PathBuf::from))
+            .into_iter()
+            .collect(),
+    };
+    let report = check_driver(&driver, &options).await;
+    if markdown {
+        match Driver::from_file(&driver) {
+            Ok(d) => print!(
+                "{}",
+                adaptertest::check::render_markdown(d.descriptor(), &report)
+            ),
+            Err(_) => print!("{}", report.render_text()),
+        }
+    } else if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("report serialises")
+        );
+    } else {
+        print!("{}", report.render_text());
+    }
+    if report.failed() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Check {
-            driver,
-            config,
-            cassettes,
-            timing,
-            json,
-            no_faults,
-        } => {
-            let config = match config.as_deref().map(parse_config).transpose() {
-                Ok(c) => c,
-                Err(e) => return usage(&e),
-            };
-            let timing = match parse_timing(&timing) {
-                Ok(t) => t,
-                Err(e) => return usage(&e),
-            };
-            let files = match cassette_files(&cassettes) {
-                Ok(f) => f,
-                Err(e) => return usage(&e),
-            };
-            let mut loaded = Vec::new();
-            for f in files {
-                match Cassette::load(&f) {
-                    Ok(c) => loaded.push((
-                        f.file_name()
-                            .map(|n| n.to_string_lossy().into_owned())
-                            .unwrap_or_default(),
-                        c,
-                    )),
-                    Err(e) => return usage(&e.to_string()),
-                }
-            }
-            let options = CheckOptions {
-                config,
-                cassettes: loaded,
-                replay: ReplayOptions {
-                    timing,
-                    ..ReplayOptions::default()
-                },
-                skip_faults: no_faults,
-            };
-            let report = check_driver(&driver, &options).await;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report).expect("report serialises")
-                );
-            } else {
-                print!("{}", report.render_text());
-            }
-            if report.failed() {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
+        Command::Check(args) => check(args, false).await,
+        Command::Report(args) => check(args, true).await,
         Command::Replay {
             driver,
             cassette,

@@ -59,8 +59,12 @@ pub fn run<W: Write, E: Write>(
     }
 }
 
-/// The reply text for `prompt`, given the earlier prompts of the session.
+/// The reply text for `prompt`, given the earlier prompts of the session. A prompt of the
+/// form `Reply with exactly: X` is answered with `X` alone (the conformance kit's live probe).
 pub fn reply_text(prompt: &str, history: &[String]) -> String {
+    if let Some(exact) = prompt.strip_prefix("Reply with exactly: ") {
+        return exact.to_owned();
+    }
     match history.last() {
         None => format!("Reference reply: {prompt}"),
         Some(previous) => format!(
@@ -343,6 +347,7 @@ mod tests {
 
     #[test]
     fn reply_text_for_new_and_resumed_sessions() {
+        assert_eq!(reply_text("Reply with exactly: OK", &[]), "OK");
         assert_eq!(reply_text("hi", &[]), "Reference reply: hi");
         assert_eq!(
             reply_text("again", &["hi".to_string()]),
