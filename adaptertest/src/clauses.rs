@@ -219,6 +219,20 @@ pub fn check_result(events: &[Event], result: &Result<RunResult, Error>) -> Vec<
             out.push(v("RSP-01", n.message.clone()));
         }
     }
+    let last_usage = events.iter().rev().find_map(|e| match e {
+        Event::Usage(u) => Some(&u.usage),
+        _ => None,
+    });
+    if res.usage.as_ref() != last_usage {
+        out.push(v(
+            "USG-01",
+            match (&res.usage, last_usage) {
+                (Some(_), None) => "the result reports usage that no usage event ever carried (absent must stay absent)".to_owned(),
+                (None, Some(_)) => "usage events were emitted but the result has no usage".to_owned(),
+                _ => "the result's usage differs from the last usage event".to_owned(),
+            },
+        ));
+    }
     let stdout = String::from_utf8_lossy(&res.raw().stdout);
     if !res.text.is_empty() && res.text.trim() == stdout.trim() {
         out.push(v("RSP-03", "the final text is the raw protocol stdout"));

@@ -18,6 +18,7 @@
 //! | RSP-01 | a valid checkpoint only on a successful run |
 //! | RSP-03 | the final text is not the raw protocol stdout |
 //! | RSP-05 | the terminal payload has an event name and is valid JSON |
+//! | USG-01 | the result's usage equals the last `usage` event, and is absent without one |
 //!
 //! Modules: [`clauses`] (the checks as pure functions), [`replay`] (run a cassette through the
 //! host's real pipeline against the scripted provider `adaptertest-provider`), [`check`]

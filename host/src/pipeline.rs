@@ -115,29 +115,7 @@ impl Run {
             }))
             .await;
         let result = self.supervise(prepared).await;
-        let finished = match &result {
-            Ok(r) => RunFinished {
-                meta: blank_meta(),
-                usage: r.usage.clone(),
-                failed: false,
-                reason: None,
-                message: None,
-            },
-            Err(Error::Run(e)) => RunFinished {
-                meta: blank_meta(),
-                usage: e.result.usage.clone(),
-                failed: true,
-                reason: Some(e.reason.clone()),
-                message: Some(e.message.clone()),
-            },
-            Err(other) => RunFinished {
-                meta: blank_meta(),
-                usage: None,
-                failed: true,
-                reason: None,
-                message: Some(other.to_string()),
-            },
-        };
+        let finished = finished_event(&result);
         match &result {
             Ok(_) => tracing::info!(
                 elapsed_ms = self.started.elapsed().as_millis() as u64,
@@ -432,6 +410,33 @@ impl Run {
             exit,
             notices,
         )
+    }
+}
+
+/// The `RunFinished` event describing `result`.
+pub(crate) fn finished_event(result: &Result<RunResult, Error>) -> RunFinished {
+    match result {
+        Ok(r) => RunFinished {
+            meta: blank_meta(),
+            usage: r.usage.clone(),
+            failed: false,
+            reason: None,
+            message: None,
+        },
+        Err(Error::Run(e)) => RunFinished {
+            meta: blank_meta(),
+            usage: e.result.usage.clone(),
+            failed: true,
+            reason: Some(e.reason.clone()),
+            message: Some(e.message.clone()),
+        },
+        Err(other) => RunFinished {
+            meta: blank_meta(),
+            usage: None,
+            failed: true,
+            reason: None,
+            message: Some(other.to_string()),
+        },
     }
 }
 

@@ -15,10 +15,10 @@ use crate::RunOptions;
 use crate::bindings::wit;
 use crate::driver::Driver;
 use crate::error::Error;
-use crate::event::{Event, Notice, RunFinished, RunStarted};
+use crate::event::{Event, Notice, RunStarted};
 use crate::guest::GuestInstance;
 use crate::pipeline::{
-    Classify, build_request, classify, convert_event, new_run_id, start_session,
+    Classify, build_request, classify, convert_event, finished_event, new_run_id, start_session,
 };
 use crate::result::{ChunkRecord, ExitInfo, LaunchRecord, RawStreams, RunResult, StreamKind};
 use crate::stream::{blank_meta, stamp};
@@ -77,29 +77,7 @@ pub async fn replay_session(
         driver, prompt, options, chunks, exit, &mut out, &run_id, started,
     )
     .await;
-    let finished = match &result {
-        Ok(r) => RunFinished {
-            meta: blank_meta(),
-            usage: r.usage.clone(),
-            failed: false,
-            reason: None,
-            message: None,
-        },
-        Err(Error::Run(e)) => RunFinished {
-            meta: blank_meta(),
-            usage: e.result.usage.clone(),
-            failed: true,
-            reason: Some(e.reason.clone()),
-            message: Some(e.message.clone()),
-        },
-        Err(other) => RunFinished {
-            meta: blank_meta(),
-            usage: None,
-            failed: true,
-            reason: None,
-            message: Some(other.to_string()),
-        },
-    };
+    let finished = finished_event(&result);
     if !out.events.is_empty() {
         out.push(Event::RunFinished(finished));
     }

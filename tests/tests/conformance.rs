@@ -72,6 +72,7 @@ async fn each_broken_driver_fails_exactly_its_clause() {
         ("valid-checkpoint-on-failure", "RSP-01"),
         ("raw-text", "RSP-03"),
         ("chunk-notice", "FLT-01"),
+        ("invented-usage", "USG-01"),
     ] {
         let options = CheckOptions {
             config: Some(serde_json::json!({ "defect": defect })),
@@ -165,8 +166,8 @@ fn the_binary_reports_and_exits_by_verdict() {
     assert_eq!(failures, vec!["RSP-03"]);
 }
 
-#[test]
-fn replay_json_has_the_documented_shape() {
+/// `adaptertest replay --driver reference.wasm --json EXTRA… FILE`, parsed.
+fn replay_doc(extra: &[&str], file: &std::path::Path) -> serde_json::Value {
     let out = adaptertest()
         .args([
             "replay",
@@ -174,7 +175,8 @@ fn replay_json_has_the_documented_shape() {
             &driver_path("reference").display().to_string(),
             "--json",
         ])
-        .arg(cassette_dir().join("happy.json"))
+        .args(extra)
+        .arg(file)
         .output()
         .unwrap();
     assert_eq!(
@@ -183,7 +185,12 @@ fn replay_json_has_the_documented_shape() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn replay_json_has_the_documented_shape() {
+    let doc = replay_doc(&[], &cassette_dir().join("happy.json"));
     assert!(
         doc["events"]
             .as_array()
@@ -225,17 +232,7 @@ fn replay_json_has_the_documented_shape() {
     );
     assert!(o["failure"].is_null());
 
-    let failed = adaptertest()
-        .args([
-            "replay",
-            "--driver",
-            &driver_path("reference").display().to_string(),
-            "--json",
-        ])
-        .arg(cassette_dir().join("fail.json"))
-        .output()
-        .unwrap();
-    let doc: serde_json::Value = serde_json::from_slice(&failed.stdout).unwrap();
+    let doc = replay_doc(&[], &cassette_dir().join("fail.json"));
     assert_eq!(doc["outcome"]["failure"]["reason"], "agent_error");
     assert_eq!(
         doc["outcome"]["failure"]["message"],
@@ -252,27 +249,8 @@ fn a_plain_stdout_capture_is_a_cassette_too() {
     std::fs::write(&stdout, happy.bytes(adaptor::StreamKind::Stdout)).unwrap();
     let stderr = dir.path().join("stderr.txt");
     std::fs::write(&stderr, "a warning\n").unwrap();
-    let out = adaptertest()
-        .args([
-            "replay",
-            "--driver",
-            &driver_path("reference").display().to_string(),
-            "--json",
-            "--exit-code",
-            "2",
-            "--stderr",
-        ])
-        .arg(&stderr)
-        .arg(&stdout)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stderr_arg = stderr.display().to_string();
+    let doc = replay_doc(&["--exit-code", "2", "--stderr", &stderr_arg], &stdout);
     assert_eq!(doc["outcome"]["text"], "Reference reply: Hello reference");
     assert_eq!(doc["outcome"]["exit"]["code"], 2);
     assert_eq!(
@@ -319,17 +297,7 @@ fn adaptor_run_record_writes_a_replayable_cassette() {
         "local paths are not recorded"
     );
     assert_eq!(cassette.bytes(adaptor::StreamKind::Stdin), b"record me");
-    let replay = adaptertest()
-        .args([
-            "replay",
-            "--driver",
-            &driver_path("reference").display().to_string(),
-            "--json",
-        ])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let doc: serde_json::Value = serde_json::from_slice(&replay.stdout).unwrap();
+    let doc = replay_doc(&[], &file);
     assert_eq!(doc["outcome"]["text"], "Reference reply: record me");
 }
 

@@ -4,7 +4,8 @@
 //! - `unclosed-tool` — starts a tool call that never ends (EVT-11);
 //! - `valid-checkpoint-on-failure` — claims a valid checkpoint on failed runs (RSP-01);
 //! - `raw-text` — returns the raw protocol stdout as the final text (RSP-03);
-//! - `chunk-notice` — emits a notice per stdout chunk, so events depend on chunking (FLT-01).
+//! - `chunk-notice` — emits a notice per stdout chunk, so events depend on chunking (FLT-01);
+//! - `invented-usage` — reports zero usage when the provider reported none (USG-01).
 //!
 //! A driver cannot emit two run starts: `RunStarted`/`RunFinished` are host-owned.
 
@@ -21,6 +22,7 @@ const DEFECTS: &[&str] = &[
     "valid-checkpoint-on-failure",
     "raw-text",
     "chunk-notice",
+    "invented-usage",
 ];
 
 /// The broken driver.
@@ -121,6 +123,16 @@ impl Session for BrokenSession {
                 }
             }
             "raw-text" => outcome.text = String::from_utf8_lossy(&self.stdout).into_owned(),
+            "invented-usage" if outcome.usage.is_none() => {
+                outcome.usage = Some(adaptor_sdk::Usage {
+                    input_tokens: Some(0),
+                    output_tokens: Some(0),
+                    cache_read_tokens: None,
+                    cache_write_tokens: None,
+                    reasoning_tokens: None,
+                    cost_usd: None,
+                });
+            }
             _ => {}
         }
         outcome
