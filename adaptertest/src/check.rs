@@ -14,6 +14,7 @@
 //! | SO-01 | structured-output modifiers ⇒ a declared mechanism |
 //! | RUN-00 | the driver never traps on recorded output |
 //! | RUN-01 | raw stdout/stderr hold exactly the recorded bytes |
+//! | EVT-12 | capabilities declared absent never show up (no thinking without `reasoning`, no tool-argument deltas without `tool-call-args`) |
 //! | USG-01 | usage is reported only when observed: the result's usage equals the last `usage` event (none without one) |
 //! | SES-04 | a valid checkpoint resumes: the resume id reaches the new command line or stdin |
 //! | EVT-*, RUN-04, RSP-* | see [`crate::clauses`], on every cassette |
@@ -605,7 +606,7 @@ fn reorder(value: &Value) -> Value {
 
 const DYNAMIC: &[&str] = &[
     "RUN-00", "RUN-01", "EVT-00", "EVT-01", "EVT-02", "EVT-03", "EVT-04", "EVT-05", "EVT-06",
-    "EVT-11", "RUN-04", "RSP-01", "RSP-03", "RSP-05", "USG-01", "SES-04",
+    "EVT-11", "EVT-12", "RUN-04", "RSP-01", "RSP-03", "RSP-05", "USG-01", "SES-04",
 ];
 
 async fn dynamic_clauses(r: &mut Results, driver: &Driver, options: &CheckOptions) {

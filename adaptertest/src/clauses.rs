@@ -247,3 +247,29 @@ pub fn check_result(events: &[Event], result: &Result<RunResult, Error>) -> Vec<
     }
     out
 }
+
+/// EVT-12: what a descriptor declares absent never shows up — no thinking events without
+/// `streaming.reasoning`, no tool-argument deltas without `streaming.tool-call-args`.
+pub fn check_declared_negatives(
+    events: &[Event],
+    descriptor: &adaptor::Descriptor,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    if !descriptor.streaming.reasoning && events.iter().any(|e| matches!(e, Event::Thinking(_))) {
+        out.push(v(
+            "EVT-12",
+            "thinking events although the descriptor declares no reasoning",
+        ));
+    }
+    if !descriptor.streaming.tool_call_args
+        && events
+            .iter()
+            .any(|e| matches!(e, Event::ToolCall(c) if c.phase == Phase::Delta))
+    {
+        out.push(v(
+            "EVT-12",
+            "tool-argument deltas although the descriptor declares no tool-call-args streaming",
+        ));
+    }
+    out
+}

@@ -14,6 +14,7 @@
 //! | EVT-05 | tool calls: start with a name, args deltas and end only while open, results only after the call ended |
 //! | EVT-06 | thinking follows the same lifecycle as text |
 //! | EVT-11 | every lifecycle is closed before `RunFinished` |
+//! | EVT-12 | capabilities declared absent never show up in the events |
 //! | RUN-04 | `Item` events mirror the result's transcript exactly, in order |
 //! | RSP-01 | a valid checkpoint only on a successful run |
 //! | RSP-03 | the final text is not the raw protocol stdout |
@@ -30,5 +31,5 @@ pub mod faults;
 pub mod replay;
 
 pub use check::{ClauseResult, Report, Status, check_driver};
-pub use clauses::{Violation, check_events, check_result};
+pub use clauses::{Violation, check_declared_negatives, check_events, check_result};
 pub use replay::{Replayed, replay_cassette, scripted_provider};

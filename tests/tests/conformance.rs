@@ -334,3 +334,21 @@ fn each_builtin_driver_readme_carries_its_current_report() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_negatives_are_checked() {
+    // The reference driver streams reasoning; a descriptor that denies it must be caught.
+    let happy = Cassette::load(&cassette_dir().join("happy.json")).unwrap();
+    let driver = adaptor::Driver::from_file(driver_path("reference")).unwrap();
+    let replayed = adaptertest::replay_cassette(&driver, &happy, &Default::default())
+        .await
+        .unwrap();
+    assert!(
+        adaptertest::check_declared_negatives(&replayed.events, driver.descriptor()).is_empty()
+    );
+    let mut denying = driver.descriptor().clone();
+    denying.streaming.reasoning = false;
+    let violations = adaptertest::check_declared_negatives(&replayed.events, &denying);
+    assert_eq!(violations.len(), 1);
+    assert_eq!(violations[0].clause, "EVT-12");
+}
