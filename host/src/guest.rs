@@ -232,6 +232,33 @@ impl GuestInstance {
         self.after_call("config-fingerprint", r)
     }
 
+    pub(crate) async fn environment_probes(
+        &mut self,
+        config: &str,
+    ) -> Result<Result<Vec<wit::ProbeCommand>, wit::ConfigError>, Error> {
+        self.before_call("environment-probes")?;
+        let r = self
+            .world
+            .adaptor_driver_driver()
+            .call_environment_probes(&mut self.store, config)
+            .await;
+        self.after_call("environment-probes", r)
+    }
+
+    pub(crate) async fn check_environment(
+        &mut self,
+        config: &str,
+        outputs: &[wit::ProbeOutput],
+    ) -> Result<wit::EnvironmentReport, Error> {
+        self.before_call("check-environment")?;
+        let r = self
+            .world
+            .adaptor_driver_driver()
+            .call_check_environment(&mut self.store, config, outputs)
+            .await;
+        self.after_call("check-environment", r)
+    }
+
     /// Create a session resource.
     pub(crate) async fn open_session(
         mut self,

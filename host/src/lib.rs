@@ -36,6 +36,7 @@ mod error;
 mod event;
 mod grant;
 mod guest;
+mod inspect;
 mod pipeline;
 mod process;
 pub mod replay;
@@ -55,6 +56,7 @@ pub use event::{
     RunStarted, SessionStarted, TextDelta, ToolCall, ToolResult, UsageUpdate, VendorEvent,
 };
 pub use guest::GuestLimits;
+pub use inspect::{Availability, Check, CheckLevel, EnvironmentReport, Inspection};
 pub use pipeline::CHECKPOINT_INVALIDATED;
 pub use process::DEFAULT_ENV_ALLOWLIST;
 pub use result::{

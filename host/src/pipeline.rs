@@ -1129,7 +1129,7 @@ fn resolve_workspace(dir: Option<&Path>) -> Result<PathBuf, Error> {
     Ok(canonical)
 }
 
-fn build_env(
+pub(crate) fn build_env(
     settings: &crate::agent::Settings,
     additions: &[(String, String)],
 ) -> Vec<(OsString, OsString)> {

@@ -174,10 +174,11 @@ pub fn compare_versions(a: &[u64], b: &[u64]) -> std::cmp::Ordering {
     std::cmp::Ordering::Equal
 }
 
-/// The default environment report: is the CLI there, and is its version in the range the
-/// driver was verified with?
+/// The default environment report: is the CLI (`program`, as configured) there, and is its
+/// version in the range the driver was verified with?
 pub fn default_environment_report(
     descriptor: &Descriptor,
+    program: &str,
     outputs: &[ProbeOutput],
 ) -> EnvironmentReport {
     let mut checks = Vec::new();
@@ -189,7 +190,7 @@ pub fn default_environment_report(
             checks.push(crate::Check {
                 code: "cli.present".into(),
                 level: CheckLevel::Pass,
-                message: format!("`{}` runs", descriptor.default_program),
+                message: format!("`{program}` runs"),
                 hint: None,
             });
             cli_version = find_version(&text);
@@ -199,11 +200,8 @@ pub fn default_environment_report(
             code: "cli.present".into(),
             level: CheckLevel::Fail,
             message: match &out.error {
-                Some(e) => format!("`{}` could not run: {e}", descriptor.default_program),
-                None => format!(
-                    "`{} --version` failed with exit code {:?}",
-                    descriptor.default_program, out.code
-                ),
+                Some(e) => format!("`{program}` could not run: {e}"),
+                None => format!("`{program} --version` failed with exit code {:?}", out.code),
             },
             hint: Some(format!(
                 "install {} or set the driver config's `command` to its path",

@@ -78,10 +78,14 @@ pub trait Driver: 'static {
     /// Build the environment report. Default: reads a version from the `version` probe and
     /// compares it with [`Descriptor::cli_versions`].
     fn environment_report(
-        _config: &serde_json::Value,
+        config: &serde_json::Value,
         outputs: &[ProbeOutput],
     ) -> EnvironmentReport {
-        json::default_environment_report(&Self::describe(), outputs)
+        let descriptor = Self::describe();
+        let program = json::str_field(config, "command")
+            .unwrap_or(&descriptor.default_program)
+            .to_owned();
+        json::default_environment_report(&descriptor, &program, outputs)
     }
 }
 

@@ -216,3 +216,68 @@ fn child_pid() -> i32 {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+#[test]
+fn inspect_reports_the_environment_and_fails_without_the_cli() {
+    let ok = adaptor().args(["inspect", "--json"]).output().unwrap();
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(doc["environment"]["status"], "pass");
+    assert_eq!(doc["environment"]["cli_version"], "1.0.0");
+    assert_eq!(doc["quota"]["state"], "unsupported", "never a fake success");
+    assert_eq!(doc["models"][0]["id"], "reference-1");
+
+    let missing = adaptor()
+        .args([
+            "inspect",
+            "--config",
+            r#"{"command":"/no/such/reference-cli"}"#,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    let text = String::from_utf8(missing.stdout).unwrap();
+    assert!(text.contains("environment: FAIL"), "{text}");
+    assert!(
+        text.contains("/no/such/reference-cli") && text.contains("hint:"),
+        "{text}"
+    );
+}
+
+#[test]
+fn inspect_warns_about_a_cli_version_outside_the_supported_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("future-cli");
+    std::fs::write(&fake, "#!/bin/sh\necho 'reference-provider 2.5.0'\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let config = serde_json::json!({"command": fake.display().to_string()}).to_string();
+    let out = adaptor()
+        .args(["inspect", "--json", "--config", &config])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "a warning is not a failure");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["environment"]["status"], "warn");
+    assert_eq!(doc["environment"]["cli_version"], "2.5.0");
+    let version = doc["environment"]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["code"] == "cli.version")
+        .unwrap();
+    assert_eq!(version["level"], "warn");
+    assert!(
+        version["message"]
+            .as_str()
+            .unwrap()
+            .contains("outside the supported range")
+    );
+}

@@ -31,6 +31,18 @@ struct Cli {
 enum Command {
     /// Run one prompt and stream the result.
     Run(RunArgs),
+    /// Inspect a driver and its CLI on this machine (read-only).
+    Inspect {
+        /// Built-in driver name or path to a `.wasm` driver.
+        #[arg(long, default_value = "reference")]
+        driver: String,
+        /// Driver config as a JSON object, or `@file.json`.
+        #[arg(long)]
+        config: Option<String>,
+        /// Print the inspection as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// List the drivers found in the driver directories.
     Drivers {
         /// Print descriptors as JSON.
@@ -93,6 +105,11 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Drivers { json } => list_drivers(json),
         Command::Run(args) => runtime.block_on(run(args)),
+        Command::Inspect {
+            driver,
+            config,
+            json,
+        } => runtime.block_on(inspect(&driver, config.as_deref(), json)),
     }
 }
 
@@ -159,32 +176,138 @@ fn parse_config(text: &str) -> Result<serde_json::Value, String> {
     Ok(value)
 }
 
-async fn run(args: RunArgs) -> ExitCode {
-    let driver = match Driver::open(&args.driver) {
-        Ok(d) => d,
-        Err(e) => return report(&e),
-    };
-    let driver = match args.config.as_deref().map(parse_config).transpose() {
-        Ok(Some(config)) => match driver.with_config(config) {
-            Ok(d) => d,
-            Err(e) => return report(&e),
-        },
-        Ok(None) => driver,
+/// Load a driver by name or path and apply `--config`.
+fn load_driver(name: &str, config: Option<&str>) -> Result<Driver, ExitCode> {
+    let driver = Driver::open(name).map_err(|e| report(&e))?;
+    match config.map(parse_config).transpose() {
+        Ok(Some(config)) => driver.with_config(config).map_err(|e| report(&e)),
+        Ok(None) => Ok(driver),
         Err(msg) => {
             eprintln!("adaptor: {msg}");
-            return ExitCode::from(EXIT_USAGE);
+            Err(ExitCode::from(EXIT_USAGE))
         }
-    };
-    let mut builder = Agent::builder(driver);
-    if let Some(dir) = std::env::current_exe()
+    }
+}
+
+/// An agent whose programs may also be found beside the `adaptor` binary.
+fn agent_builder(driver: Driver) -> adaptor::AgentBuilder {
+    let builder = Agent::builder(driver);
+    match std::env::current_exe()
         .ok()
         .and_then(|e| e.parent().map(PathBuf::from))
     {
         // Programs installed beside `adaptor` (like the reference provider) are found even
         // when not on PATH.
-        builder = builder.program_dir(dir);
+        Some(dir) => builder.program_dir(dir),
+        None => builder,
     }
-    let agent = builder.build();
+}
+
+async fn inspect(name: &str, config: Option<&str>, json: bool) -> ExitCode {
+    let driver = match load_driver(name, config) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    let inspection = match agent_builder(driver).build().inspect().await {
+        Ok(i) => i,
+        Err(e) => return report(&e),
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&inspection).expect("inspection serialises")
+        );
+    } else {
+        let env = &inspection.environment;
+        println!(
+            "{} {} — environment: {}",
+            sanitize(&inspection.driver),
+            sanitize(&inspection.version),
+            level_name(env.status)
+        );
+        for c in &env.checks {
+            println!(
+                "  {:<5} {:<14} {}",
+                level_name(c.level),
+                sanitize(&c.code),
+                sanitize(&c.message)
+            );
+            if let Some(h) = &c.hint {
+                println!("        hint: {}", sanitize(h));
+            }
+        }
+        let range = &env.supported;
+        println!(
+            "  installed CLI: {} · supported {} ..< {} · verified {}",
+            env.cli_version
+                .as_deref()
+                .map(sanitize)
+                .unwrap_or_else(|| "unknown".into()),
+            range.min.as_deref().unwrap_or("any"),
+            range.max_exclusive.as_deref().unwrap_or("any"),
+            if range.verified.is_empty() {
+                "none".into()
+            } else {
+                range.verified.join(", ")
+            }
+        );
+        let models: Vec<String> = inspection
+            .models
+            .iter()
+            .map(|m| format!("{} ({})", m.id, m.label))
+            .collect();
+        println!(
+            "models: {}",
+            if models.is_empty() {
+                "none listed".into()
+            } else {
+                sanitize(&models.join(", "))
+            }
+        );
+        for (what, a) in [
+            ("quota", availability(&inspection.quota)),
+            ("skills", availability(&inspection.skills)),
+        ] {
+            println!("{what}: {a}");
+        }
+        let fields: Vec<&str> = inspection
+            .config_schema
+            .get("properties")
+            .and_then(|p| p.as_object())
+            .map(|p| p.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        println!("config fields: {}", sanitize(&fields.join(", ")));
+    }
+    if inspection.environment.status == adaptor::CheckLevel::Fail {
+        ExitCode::from(EXIT_RUN_FAILED)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn level_name(level: adaptor::CheckLevel) -> &'static str {
+    match level {
+        adaptor::CheckLevel::Pass => "pass",
+        adaptor::CheckLevel::Warn => "warn",
+        adaptor::CheckLevel::Fail => "FAIL",
+    }
+}
+
+fn availability<T: std::fmt::Debug>(a: &adaptor::Availability<T>) -> String {
+    match a {
+        adaptor::Availability::Supported { value } => format!("supported ({value:?})"),
+        adaptor::Availability::Unsupported { reason } => {
+            format!("unsupported — {}", sanitize(reason))
+        }
+    }
+}
+
+async fn run(args: RunArgs) -> ExitCode {
+    let driver = match load_driver(&args.driver, args.config.as_deref()) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    let agent = agent_builder(driver).build();
     let mut options = RunOptions::new();
     if let Some(m) = &args.model {
         options = options.model(m.clone());

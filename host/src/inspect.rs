@@ -1,0 +1,278 @@
+//! Inspect (read-only): what a driver and its CLI look like on this machine — environment
+//! checks from the driver's probe commands (run by the host under the same grant as a launch,
+//! with bounded output and a timeout), models, config schema, and explicit "unsupported" for
+//! what the driver cannot report (quota, skills). Never fakes success.
+//!
+//! Must not: start sessions or write anything.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::io::AsyncReadExt;
+
+use crate::agent::Agent;
+use crate::bindings::wit;
+use crate::descriptor::{ModelInfo, VersionRange};
+use crate::error::{Error, LaunchRefusal};
+use crate::guest::GuestInstance;
+use crate::process::{self, ProcessSpec, Sig};
+
+/// Bytes kept from a probe's stdout and from its stderr.
+const PROBE_OUTPUT_CAP: usize = 64 * 1024;
+
+/// Severity of a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckLevel {
+    /// Fine.
+    Pass,
+    /// Works, with a caveat.
+    Warn,
+    /// Broken.
+    Fail,
+}
+
+/// One environment check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// Stable code, e.g. `cli.version`.
+    pub code: String,
+    /// Severity.
+    pub level: CheckLevel,
+    /// What was found.
+    pub message: String,
+    /// What to do about it.
+    pub hint: Option<String>,
+}
+
+/// The environment part of an inspection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EnvironmentReport {
+    /// The worst level of all checks (`fail` when there are no checks at all).
+    pub status: CheckLevel,
+    /// Checks, in the driver's order.
+    pub checks: Vec<Check>,
+    /// The installed CLI version, when it could be read.
+    pub cli_version: Option<String>,
+    /// The versions the driver supports.
+    pub supported: VersionRange,
+}
+
+/// Something the driver may or may not be able to report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Availability<T> {
+    /// Reported.
+    Supported {
+        /// The value.
+        value: T,
+    },
+    /// Not reported, and why.
+    Unsupported {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A full read-only inspection.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Inspection {
+    /// Driver name.
+    pub driver: String,
+    /// Driver version.
+    pub version: String,
+    /// Environment checks.
+    pub environment: EnvironmentReport,
+    /// Known models.
+    pub models: Vec<ModelInfo>,
+    /// Quota (no driver world function reports quota yet).
+    pub quota: Availability<serde_json::Value>,
+    /// Skills support.
+    pub skills: Availability<bool>,
+    /// The config JSON Schema.
+    pub config_schema: serde_json::Value,
+}
+
+impl Agent {
+    /// Inspect the driver and its CLI on this machine. Read-only; a missing CLI is reported as
+    /// a failed check with a hint, not as an error.
+    pub async fn inspect(&self) -> Result<Inspection, Error> {
+        let inner = &self.inner;
+        let driver = &inner.driver;
+        let name = driver.name().to_owned();
+        let descriptor = driver.descriptor().clone();
+        let config = driver.config.to_string();
+        let mut instance = GuestInstance::new(
+            driver.loaded.name.clone(),
+            &driver.loaded.pre,
+            inner.settings.limits,
+        )
+        .await?;
+        let probes =
+            instance
+                .environment_probes(&config)
+                .await?
+                .map_err(|e| Error::InvalidConfig {
+                    driver: name.clone(),
+                    path: e.path,
+                    message: e.message,
+                })?;
+        let workspace = match &inner.defaults.workspace {
+            Some(w) => w.canonicalize().unwrap_or_else(|_| w.clone()),
+            None => std::env::current_dir().unwrap_or_default(),
+        };
+        let configured = driver
+            .config
+            .get("command")
+            .and_then(|c| c.as_str())
+            .unwrap_or(&descriptor.default_program)
+            .to_owned();
+        let mut outputs = Vec::new();
+        for probe in probes {
+            if probe.program != configured {
+                return Err(Error::LaunchRefused {
+                    driver: name,
+                    refusal: LaunchRefusal::Program {
+                        requested: probe.program,
+                        granted: configured,
+                    },
+                });
+            }
+            let path_var = std::env::var_os("PATH");
+            let resolved = process::resolve_program(
+                &configured,
+                path_var.as_deref(),
+                &workspace,
+                &inner.settings.program_dirs,
+            );
+            let output = match resolved {
+                Err(why) => wit::ProbeOutput {
+                    id: probe.id,
+                    code: None,
+                    stdout: Vec::new(),
+                    stderr: Vec::new(),
+                    error: Some(format!("`{configured}` not found: {why}")),
+                },
+                Ok(program) => {
+                    let spec = ProcessSpec {
+                        program,
+                        args: probe.args,
+                        env: crate::pipeline::build_env(&inner.settings, &[]),
+                        cwd: workspace.clone(),
+                        parent_death_signal: inner.settings.parent_death_signal,
+                    };
+                    tracing::info!(driver = %name, probe = %probe.id, "running environment probe");
+                    run_probe(
+                        probe.id,
+                        &spec,
+                        Duration::from_millis(probe.timeout_ms.clamp(100, 60_000)),
+                    )
+                    .await
+                }
+            };
+            outputs.push(output);
+        }
+        let report = instance.check_environment(&config, &outputs).await?;
+        let checks: Vec<Check> = report
+            .checks
+            .into_iter()
+            .map(|c| Check {
+                code: c.code,
+                level: match c.level {
+                    wit::CheckLevel::Pass => CheckLevel::Pass,
+                    wit::CheckLevel::Warn => CheckLevel::Warn,
+                    wit::CheckLevel::Fail => CheckLevel::Fail,
+                },
+                message: c.message,
+                hint: c.hint,
+            })
+            .collect();
+        let status = checks
+            .iter()
+            .map(|c| c.level)
+            .max()
+            .unwrap_or(CheckLevel::Fail);
+        Ok(Inspection {
+            driver: descriptor.name.clone(),
+            version: descriptor.version.clone(),
+            environment: EnvironmentReport {
+                status,
+                checks,
+                cli_version: report.cli_version,
+                supported: descriptor.cli_versions.clone(),
+            },
+            models: descriptor.models.clone(),
+            quota: Availability::Unsupported {
+                reason: "adaptor:driver@0.1.0 has no quota probe".into(),
+            },
+            skills: if descriptor.skills {
+                Availability::Supported { value: true }
+            } else {
+                Availability::Unsupported {
+                    reason: "the driver declares no skills support".into(),
+                }
+            },
+            config_schema: descriptor.config_schema.clone(),
+        })
+    }
+}
+
+/// Read a pipe to its end, keeping at most [`PROBE_OUTPUT_CAP`] bytes.
+async fn read_capped<R: tokio::io::AsyncRead + Unpin>(pipe: Option<&mut R>) -> Vec<u8> {
+    let mut buf = Vec::new();
+    if let Some(p) = pipe {
+        let _ = p.take(PROBE_OUTPUT_CAP as u64).read_to_end(&mut buf).await;
+    }
+    buf
+}
+
+/// Run one probe: no stdin, bounded output, killed (whole group) at the timeout.
+async fn run_probe(id: String, spec: &ProcessSpec, timeout: Duration) -> wit::ProbeOutput {
+    let mut spawned = match process::spawn(spec) {
+        Ok(s) => s,
+        Err(e) => {
+            return wit::ProbeOutput {
+                id,
+                code: None,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+                error: Some(format!("could not start {}: {e}", spec.program.display())),
+            };
+        }
+    };
+    drop(spawned.stdin.take());
+    let pgid = spawned.guard.pgid();
+    let mut stdout = spawned.stdout.take();
+    let mut stderr = spawned.stderr.take();
+    let collect = async {
+        let (out, err) = tokio::join!(read_capped(stdout.as_mut()), read_capped(stderr.as_mut()));
+        let status = spawned.child.wait().await;
+        (out, err, status)
+    };
+    let result = tokio::time::timeout(timeout, collect).await;
+    let _ = process::signal_group(pgid, Sig::Kill);
+    spawned.guard.disarm();
+    match result {
+        Ok((stdout, stderr, Ok(status))) => wit::ProbeOutput {
+            id,
+            code: process::exit_parts(status).0,
+            stdout,
+            stderr,
+            error: None,
+        },
+        Ok((stdout, stderr, Err(e))) => wit::ProbeOutput {
+            id,
+            code: None,
+            stdout,
+            stderr,
+            error: Some(format!("waiting for the probe failed: {e}")),
+        },
+        Err(_) => wit::ProbeOutput {
+            id,
+            code: None,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            error: Some(format!("timed out after {} ms", timeout.as_millis())),
+        },
+    }
+}
