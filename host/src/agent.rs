@@ -18,6 +18,7 @@ use tokio_util::task::TaskTracker;
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::guest::GuestLimits;
+use crate::policy::Policy;
 use crate::result::{Checkpoint, RunResult};
 use crate::stream::Stream;
 
@@ -31,6 +32,7 @@ pub struct RunOptions {
     pub(crate) metadata: Option<BTreeMap<String, String>>,
     pub(crate) streaming: Option<bool>,
     pub(crate) resume: Option<Checkpoint>,
+    pub(crate) policy: Option<Policy>,
 }
 
 macro_rules! shared_options {
@@ -68,6 +70,13 @@ macro_rules! shared_options {
                 self
             }
 
+            /// The run policy (replaces the outer scope's policy whole). Checked against the
+            /// driver's descriptor before anything starts.
+            pub fn policy(mut self, policy: Policy) -> Self {
+                self$(.$field)?.policy = Some(policy);
+                self
+            }
+
             /// Ask the driver for its incremental transport (token deltas). Default: on for
             /// `stream`, on for `run` too (it is the same pipeline).
             pub fn streaming(mut self, on: bool) -> Self {
@@ -97,6 +106,7 @@ impl RunOptions {
             metadata: nearer.metadata.clone().or_else(|| self.metadata.clone()),
             streaming: nearer.streaming.or(self.streaming),
             resume: nearer.resume.clone().or_else(|| self.resume.clone()),
+            policy: nearer.policy.or(self.policy),
         }
     }
 

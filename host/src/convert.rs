@@ -216,19 +216,3 @@ pub(crate) fn failure_reason(r: wit::FailureReason) -> crate::error::FailureReas
         wit::FailureReason::Other(s) => F::Other(s),
     }
 }
-
-/// The all-inherit policy (policy options arrive with the policy issue).
-pub(crate) fn inherit_policy() -> wit::Policy {
-    wit::Policy {
-        sandbox: wit::Sandbox::Inherit,
-        web_search: wit::Toggle::Inherit,
-        browser: wit::Toggle::Inherit,
-        permission: wit::DecisionMode::Inherit,
-        plan_review: wit::DecisionMode::Inherit,
-        question: wit::DecisionMode::Inherit,
-        approval_timeout_ms: None,
-        on_reject: wit::Fallback::Abort,
-        on_timeout: wit::Fallback::Abort,
-        max_retries: 0,
-    }
-}

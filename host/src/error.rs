@@ -94,6 +94,26 @@ pub enum Error {
         /// The OS error.
         source: std::io::Error,
     },
+    /// An explicit policy value the driver cannot honour. Nothing was started.
+    #[error("driver `{driver}` does not support {dimension} = {value}")]
+    PolicyUnsupported {
+        /// Driver name.
+        driver: String,
+        /// The policy dimension (`sandbox`, `web_search`, `browser`).
+        dimension: String,
+        /// The requested value.
+        value: String,
+    },
+    /// An explicit approval mode the driver cannot honour. Nothing was started.
+    #[error("driver `{driver}` does not support approval mode {mode} for {kind}")]
+    ApprovalModeUnsupported {
+        /// Driver name.
+        driver: String,
+        /// `permission`, `plan_review`, `question` or `fallback`.
+        kind: String,
+        /// The requested mode.
+        mode: String,
+    },
     /// A checkpoint given to resume cannot be used with this driver.
     #[error("cannot resume with this checkpoint for driver `{driver}`: {reason}")]
     InvalidCheckpoint {

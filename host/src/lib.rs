@@ -38,6 +38,7 @@ mod grant;
 mod guest;
 mod inspect;
 mod pipeline;
+mod policy;
 mod process;
 pub mod replay;
 mod result;
@@ -58,6 +59,7 @@ pub use event::{
 pub use guest::GuestLimits;
 pub use inspect::{Availability, Check, CheckLevel, EnvironmentReport, Inspection};
 pub use pipeline::CHECKPOINT_INVALIDATED;
+pub use policy::{ApprovalPolicy, DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
 pub use process::DEFAULT_ENV_ALLOWLIST;
 pub use result::{
     Checkpoint, ChunkRecord, ExitInfo, ItemKind, LaunchRecord, RawStreams, RunResult, StreamKind,

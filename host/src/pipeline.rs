@@ -134,6 +134,10 @@ impl Run {
     async fn prepare(&mut self) -> Result<Prepared, Error> {
         let driver = &self.inner.driver;
         let name = self.driver_name();
+        self.options
+            .policy
+            .unwrap_or_default()
+            .check(&driver.loaded.descriptor)?;
         let workspace = resolve_workspace(self.options.workspace.as_deref())?;
         let mut instance = GuestInstance::new(
             driver.loaded.name.clone(),
@@ -458,7 +462,7 @@ pub(crate) fn build_request(
         instructions: options.instructions.clone(),
         workspace: workspace.display().to_string(),
         private_dir: private_dir.display().to_string(),
-        policy: convert::inherit_policy(),
+        policy: options.policy.unwrap_or_default().to_wit(),
         output_schema: None,
         resume,
         streaming: options.streaming.unwrap_or(true),

@@ -281,3 +281,49 @@ fn inspect_warns_about_a_cli_version_outside_the_supported_range() {
             .contains("outside the supported range")
     );
 }
+
+#[test]
+fn policy_flags_are_checked_and_passed() {
+    let state = tempfile::tempdir().unwrap();
+    let ok = adaptor()
+        .args([
+            "run",
+            "--json",
+            "--policy",
+            "read-only",
+            "--web-search",
+            "allow",
+            "--config",
+            &config(state.path()),
+            "p",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let unsupported = adaptor()
+        .args([
+            "run",
+            "--policy",
+            "unrestricted",
+            "--config",
+            &config(state.path()),
+            "p",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(unsupported.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&unsupported.stderr)
+            .contains("does not support sandbox = unrestricted")
+    );
+    let bad = adaptor()
+        .args(["run", "--policy", "chaos", "p"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}

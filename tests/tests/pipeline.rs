@@ -710,3 +710,104 @@ fn the_lifecycle_checker_catches_broken_streams() {
             .any(|v| v.clause == "EVT-03")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_policy_values_fail_before_anything_is_spawned() {
+    use adaptor::{ApprovalPolicy, DecisionMode, Policy, Sandbox, Toggle};
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path()).build();
+    let cases = [
+        (Policy::unrestricted(), "sandbox", "unrestricted"),
+        (
+            Policy {
+                browser: Toggle::Allow,
+                ..Policy::default()
+            },
+            "browser",
+            "allow",
+        ),
+    ];
+    for (policy, dim, val) in cases {
+        let (events, result) =
+            collect(agent.stream_with("x", adaptor::RunOptions::new().policy(policy))).await;
+        assert!(events.is_empty(), "nothing may start: {events:?}");
+        match result {
+            Err(Error::PolicyUnsupported {
+                driver,
+                dimension,
+                value,
+            }) => {
+                assert_eq!(
+                    (driver.as_str(), dimension.as_str(), value.as_str()),
+                    ("reference", dim, val)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let ask = Policy {
+        approvals: ApprovalPolicy {
+            permission: DecisionMode::Ask,
+            ..ApprovalPolicy::default()
+        },
+        sandbox: Sandbox::Inherit,
+        ..Policy::default()
+    };
+    let (events, result) =
+        collect(agent.stream_with("x", adaptor::RunOptions::new().policy(ask))).await;
+    assert!(events.is_empty());
+    assert!(
+        matches!(&result, Err(Error::ApprovalModeUnsupported { kind, mode, .. }) if kind == "permission" && mode == "ask"),
+        "{result:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn supported_policy_reaches_the_cli_and_is_replaced_whole() {
+    use adaptor::{Policy, Toggle};
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path())
+        .policy(Policy::read_only())
+        .build();
+    let r = agent.run("policy").await.expect("read-only is supported");
+    let args = r.raw().launch.as_ref().unwrap().args.clone();
+    assert!(
+        args.windows(2).any(|w| w == ["--sandbox", "read-only"]),
+        "{args:?}"
+    );
+    let init = &r.transcript()[0];
+    assert_eq!(init.data.as_ref().unwrap()["sandbox"], "read-only");
+
+    // A per-call policy replaces the agent's whole: no sandbox flag any more.
+    let web = Policy {
+        web_search: Toggle::Deny,
+        ..Policy::default()
+    };
+    let r = agent
+        .run_with("policy", adaptor::RunOptions::new().policy(web))
+        .await
+        .unwrap();
+    let args = r.raw().launch.as_ref().unwrap().args.clone();
+    assert!(
+        args.windows(2).any(|w| w == ["--web-search", "deny"]),
+        "{args:?}"
+    );
+    assert!(!args.contains(&"--sandbox".to_owned()), "{args:?}");
+    // Inherit is portable: the default policy adds nothing.
+    let r = agent
+        .run_with(
+            "policy",
+            adaptor::RunOptions::new().policy(Policy::default()),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !r.raw()
+            .launch
+            .as_ref()
+            .unwrap()
+            .args
+            .iter()
+            .any(|a| a == "--sandbox" || a == "--web-search")
+    );
+}

@@ -9,6 +9,7 @@ pub const VERSION: &str = "1.0.0";
 /// Usage text printed by `--help` and after a usage error.
 pub const USAGE: &str = "\
 usage: reference-provider [--model M] [--resume SESSION_ID] [--state-dir DIR] [--delay-ms N]
+                          [--sandbox read-only|workspace-write] [--web-search allow|deny]
        reference-provider --version
 The prompt is read from stdin until EOF; JSON Lines events are written to stdout.";
 
@@ -36,6 +37,10 @@ pub struct TurnArgs {
     pub state_dir: Option<PathBuf>,
     /// `--delay-ms N`: pause between output lines.
     pub delay_ms: u64,
+    /// `--sandbox read-only|workspace-write`: reported back in the session line.
+    pub sandbox: Option<String>,
+    /// `--web-search allow|deny`: reported back in the session line.
+    pub web_search: Option<String>,
 }
 
 /// Parses the arguments (without the program name).
@@ -68,7 +73,8 @@ where
         match flag.as_str() {
             "--version" | "-V" if inline_value.is_none() => return Ok(Command::Version),
             "--help" | "-h" if inline_value.is_none() => return Ok(Command::Help),
-            "--model" | "--resume" | "--state-dir" | "--delay-ms" => {
+            "--model" | "--resume" | "--state-dir" | "--delay-ms" | "--sandbox"
+            | "--web-search" => {
                 let value = match inline_value {
                     Some(value) => value,
                     None => iter
@@ -77,6 +83,22 @@ where
                 };
                 match flag.as_str() {
                     "--model" => turn.model = Some(value),
+                    "--sandbox" => {
+                        if !matches!(value.as_str(), "read-only" | "workspace-write") {
+                            return Err(format!(
+                                "--sandbox expects read-only or workspace-write, got {value:?}"
+                            ));
+                        }
+                        turn.sandbox = Some(value);
+                    }
+                    "--web-search" => {
+                        if !matches!(value.as_str(), "allow" | "deny") {
+                            return Err(format!(
+                                "--web-search expects allow or deny, got {value:?}"
+                            ));
+                        }
+                        turn.web_search = Some(value);
+                    }
                     "--resume" => turn.resume = Some(value),
                     "--state-dir" => {
                         if value.is_empty() {
@@ -124,6 +146,8 @@ mod tests {
             resume: Some("ref-00".into()),
             state_dir: Some(PathBuf::from("/tmp/x")),
             delay_ms: 5,
+            sandbox: None,
+            web_search: None,
         });
         let spaced = [
             "--model",
@@ -158,6 +182,12 @@ mod tests {
         assert!(parse_strs(&["--bogus"]).is_err());
         assert!(parse_strs(&["--model"]).is_err());
         assert!(parse_strs(&["--delay-ms", "soon"]).is_err());
+        assert!(parse_strs(&["--sandbox", "unrestricted"]).is_err());
+        assert!(parse_strs(&["--web-search", "maybe"]).is_err());
+        assert!(matches!(
+            parse_strs(&["--sandbox", "read-only", "--web-search=deny"]),
+            Ok(Command::Turn(TurnArgs { sandbox: Some(s), web_search: Some(w), .. })) if s == "read-only" && w == "deny"
+        ));
         assert!(parse_strs(&["--state-dir="]).is_err());
         assert!(parse_strs(&["hello"]).is_err());
         assert!(parse_strs(&["--version=2"]).is_err());

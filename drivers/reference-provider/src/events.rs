@@ -19,6 +19,12 @@ pub enum Event<'a> {
         model: &'a str,
         /// Whether this turn continues an earlier session.
         resumed: bool,
+        /// The sandbox level given with `--sandbox`, if any.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        sandbox: Option<&'a str>,
+        /// The web-search switch given with `--web-search`, if any.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        web_search: Option<&'a str>,
     },
     /// A chunk of reasoning text.
     ThinkingDelta {
@@ -171,6 +177,8 @@ mod tests {
                 session_id: "ref-1",
                 model: "m",
                 resumed: false,
+                sandbox: None,
+                web_search: None,
             })
             .unwrap();
         emitter

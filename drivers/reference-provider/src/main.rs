@@ -56,6 +56,8 @@ fn main() -> ExitCode {
                     .unwrap_or_else(|| turn::DEFAULT_MODEL.to_string()),
                 resume: args.resume,
                 state_dir: args.state_dir.or_else(session::default_state_dir),
+                sandbox: args.sandbox,
+                web_search: args.web_search,
             };
             let mut out = Emitter::new(io::stdout().lock(), Duration::from_millis(args.delay_ms));
             let code = turn::run(&config, &prompt, &mut out, &mut io::stderr().lock());

@@ -38,6 +38,10 @@ pub struct TurnConfig {
     pub resume: Option<String>,
     /// Where session files live; `None` if no state directory could be resolved.
     pub state_dir: Option<PathBuf>,
+    /// Sandbox level from `--sandbox`, echoed in the session line.
+    pub sandbox: Option<String>,
+    /// Web-search switch from `--web-search`, echoed in the session line.
+    pub web_search: Option<String>,
 }
 
 /// Runs one turn for the raw stdin prompt and returns the process exit code.
@@ -158,6 +162,8 @@ fn turn<W: Write, E: Write>(
         session_id: &session_id,
         model,
         resumed: cfg.resume.is_some(),
+        sandbox: cfg.sandbox.as_deref(),
+        web_search: cfg.web_search.as_deref(),
     })?;
 
     if script.grandchild {
@@ -342,6 +348,8 @@ mod tests {
             model: DEFAULT_MODEL.to_string(),
             resume: resume.map(str::to_string),
             state_dir,
+            sandbox: None,
+            web_search: None,
         }
     }
 

@@ -10,9 +10,9 @@ use adaptor_sdk::json::{self, check_fields, str_field, u64_field};
 use adaptor_sdk::{
     Actions, ApprovalCaps, Checkpoint, ConfigError, DecisionModes, Descriptor, Driver, ExitStatus,
     Failure, FailureReason, ItemKind, Launch, Line, LineFramer, McpCaps, ModelInfo, Outcome,
-    PolicyCaps, RunRequest, SandboxLevels, Session, SessionCaps, SessionMode, SessionState,
-    StartError, StreamingCaps, StructuredOutputCaps, TerminalPayload, Transcript, Usage,
-    VersionRange, empty_outcome, items, top_scope,
+    PolicyCaps, RunRequest, Sandbox, SandboxLevels, Session, SessionCaps, SessionMode,
+    SessionState, StartError, StreamingCaps, StructuredOutputCaps, TerminalPayload, Toggle,
+    Transcript, Usage, VersionRange, empty_outcome, items, top_scope,
 };
 use serde_json::{Value, json};
 
@@ -63,8 +63,8 @@ impl Driver for ReferenceDriver {
                 native_with_approvals: false,
             },
             policy: PolicyCaps {
-                sandbox: SandboxLevels::empty(),
-                web_search: false,
+                sandbox: SandboxLevels::READ_ONLY | SandboxLevels::WORKSPACE_WRITE,
+                web_search: true,
                 browser: false,
             },
             approvals: ApprovalCaps {
@@ -236,6 +236,13 @@ impl ReferenceSession {
         let mut item = items::blank(ItemKind::Init);
         item.session_id = id;
         item.model = model;
+        let policy: serde_json::Map<String, Value> = ["sandbox", "web_search"]
+            .iter()
+            .filter_map(|k| frame.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+            .collect();
+        if !policy.is_empty() {
+            item.data_json = Some(Value::Object(policy).to_string());
+        }
         self.transcript.push(item, out);
     }
 
@@ -491,6 +498,28 @@ impl Session for ReferenceSession {
         }
         if let Some(ms) = u64_field(cfg, "delay_ms") {
             args.extend(["--delay-ms".to_owned(), ms.to_string()]);
+        }
+        match self.request.policy.sandbox {
+            Sandbox::Inherit => {}
+            Sandbox::ReadOnly => args.extend(["--sandbox".to_owned(), "read-only".to_owned()]),
+            Sandbox::WorkspaceWrite => {
+                args.extend(["--sandbox".to_owned(), "workspace-write".to_owned()])
+            }
+            Sandbox::Unrestricted => {
+                return Err(StartError::Unsupported(
+                    "the reference provider has no unrestricted sandbox".into(),
+                ));
+            }
+        }
+        match self.request.policy.web_search {
+            Toggle::Inherit => {}
+            Toggle::Allow => args.extend(["--web-search".to_owned(), "allow".to_owned()]),
+            Toggle::Deny => args.extend(["--web-search".to_owned(), "deny".to_owned()]),
+        }
+        if self.request.policy.browser != Toggle::Inherit {
+            return Err(StartError::Unsupported(
+                "the reference provider has no browser tool".into(),
+            ));
         }
         if let Some(resume) = &self.request.resume {
             if resume.mode == SessionMode::Fork {

@@ -68,6 +68,13 @@ struct RunArgs {
     /// Timeout in seconds.
     #[arg(long)]
     timeout: Option<f64>,
+    /// Policy preset: inherit, read-only, workspace-write or unrestricted (checked against the
+    /// driver before anything starts).
+    #[arg(long, value_name = "PRESET")]
+    policy: Option<String>,
+    /// Web search: allow or deny (default: the CLI's own setting).
+    #[arg(long, value_name = "allow|deny")]
+    web_search: Option<String>,
     /// Resume this provider session id (e.g. the `session` of an earlier run).
     #[arg(long, value_name = "SESSION_ID")]
     resume: Option<String>,
@@ -321,6 +328,34 @@ async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
         options = options.timeout(Duration::from_secs_f64(secs));
+    }
+    if args.policy.is_some() || args.web_search.is_some() {
+        let mut policy = match args.policy.as_deref().unwrap_or("inherit") {
+            "inherit" => adaptor::Policy::default(),
+            "read-only" => adaptor::Policy::read_only(),
+            "workspace-write" => adaptor::Policy::workspace_write(),
+            "unrestricted" => adaptor::Policy::unrestricted(),
+            other => {
+                eprintln!(
+                    "adaptor: --policy must be inherit, read-only, workspace-write or unrestricted, not `{}`",
+                    sanitize(other)
+                );
+                return ExitCode::from(EXIT_USAGE);
+            }
+        };
+        policy.web_search = match args.web_search.as_deref() {
+            None => adaptor::Toggle::Inherit,
+            Some("allow") => adaptor::Toggle::Allow,
+            Some("deny") => adaptor::Toggle::Deny,
+            Some(other) => {
+                eprintln!(
+                    "adaptor: --web-search must be allow or deny, not `{}`",
+                    sanitize(other)
+                );
+                return ExitCode::from(EXIT_USAGE);
+            }
+        };
+        options = options.policy(policy);
     }
     if let Some(id) = args.resume {
         options = options.resume(adaptor::Checkpoint {

@@ -1,0 +1,289 @@
+//! Run policy: sandbox level, web search, browser and the approval policy per kind, with the
+//! presets and the check against a driver's descriptor.
+//!
+//! Owns: the public policy vocabulary, its conversion to the WIT record, and
+//! [`Policy::check`], which every run performs **before anything starts**: an explicit value
+//! the driver cannot honour is a typed error naming the driver, the dimension and the value.
+//! `Inherit` (leave the CLI's own setting alone) is always portable. A policy is replaced
+//! whole between scopes, never merged field by field. Must not: prompt anyone or decide
+//! approvals (the approvals work owns that).
+
+use std::time::Duration;
+
+use crate::bindings::wit;
+use crate::descriptor::{DecisionModes, Descriptor};
+use crate::error::Error;
+
+/// Sandbox level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Sandbox {
+    /// Leave the CLI's own setting alone.
+    #[default]
+    Inherit,
+    /// Read files only.
+    ReadOnly,
+    /// Write inside the workspace only.
+    WorkspaceWrite,
+    /// No sandbox.
+    Unrestricted,
+}
+
+/// Allow/deny switch for an optional tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Toggle {
+    /// Leave the CLI's own setting alone.
+    #[default]
+    Inherit,
+    /// Explicitly allowed.
+    Allow,
+    /// Explicitly denied.
+    Deny,
+}
+
+/// Decision mode for permission and plan-review requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DecisionMode {
+    /// Leave the CLI's own setting alone.
+    #[default]
+    Inherit,
+    /// Ask (an approval request in the event stream or the approval handler).
+    Ask,
+    /// Proceed without asking.
+    AutoApprove,
+    /// Refuse without asking.
+    AutoDeny,
+}
+
+/// Decision mode for questions: there is no "auto-approve" for a question, so it cannot be
+/// written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QuestionMode {
+    /// Leave the CLI's own setting alone.
+    #[default]
+    Inherit,
+    /// Ask.
+    Ask,
+    /// Refuse to answer.
+    AutoDeny,
+}
+
+/// What happens after an approval is rejected or times out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fallback {
+    /// End the run with an approval failure.
+    #[default]
+    Abort,
+    /// Tell the CLI "no" and let it carry on.
+    Continue,
+    /// Ask again (up to `max_retries`); needs a driver that declares `retry`.
+    Retry,
+}
+
+/// Approval policy per kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ApprovalPolicy {
+    /// Tool-use permission prompts.
+    pub permission: DecisionMode,
+    /// Plan review.
+    pub plan_review: DecisionMode,
+    /// Questions.
+    pub question: QuestionMode,
+    /// How long to wait for an answer (`None`: wait indefinitely).
+    pub timeout: Option<Duration>,
+    /// After a timeout.
+    pub on_timeout: Fallback,
+    /// After a rejection.
+    pub on_reject: Fallback,
+    /// Re-asks allowed with [`Fallback::Retry`].
+    pub max_retries: u32,
+}
+
+/// The run policy. The default inherits everything (portable to every driver).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Policy {
+    /// Sandbox level.
+    pub sandbox: Sandbox,
+    /// Web search.
+    pub web_search: Toggle,
+    /// Browser tool.
+    pub browser: Toggle,
+    /// Approvals.
+    pub approvals: ApprovalPolicy,
+}
+
+impl Policy {
+    /// Read-only sandbox; everything else inherited.
+    pub fn read_only() -> Self {
+        Self {
+            sandbox: Sandbox::ReadOnly,
+            ..Self::default()
+        }
+    }
+
+    /// Workspace-write sandbox; everything else inherited.
+    pub fn workspace_write() -> Self {
+        Self {
+            sandbox: Sandbox::WorkspaceWrite,
+            ..Self::default()
+        }
+    }
+
+    /// No sandbox; everything else inherited.
+    pub fn unrestricted() -> Self {
+        Self {
+            sandbox: Sandbox::Unrestricted,
+            ..Self::default()
+        }
+    }
+
+    /// Check every explicit value against `descriptor`.
+    pub fn check(&self, descriptor: &Descriptor) -> Result<(), Error> {
+        let driver = &descriptor.name;
+        let unsupported = |dimension: &str, value: &str| Error::PolicyUnsupported {
+            driver: driver.clone(),
+            dimension: dimension.to_owned(),
+            value: value.to_owned(),
+        };
+        let caps = &descriptor.policy;
+        let sandbox_ok = match self.sandbox {
+            Sandbox::Inherit => true,
+            Sandbox::ReadOnly => caps.sandbox.read_only,
+            Sandbox::WorkspaceWrite => caps.sandbox.workspace_write,
+            Sandbox::Unrestricted => caps.sandbox.unrestricted,
+        };
+        if !sandbox_ok {
+            return Err(unsupported("sandbox", sandbox_name(self.sandbox)));
+        }
+        if self.web_search != Toggle::Inherit && !caps.web_search {
+            return Err(unsupported("web_search", toggle_name(self.web_search)));
+        }
+        if self.browser != Toggle::Inherit && !caps.browser {
+            return Err(unsupported("browser", toggle_name(self.browser)));
+        }
+        let modes = &descriptor.approvals;
+        let approval = |kind: &str, mode: &str| Error::ApprovalModeUnsupported {
+            driver: driver.clone(),
+            kind: kind.to_owned(),
+            mode: mode.to_owned(),
+        };
+        let a = &self.approvals;
+        check_mode(a.permission, &modes.permission).map_err(|m| approval("permission", m))?;
+        check_mode(a.plan_review, &modes.plan_review).map_err(|m| approval("plan_review", m))?;
+        let question_ok = match a.question {
+            QuestionMode::Inherit => true,
+            QuestionMode::Ask => modes.question.ask,
+            QuestionMode::AutoDeny => modes.question.auto_deny,
+        };
+        if !question_ok {
+            return Err(approval(
+                "question",
+                if a.question == QuestionMode::Ask {
+                    "ask"
+                } else {
+                    "auto_deny"
+                },
+            ));
+        }
+        let any_retry = modes.permission.retry || modes.plan_review.retry || modes.question.retry;
+        if (a.on_timeout == Fallback::Retry || a.on_reject == Fallback::Retry) && !any_retry {
+            return Err(approval("fallback", "retry"));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn to_wit(self) -> wit::Policy {
+        let mode = |m: DecisionMode| match m {
+            DecisionMode::Inherit => wit::DecisionMode::Inherit,
+            DecisionMode::Ask => wit::DecisionMode::Ask,
+            DecisionMode::AutoApprove => wit::DecisionMode::AutoApprove,
+            DecisionMode::AutoDeny => wit::DecisionMode::AutoDeny,
+        };
+        let toggle = |t: Toggle| match t {
+            Toggle::Inherit => wit::Toggle::Inherit,
+            Toggle::Allow => wit::Toggle::Allow,
+            Toggle::Deny => wit::Toggle::Deny,
+        };
+        let fallback = |f: Fallback| match f {
+            Fallback::Abort => wit::Fallback::Abort,
+            Fallback::Continue => wit::Fallback::Continue,
+            Fallback::Retry => wit::Fallback::Retry,
+        };
+        let a = self.approvals;
+        wit::Policy {
+            sandbox: match self.sandbox {
+                Sandbox::Inherit => wit::Sandbox::Inherit,
+                Sandbox::ReadOnly => wit::Sandbox::ReadOnly,
+                Sandbox::WorkspaceWrite => wit::Sandbox::WorkspaceWrite,
+                Sandbox::Unrestricted => wit::Sandbox::Unrestricted,
+            },
+            web_search: toggle(self.web_search),
+            browser: toggle(self.browser),
+            permission: mode(a.permission),
+            plan_review: mode(a.plan_review),
+            question: match a.question {
+                QuestionMode::Inherit => wit::DecisionMode::Inherit,
+                QuestionMode::Ask => wit::DecisionMode::Ask,
+                QuestionMode::AutoDeny => wit::DecisionMode::AutoDeny,
+            },
+            approval_timeout_ms: a
+                .timeout
+                .map(|t| t.as_millis().min(u64::MAX as u128) as u64),
+            on_reject: fallback(a.on_reject),
+            on_timeout: fallback(a.on_timeout),
+            max_retries: a.max_retries,
+        }
+    }
+}
+
+fn check_mode(mode: DecisionMode, caps: &DecisionModes) -> Result<(), &'static str> {
+    match mode {
+        DecisionMode::Inherit => Ok(()),
+        DecisionMode::Ask if caps.ask => Ok(()),
+        DecisionMode::AutoApprove if caps.auto_approve => Ok(()),
+        DecisionMode::AutoDeny if caps.auto_deny => Ok(()),
+        DecisionMode::Ask => Err("ask"),
+        DecisionMode::AutoApprove => Err("auto_approve"),
+        DecisionMode::AutoDeny => Err("auto_deny"),
+    }
+}
+
+fn sandbox_name(s: Sandbox) -> &'static str {
+    match s {
+        Sandbox::Inherit => "inherit",
+        Sandbox::ReadOnly => "read_only",
+        Sandbox::WorkspaceWrite => "workspace_write",
+        Sandbox::Unrestricted => "unrestricted",
+    }
+}
+
+fn toggle_name(t: Toggle) -> &'static str {
+    match t {
+        Toggle::Inherit => "inherit",
+        Toggle::Allow => "allow",
+        Toggle::Deny => "deny",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_set_only_the_sandbox() {
+        assert_eq!(Policy::read_only().sandbox, Sandbox::ReadOnly);
+        assert_eq!(Policy::workspace_write().sandbox, Sandbox::WorkspaceWrite);
+        assert_eq!(Policy::unrestricted().sandbox, Sandbox::Unrestricted);
+        for p in [
+            Policy::read_only(),
+            Policy::workspace_write(),
+            Policy::unrestricted(),
+        ] {
+            assert_eq!(p.web_search, Toggle::Inherit);
+            assert_eq!(p.approvals, ApprovalPolicy::default());
+        }
+        let w = Policy::default().to_wit();
+        assert_eq!(w.sandbox, wit::Sandbox::Inherit);
+        assert_eq!(w.approval_timeout_ms, None);
+    }
+}
