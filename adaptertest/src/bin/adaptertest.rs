@@ -120,6 +120,14 @@ fn parse_timing(text: &str) -> Result<Timing, String> {
     }
 }
 
+/// `--config` and `--timing`, shared by every subcommand.
+fn parse_common(
+    config: Option<&str>,
+    timing: &str,
+) -> Result<(Option<serde_json::Value>, Timing), String> {
+    Ok((config.map(parse_config).transpose()?, parse_timing(timing)?))
+}
+
 /// Cassette files named directly or found in directories, sorted.
 fn cassette_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     let mut out = Vec::new();
@@ -169,12 +177,8 @@ async fn check(args: CheckArgs, force_markdown: bool) -> ExitCode {
         markdown,
     } = args;
     let markdown = markdown || force_markdown;
-    let config = match config.as_deref().map(parse_config).transpose() {
-        Ok(c) => c,
-        Err(e) => return usage(&e),
-    };
-    let timing = match parse_timing(&timing) {
-        Ok(t) => t,
+    let (config, timing) = match parse_common(config.as_deref(), &timing) {
+        Ok(x) => x,
         Err(e) => return usage(&e),
     };
     let files = match cassette_files(&cassettes) {
@@ -246,12 +250,8 @@ async fn main() -> ExitCode {
             timing,
             json,
         } => {
-            let config = match config.as_deref().map(parse_config).transpose() {
-                Ok(c) => c,
-                Err(e) => return usage(&e),
-            };
-            let timing = match parse_timing(&timing) {
-                Ok(t) => t,
+            let (config, timing) = match parse_common(config.as_deref(), &timing) {
+                Ok(x) => x,
                 Err(e) => return usage(&e),
             };
             let cassette = match load_any(&cassette, stderr.as_deref(), exit_code) {
