@@ -21,6 +21,7 @@ use crate::guest::GuestLimits;
 use crate::policy::Policy;
 use crate::result::{Checkpoint, RunResult};
 use crate::stream::Stream;
+use crate::structured::Schema;
 
 /// Options that can be set as Agent defaults and overridden per call.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -33,6 +34,7 @@ pub struct RunOptions {
     pub(crate) streaming: Option<bool>,
     pub(crate) resume: Option<Checkpoint>,
     pub(crate) policy: Option<Policy>,
+    pub(crate) schema: Option<Schema>,
 }
 
 macro_rules! shared_options {
@@ -107,7 +109,16 @@ impl RunOptions {
             streaming: nearer.streaming.or(self.streaming),
             resume: nearer.resume.clone().or_else(|| self.resume.clone()),
             policy: nearer.policy.or(self.policy),
+            schema: nearer.schema.clone().or_else(|| self.schema.clone()),
         }
+    }
+
+    /// Ask for structured output matching `schema` (per call only). The mechanism is chosen
+    /// against the driver's descriptor before launch; the result's `structured` field says
+    /// which one was used and whether the output validated.
+    pub fn schema(mut self, schema: Schema) -> Self {
+        self.schema = Some(schema);
+        self
     }
 
     /// Resume the provider session of `checkpoint` (from an earlier [`RunResult`]) in this

@@ -114,6 +114,27 @@ pub enum Error {
         /// The requested mode.
         mode: String,
     },
+    /// The output schema is unusable (does not compile, recursive, non-local references).
+    /// Nothing was started.
+    #[error("invalid output schema: {reason}")]
+    InvalidSchema {
+        /// What is wrong.
+        reason: String,
+    },
+    /// No structured-output mechanism of the driver fits this run. Nothing was started.
+    #[error("driver `{driver}` cannot produce structured output here: {reason}")]
+    StructuredOutputUnsupported {
+        /// Driver name.
+        driver: String,
+        /// Why.
+        reason: String,
+    },
+    /// The result could not be decoded into the requested type.
+    #[error("cannot decode the result: {message}")]
+    Decode {
+        /// What went wrong.
+        message: String,
+    },
     /// A checkpoint given to resume cannot be used with this driver.
     #[error("cannot resume with this checkpoint for driver `{driver}`: {reason}")]
     InvalidCheckpoint {
@@ -260,6 +281,8 @@ pub enum FailureReason {
     ResumeRejected,
     /// The provider's output broke its protocol.
     ProtocolError,
+    /// The final output does not satisfy the requested schema.
+    InvalidOutput,
     /// Another reason, named by the driver.
     Other(String),
 }
@@ -277,6 +300,7 @@ impl FailureReason {
             FailureReason::PolicyViolation => "policy_violation",
             FailureReason::ResumeRejected => "resume_rejected",
             FailureReason::ProtocolError => "protocol_error",
+            FailureReason::InvalidOutput => "invalid_output",
             FailureReason::Other(s) => s,
         }
     }

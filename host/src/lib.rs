@@ -43,6 +43,7 @@ mod process;
 pub mod replay;
 mod result;
 mod stream;
+mod structured;
 
 pub use agent::{Agent, AgentBuilder, RunOptions};
 pub use descriptor::{
@@ -66,6 +67,9 @@ pub use result::{
     TerminalPayload, TranscriptItem, Usage,
 };
 pub use stream::{Canceller, Stream};
+pub use structured::{
+    Mechanism, PROMPT_SCHEMA_MARKER, Schema, StructuredOutput, run_as, run_as_with,
+};
 
 /// The WIT package version this host implements.
 pub const WIT_PACKAGE: &str = "adaptor:driver@0.1.0";

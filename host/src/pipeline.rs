@@ -32,6 +32,7 @@ use crate::guest::{GuestInstance, GuestSession};
 use crate::process::{self, DEFAULT_ENV_ALLOWLIST, PrivateDir, ProcessSpec, Sig};
 use crate::result::{ChunkRecord, ExitInfo, LaunchRecord, RawStreams, RunResult, StreamKind};
 use crate::stream::{Emitter, Stream, blank_meta};
+use crate::structured::{self, Mechanism};
 
 /// Read size for stdout/stderr chunks.
 const CHUNK: usize = 64 * 1024;
@@ -75,6 +76,7 @@ pub(crate) fn start(inner: &Arc<AgentInner>, prompt: String, options: RunOptions
         emitter,
         cancel,
         started: Instant::now(),
+        mechanism: None,
     };
     inner.tracker.spawn(
         async move {
@@ -94,6 +96,7 @@ struct Run {
     emitter: Emitter,
     cancel: CancellationToken,
     started: Instant,
+    mechanism: Option<Mechanism>,
 }
 
 /// Everything resolved before the process starts.
@@ -172,12 +175,28 @@ impl Run {
             detail,
         })?;
         let resume = self.resume_request()?;
+        if let Some(schema) = &self.options.schema {
+            let policy = self.options.policy.unwrap_or_default();
+            let asks = [policy.approvals.permission, policy.approvals.plan_review]
+                .contains(&crate::policy::DecisionMode::Ask)
+                || policy.approvals.question == crate::policy::QuestionMode::Ask;
+            let mechanism = structured::negotiate(
+                &driver.loaded.descriptor,
+                self.options.streaming.unwrap_or(true),
+                asks,
+            )?;
+            if mechanism == Mechanism::PromptValidate {
+                self.prompt = structured::with_instructions(&self.prompt, schema);
+            }
+            self.mechanism = Some(mechanism);
+        }
         let private_dir = PrivateDir::path_for(&self.run_id);
         let request = build_request(
             &self.run_id,
             &self.prompt,
             config_json,
             &self.options,
+            self.mechanism,
             &workspace,
             &private_dir,
             resume,
@@ -380,6 +399,10 @@ impl Run {
             .await;
         let mut notices = Vec::new();
         let result = self.classify(outcome, raw, exit, &mut notices);
+        let result = match (&self.options.schema, self.mechanism) {
+            (Some(schema), Some(mechanism)) => structured::apply(schema, mechanism, result),
+            _ => result,
+        };
         for (kind, message) in notices {
             self.emitter
                 .emit(Event::Notice(Notice {
@@ -445,11 +468,13 @@ pub(crate) fn finished_event(result: &Result<RunResult, Error>) -> RunFinished {
 }
 
 /// The fully resolved request the driver sees.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn build_request(
     run_id: &str,
     prompt: &str,
     config_json: String,
     options: &RunOptions,
+    mechanism: Option<Mechanism>,
     workspace: &Path,
     private_dir: &Path,
     resume: Option<wit::Resume>,
@@ -463,7 +488,18 @@ pub(crate) fn build_request(
         workspace: workspace.display().to_string(),
         private_dir: private_dir.display().to_string(),
         policy: options.policy.unwrap_or_default().to_wit(),
-        output_schema: None,
+        output_schema: match (&options.schema, mechanism) {
+            (Some(schema), Some(m)) => Some(wit::OutputSchema {
+                schema_json: schema.json().to_string(),
+                name: schema.wit_name(),
+                description: schema.wit_description(),
+                mechanism: match m {
+                    Mechanism::Native => wit::SchemaMechanism::Native,
+                    Mechanism::PromptValidate => wit::SchemaMechanism::PromptValidate,
+                },
+            }),
+            _ => None,
+        },
         resume,
         streaming: options.streaming.unwrap_or(true),
         mcp_servers: Vec::new(),
@@ -612,6 +648,7 @@ pub(crate) fn classify(
         metadata: outcome.metadata.into_iter().collect::<BTreeMap<_, _>>(),
         checkpoint,
         structured_output,
+        structured: None,
         exit,
         duration: facts.started.elapsed(),
         raw,

@@ -111,6 +111,7 @@ async fn drive(
         prompt,
         driver.config.to_string(),
         options,
+        None,
         workspace,
         Path::new("/adaptor-replay/private"),
         None,

@@ -222,8 +222,10 @@ pub struct RunResult {
     pub metadata: BTreeMap<String, String>,
     /// Resume point, if the provider reported a session.
     pub checkpoint: Option<Checkpoint>,
-    /// Native structured output (raw JSON), if any.
+    /// Native structured output (raw JSON) as the driver reported it, if any.
     pub structured_output: Option<serde_json::Value>,
+    /// With a schema: the mechanism used, the value found and its validation.
+    pub structured: Option<crate::structured::StructuredOutput>,
     /// Process outcome.
     pub exit: ExitInfo,
     /// Wall-clock duration of the run.

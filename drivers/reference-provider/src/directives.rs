@@ -15,6 +15,7 @@ const KNOWN: &[&str] = &[
     "stderr",
     "spam",
     "malformed",
+    "invalid-json",
 ];
 
 /// The behaviour requested by the directives of one prompt.
@@ -42,6 +43,8 @@ pub struct Script {
     pub spam: Option<u32>,
     /// `[[malformed]]`: a truncated JSON line before the result line.
     pub malformed: bool,
+    /// `[[invalid-json]]`: answer schema instructions with JSON that does not match.
+    pub invalid_json: bool,
 }
 
 /// A prompt with its directives separated out.
@@ -153,6 +156,7 @@ fn apply(script: &mut Script, name: &str, arg: Option<&str>) -> Result<(), Strin
         "ignore-term" => no_arg(&mut script.ignore_term),
         "noise" => no_arg(&mut script.noise),
         "malformed" => no_arg(&mut script.malformed),
+        "invalid-json" => no_arg(&mut script.invalid_json),
         "exit" => {
             let code = number("an exit code 0-255")?;
             script.exit_code = u8::try_from(code)
@@ -251,6 +255,7 @@ mod tests {
                 stderr_lines: vec!["one".into(), "two".into()],
                 spam: Some(3),
                 malformed: true,
+                invalid_json: false,
             }
         );
     }

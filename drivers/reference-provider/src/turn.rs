@@ -63,6 +63,65 @@ pub fn run<W: Write, E: Write>(
     }
 }
 
+/// Marker the host puts before the JSON Schema in prompt+validate structured output.
+pub const SCHEMA_MARKER: &str = "Respond with only a JSON value that conforms to this JSON Schema:";
+
+/// The JSON Schema following [`SCHEMA_MARKER`] in the prompt, if any.
+pub fn schema_in_prompt(prompt: &str) -> Option<serde_json::Value> {
+    let (_, rest) = prompt.split_once(SCHEMA_MARKER)?;
+    serde_json::from_str(rest.trim()).ok()
+}
+
+/// A value that satisfies simple schemas: the first `enum`/`const` value, else a value of
+/// the declared type (objects get every listed property; arrays honour `minItems`).
+pub fn sample_for_schema(schema: &serde_json::Value) -> serde_json::Value {
+    use serde_json::{Value, json};
+    if let Some(v) = schema.get("const") {
+        return v.clone();
+    }
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
+        return first.clone();
+    }
+    let ty = match schema.get("type") {
+        Some(Value::String(t)) => t.clone(),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|t| *t != "null")
+            .unwrap_or("null")
+            .to_owned(),
+        _ if schema.get("properties").is_some() => "object".to_owned(),
+        _ => "null".to_owned(),
+    };
+    match ty.as_str() {
+        "object" => {
+            let mut out = serde_json::Map::new();
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (k, v) in props {
+                    out.insert(k.clone(), sample_for_schema(v));
+                }
+            }
+            Value::Object(out)
+        }
+        "array" => {
+            let n = schema.get("minItems").and_then(Value::as_u64).unwrap_or(0);
+            let item = schema
+                .get("items")
+                .map(sample_for_schema)
+                .unwrap_or(Value::Null);
+            Value::Array(vec![item; n as usize])
+        }
+        "string" => json!("reference"),
+        "integer" | "number" => json!(1),
+        "boolean" => json!(true),
+        _ => Value::Null,
+    }
+}
+
 /// The reply text for `prompt`, given the earlier prompts of the session. A prompt of the
 /// form `Reply with exactly: X` is answered with `X` alone (the conformance kit's live probe).
 pub fn reply_text(prompt: &str, history: &[String]) -> String {
@@ -195,7 +254,11 @@ fn turn<W: Write, E: Write>(
         );
     }
 
-    let reply = reply_text(prompt, &history);
+    let reply = match schema_in_prompt(prompt) {
+        Some(_) if script.invalid_json => r#"{"unexpected":true}"#.to_owned(),
+        Some(schema) => sample_for_schema(&schema).to_string(),
+        None => reply_text(prompt, &history),
+    };
     let deltas = reply_deltas(&reply, script.spam);
     if script.crash {
         out.event(&Event::TextDelta {
@@ -351,6 +414,18 @@ mod tests {
             sandbox: None,
             web_search: None,
         }
+    }
+
+    #[test]
+    fn schema_instructions_get_a_matching_value() {
+        let prompt = format!(
+            "review {SCHEMA_MARKER}\n{{\"type\":\"object\",\"properties\":{{\"verdict\":{{\"type\":\"string\",\"enum\":[\"ok\",\"bad\"]}},\"issues\":{{\"type\":\"array\",\"items\":{{\"type\":\"string\"}}}}}}}}"
+        );
+        let schema = schema_in_prompt(&prompt).expect("schema found");
+        assert_eq!(
+            sample_for_schema(&schema),
+            serde_json::json!({"verdict": "ok", "issues": []})
+        );
     }
 
     #[test]

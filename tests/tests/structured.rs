@@ -1,0 +1,109 @@
+//! Structured output through the pipeline: `run_as::<T>`, prompt+validate negotiation,
+//! invalid output with and without `return_invalid`, and schemas refused before launch.
+
+use adaptor::{Error, FailureReason, Mechanism, RunOptions, Schema, run_as, run_as_with};
+use adaptor_integration_tests::*;
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize, schemars::JsonSchema, PartialEq)]
+struct Review {
+    verdict: Verdict,
+    issues: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum Verdict {
+    Approve,
+    Reject,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct Node {
+    #[allow(dead_code)]
+    next: Option<Box<Node>>,
+}
+
+fn agent() -> (adaptor::Agent, tempfile::TempDir, tempfile::TempDir) {
+    let (state, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let agent = agent_builder(reference(state.path()), ws.path()).build();
+    (agent, state, ws)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_as_decodes_validated_output() {
+    let (agent, _s, _w) = agent();
+    let (review, result) = run_as::<Review>(&agent, "review the diff")
+        .await
+        .expect("structured run");
+    assert_eq!(
+        review,
+        Review {
+            verdict: Verdict::Approve,
+            issues: vec![]
+        }
+    );
+    let s = result.structured.as_ref().expect("structured output");
+    assert_eq!(
+        s.mechanism,
+        Mechanism::PromptValidate,
+        "the reference driver declares prompt+validate only"
+    );
+    assert!(s.valid && s.errors.is_empty());
+    assert_eq!(result.decode::<Review>().unwrap(), review);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_output_fails_unless_returned() {
+    let (agent, _s, _w) = agent();
+    let e = match run_as::<Review>(&agent, "[[invalid-json]] review").await {
+        Err(Error::Run(e)) => e,
+        other => panic!("expected invalid output, got {other:?}"),
+    };
+    assert_eq!(e.reason, FailureReason::InvalidOutput);
+    let s = e.result.structured.as_ref().unwrap();
+    assert!(!s.valid && !s.errors.is_empty(), "{s:?}");
+    assert!(
+        !e.result.checkpoint.as_ref().unwrap().valid,
+        "no valid checkpoint on a failed run"
+    );
+
+    let schema = Schema::of::<Review>().unwrap().return_invalid(true);
+    let r = agent
+        .run_with("[[invalid-json]] review", RunOptions::new().schema(schema))
+        .await
+        .expect("return_invalid keeps the run successful");
+    let s = r.structured.as_ref().unwrap();
+    assert!(!s.valid);
+    assert_eq!(s.value, Some(serde_json::json!({"unexpected": true})));
+    assert!(matches!(r.decode::<Review>(), Err(Error::Decode { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unusable_schemas_are_refused_before_launch() {
+    let (agent, _s, _w) = agent();
+    assert!(matches!(
+        run_as::<Node>(&agent, "recursive").await,
+        Err(Error::InvalidSchema { reason }) if reason.contains("recursive")
+    ));
+    assert!(matches!(
+        Schema::from_json(serde_json::json!({"type": 12})),
+        Err(Error::InvalidSchema { .. })
+    ));
+    // Streaming is fine for the reference driver; a raw schema works too.
+    let raw = Schema::from_json(serde_json::json!({
+        "type": "object",
+        "properties": {"ok": {"const": true}},
+        "required": ["ok"]
+    }))
+    .unwrap()
+    .name("ok");
+    let (v, _) = run_as_with::<serde_json::Value>(&agent, "raw", RunOptions::new().schema(raw))
+        .await
+        .unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"ok": true}),
+        "a schema given in the options is used as given"
+    );
+}
