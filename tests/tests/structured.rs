@@ -30,32 +30,65 @@ fn agent() -> (adaptor::Agent, tempfile::TempDir, tempfile::TempDir) {
     (agent, state, ws)
 }
 
+/// The testbed driver declares prompt+validate only.
+fn prompt_only_agent() -> (adaptor::Agent, tempfile::TempDir, tempfile::TempDir) {
+    let (state, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let agent = agent_builder(testbed(state.path()), ws.path()).build();
+    (agent, state, ws)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_as_decodes_validated_output() {
-    let (agent, _s, _w) = agent();
-    let (review, result) = run_as::<Review>(&agent, "review the diff")
-        .await
-        .expect("structured run");
-    assert_eq!(
-        review,
-        Review {
-            verdict: Verdict::Approve,
-            issues: vec![]
+async fn run_as_decodes_validated_output_with_both_mechanisms() {
+    for (mechanism, (agent, _s, _w)) in [
+        (Mechanism::Native, agent()),
+        (Mechanism::PromptValidate, prompt_only_agent()),
+    ] {
+        let (review, result) = run_as::<Review>(&agent, "review the diff")
+            .await
+            .expect("structured run");
+        assert_eq!(
+            review,
+            Review {
+                verdict: Verdict::Approve,
+                issues: vec![]
+            }
+        );
+        let s = result.structured.as_ref().expect("structured output");
+        assert_eq!(s.mechanism, mechanism);
+        assert!(s.valid && s.errors.is_empty());
+        assert_eq!(result.decode::<Review>().unwrap(), review);
+        let args = &result.raw().launch.as_ref().unwrap().args;
+        let stdin = String::from_utf8_lossy(&result.raw().stdin).into_owned();
+        match mechanism {
+            Mechanism::Native => {
+                // The schema went to the CLI natively, through a private file, not the prompt.
+                assert!(args.iter().any(|a| a == "--json-schema"), "{args:?}");
+                assert!(!stdin.contains(adaptor::PROMPT_SCHEMA_MARKER));
+                assert_eq!(
+                    result.structured_output,
+                    Some(serde_json::json!({"issues": [], "verdict": "approve"}))
+                );
+                let schema_file = args
+                    .iter()
+                    .skip_while(|a| *a != "--json-schema")
+                    .nth(1)
+                    .unwrap();
+                assert!(
+                    !std::path::Path::new(schema_file).exists(),
+                    "the private directory is removed after the run"
+                );
+            }
+            Mechanism::PromptValidate => {
+                assert!(!args.iter().any(|a| a == "--json-schema"));
+                assert!(stdin.contains(adaptor::PROMPT_SCHEMA_MARKER));
+            }
         }
-    );
-    let s = result.structured.as_ref().expect("structured output");
-    assert_eq!(
-        s.mechanism,
-        Mechanism::PromptValidate,
-        "the reference driver declares prompt+validate only"
-    );
-    assert!(s.valid && s.errors.is_empty());
-    assert_eq!(result.decode::<Review>().unwrap(), review);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_output_fails_unless_returned() {
-    let (agent, _s, _w) = agent();
+    let (agent, _s, _w) = prompt_only_agent();
     let e = match run_as::<Review>(&agent, "[[invalid-json]] review").await {
         Err(Error::Run(e)) => e,
         other => panic!("expected invalid output, got {other:?}"),

@@ -41,6 +41,9 @@ pub struct TurnArgs {
     pub sandbox: Option<String>,
     /// `--web-search allow|deny`: reported back in the session line.
     pub web_search: Option<String>,
+    /// `--json-schema FILE`: answer with JSON matching the schema in FILE (native
+    /// structured output).
+    pub json_schema: Option<PathBuf>,
 }
 
 /// Parses the arguments (without the program name).
@@ -74,7 +77,7 @@ where
             "--version" | "-V" if inline_value.is_none() => return Ok(Command::Version),
             "--help" | "-h" if inline_value.is_none() => return Ok(Command::Help),
             "--model" | "--resume" | "--state-dir" | "--delay-ms" | "--sandbox"
-            | "--web-search" => {
+            | "--web-search" | "--json-schema" => {
                 let value = match inline_value {
                     Some(value) => value,
                     None => iter
@@ -83,6 +86,7 @@ where
                 };
                 match flag.as_str() {
                     "--model" => turn.model = Some(value),
+                    "--json-schema" => turn.json_schema = Some(PathBuf::from(value)),
                     "--sandbox" => {
                         if !matches!(value.as_str(), "read-only" | "workspace-write") {
                             return Err(format!(
@@ -148,6 +152,7 @@ mod tests {
             delay_ms: 5,
             sandbox: None,
             web_search: None,
+            json_schema: None,
         });
         let spaced = [
             "--model",

@@ -98,6 +98,9 @@ pub enum Event<'a> {
         summary: Option<&'a str>,
         /// Token accounting.
         usage: Usage,
+        /// With `--json-schema`: the answer as JSON (native structured output).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        structured_output: Option<serde_json::Value>,
     },
 }
 
@@ -193,6 +196,7 @@ mod tests {
                     output_tokens: 0,
                     cache_read_tokens: None,
                 },
+                structured_output: None,
             })
             .unwrap();
         emitter.line("plain").unwrap();

@@ -42,6 +42,8 @@ pub struct TurnConfig {
     pub sandbox: Option<String>,
     /// Web-search switch from `--web-search`, echoed in the session line.
     pub web_search: Option<String>,
+    /// Schema file from `--json-schema` (native structured output).
+    pub json_schema: Option<PathBuf>,
 }
 
 /// Runs one turn for the raw stdin prompt and returns the process exit code.
@@ -254,10 +256,35 @@ fn turn<W: Write, E: Write>(
         );
     }
 
-    let reply = match schema_in_prompt(prompt) {
-        Some(_) if script.invalid_json => r#"{"unexpected":true}"#.to_owned(),
-        Some(schema) => sample_for_schema(&schema).to_string(),
-        None => reply_text(prompt, &history),
+    let native_schema = match &cfg.json_schema {
+        Some(path) => match std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).map_err(|e| e.to_string()))
+        {
+            Ok(schema) => Some(schema),
+            Err(e) => {
+                let _ = writeln!(
+                    err,
+                    "reference-provider: cannot use --json-schema {}: {e}",
+                    path.display()
+                );
+                return Ok(EXIT_USAGE);
+            }
+        },
+        None => None,
+    };
+    let structured = native_schema.as_ref().map(|schema| {
+        if script.invalid_json {
+            serde_json::json!({"unexpected": true})
+        } else {
+            sample_for_schema(schema)
+        }
+    });
+    let reply = match (&structured, schema_in_prompt(prompt)) {
+        (Some(value), _) => value.to_string(),
+        (None, Some(_)) if script.invalid_json => r#"{"unexpected":true}"#.to_owned(),
+        (None, Some(schema)) => sample_for_schema(&schema).to_string(),
+        (None, None) => reply_text(prompt, &history),
     };
     let deltas = reply_deltas(&reply, script.spam);
     if script.crash {
@@ -304,6 +331,7 @@ fn turn<W: Write, E: Write>(
             output_tokens: text.len() as u64,
             cache_read_tokens: Some(0),
         },
+        structured_output: structured,
     })?;
     Ok(script.exit_code)
 }
@@ -368,6 +396,7 @@ fn fail_turn<W: Write>(
             output_tokens: 0,
             cache_read_tokens: None,
         },
+        structured_output: None,
     })?;
     Ok(EXIT_FAILURE)
 }
@@ -413,6 +442,7 @@ mod tests {
             state_dir,
             sandbox: None,
             web_search: None,
+            json_schema: None,
         }
     }
 

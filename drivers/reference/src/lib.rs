@@ -10,9 +10,9 @@ use adaptor_sdk::json::{self, check_fields, str_field, u64_field};
 use adaptor_sdk::{
     Actions, ApprovalCaps, Checkpoint, ConfigError, DecisionModes, Descriptor, Driver, ExitStatus,
     Failure, FailureReason, ItemKind, Launch, Line, LineFramer, McpCaps, ModelInfo, Outcome,
-    PolicyCaps, RunRequest, Sandbox, SandboxLevels, Session, SessionCaps, SessionMode,
-    SessionState, StartError, StreamingCaps, StructuredOutputCaps, TerminalPayload, Toggle,
-    Transcript, Usage, VersionRange, empty_outcome, items, top_scope,
+    PolicyCaps, PrivateFile, RunRequest, Sandbox, SandboxLevels, SchemaMechanism, Session,
+    SessionCaps, SessionMode, SessionState, StartError, StreamingCaps, StructuredOutputCaps,
+    TerminalPayload, Toggle, Transcript, Usage, VersionRange, empty_outcome, items, top_scope,
 };
 use serde_json::{Value, json};
 
@@ -57,7 +57,7 @@ impl Driver for ReferenceDriver {
             },
             persistent_process: false,
             structured_output: StructuredOutputCaps {
-                native: false,
+                native: true,
                 prompt_validate: true,
                 with_streaming: true,
                 native_with_approvals: false,
@@ -160,6 +160,7 @@ pub struct ReferenceSession {
     error: Option<(FailureReason, String)>,
     malformed: Option<String>,
     status: Option<ExitStatus>,
+    structured: Option<String>,
 }
 
 impl ReferenceSession {
@@ -363,6 +364,7 @@ impl ReferenceSession {
             self.model = Some(model.to_owned());
         }
         self.summary = str_field(frame, "summary").map(str::to_owned);
+        self.structured = frame.get("structured_output").map(Value::to_string);
         if let Some(u) = frame.get("usage").filter(|u| u.is_object()) {
             let usage = Usage {
                 input_tokens: u64_field(u, "input_tokens"),
@@ -477,6 +479,7 @@ impl Session for ReferenceSession {
             error: None,
             malformed: None,
             status: None,
+            structured: None,
         }
     }
 
@@ -543,6 +546,19 @@ impl Session for ReferenceSession {
             }
             args.extend(["--resume".to_owned(), state.resume_id.clone()]);
         }
+        let mut files = Vec::new();
+        if let Some(schema) = &self.request.output_schema
+            && schema.mechanism == SchemaMechanism::Native
+        {
+            files.push(PrivateFile {
+                name: "schema.json".into(),
+                contents: schema.schema_json.as_bytes().to_vec(),
+            });
+            args.extend([
+                "--json-schema".to_owned(),
+                format!("{}/schema.json", self.request.private_dir),
+            ]);
+        }
         if let Some(extra) = cfg.get("extra_args").and_then(Value::as_array) {
             args.extend(extra.iter().filter_map(Value::as_str).map(str::to_owned));
         }
@@ -556,7 +572,7 @@ impl Session for ReferenceSession {
             cwd: None,
             stdin: self.request.prompt.as_bytes().to_vec(),
             keep_stdin_open: false,
-            files: Vec::new(),
+            files,
         })
     }
 
@@ -620,6 +636,7 @@ impl Session for ReferenceSession {
         outcome.usage = self.usage;
         outcome.model = self.model.clone();
         outcome.checkpoint = checkpoint;
+        outcome.structured_output = self.structured.clone();
         outcome.failure = failure;
         outcome
     }

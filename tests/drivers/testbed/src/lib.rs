@@ -7,6 +7,8 @@
 //! - `[[launch-cwd-escape]]`: ask for the working directory `..` (outside the workspace);
 //! - `[[bad-private-file]]`: ask for a private file named `../escape`.
 //!
+//! Its descriptor declares prompt+validate structured output only (no native schema).
+//!
 //! It never ships as a built-in driver; `x.sh` installs it under `test-drivers/`.
 
 use adaptor_sdk::{
@@ -25,6 +27,8 @@ impl Driver for TestbedDriver {
         let mut d = ReferenceDriver::describe();
         d.name = "testbed".into();
         d.display_name = "Testbed (reference with misbehaviour)".into();
+        // Prompt+validate only, so the host's other structured-output mechanism is exercised.
+        d.structured_output.native = false;
         d
     }
 
