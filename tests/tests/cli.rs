@@ -327,3 +327,40 @@ fn policy_flags_are_checked_and_passed() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
 }
+
+#[test]
+fn schema_flag_prints_the_validated_json() {
+    let state = tempfile::tempdir().unwrap();
+    let schema = state.path().join("schema.json");
+    std::fs::write(
+        &schema,
+        r#"{"type":"object","properties":{"ok":{"const":true}},"required":["ok"]}"#,
+    )
+    .unwrap();
+    let out = adaptor()
+        .args(["run", "--config", &config(state.path()), "--schema"])
+        .arg(&schema)
+        .arg("answer")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.trim_end().ends_with("{\n  \"ok\": true\n}"),
+        "{stdout}"
+    );
+    std::fs::write(&schema, r#"{"type": 12}"#).unwrap();
+    let bad = adaptor()
+        .args(["run", "--schema"])
+        .arg(&schema)
+        .arg("x")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid output schema"));
+}

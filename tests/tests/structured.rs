@@ -140,3 +140,18 @@ async fn unusable_schemas_are_refused_before_launch() {
         "a schema given in the options is used as given"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_without_a_mechanism_refuses_schemas_before_launch() {
+    let (state, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let driver = configured(&test_driver_path("unstable"), state.path());
+    let agent = agent_builder(driver, ws.path()).build();
+    let schema = Schema::of::<Review>().unwrap();
+    let mut stream = agent.stream_with("x", RunOptions::new().schema(schema));
+    use futures::StreamExt;
+    assert!(stream.next().await.is_none(), "nothing may start");
+    assert!(matches!(
+        stream.result().await,
+        Err(Error::StructuredOutputUnsupported { driver, .. }) if driver == "unstable"
+    ));
+}

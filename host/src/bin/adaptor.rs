@@ -30,7 +30,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run one prompt and stream the result.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Inspect a driver and its CLI on this machine (read-only).
     Inspect {
         /// Built-in driver name or path to a `.wasm` driver.
@@ -75,6 +75,9 @@ struct RunArgs {
     /// Web search: allow or deny (default: the CLI's own setting).
     #[arg(long, value_name = "allow|deny")]
     web_search: Option<String>,
+    /// A JSON Schema file: the answer must satisfy it; the validated JSON is printed.
+    #[arg(long, value_name = "FILE")]
+    schema: Option<PathBuf>,
     /// Resume this provider session id (e.g. the `session` of an earlier run).
     #[arg(long, value_name = "SESSION_ID")]
     resume: Option<String>,
@@ -111,7 +114,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Drivers { json } => list_drivers(json),
-        Command::Run(args) => runtime.block_on(run(args)),
+        Command::Run(args) => runtime.block_on(run(*args)),
         Command::Inspect {
             driver,
             config,
@@ -357,6 +360,21 @@ async fn run(args: RunArgs) -> ExitCode {
         };
         options = options.policy(policy);
     }
+    if let Some(path) = &args.schema {
+        let schema = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))
+            .and_then(|t| {
+                serde_json::from_str(&t).map_err(|e| format!("{} is not JSON: {e}", path.display()))
+            });
+        match schema.map(adaptor::Schema::from_json) {
+            Ok(Ok(schema)) => options = options.schema(schema),
+            Ok(Err(e)) => return report(&e),
+            Err(msg) => {
+                eprintln!("adaptor: {}", sanitize(&msg));
+                return ExitCode::from(EXIT_USAGE);
+            }
+        }
+    }
     if let Some(id) = args.resume {
         options = options.resume(adaptor::Checkpoint {
             codec: agent.driver().descriptor().sessions.codec.clone(),
@@ -388,6 +406,16 @@ async fn run(args: RunArgs) -> ExitCode {
     }
     let result = stream.result().await;
     view.finish(&result);
+    if args.schema.is_some()
+        && !args.json
+        && let Ok(r) = &result
+        && let Some(value) = r.structured.as_ref().and_then(|s| s.value.as_ref())
+    {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(value).expect("JSON value serialises")
+        );
+    }
     if let Some(dir) = &args.record {
         let recorded = match &result {
             Ok(r) => Some(r),
@@ -581,6 +609,7 @@ fn result_json(r: &RunResult, failure: Option<serde_json::Value>) -> serde_json:
         "usage": r.usage,
         "model": r.model,
         "checkpoint": r.checkpoint,
+        "structured": r.structured,
         "exit": r.exit,
         "failure": failure,
     })

@@ -1,5 +1,6 @@
 //! A test-only driver whose descriptor is not deterministic (its version comes from a
-//! randomly seeded hasher), violating DRV-02. Otherwise it is the reference driver.
+//! randomly seeded hasher), violating DRV-02, and that declares no structured-output
+//! mechanism. Otherwise it is the reference driver.
 
 use std::hash::{BuildHasher, RandomState};
 
@@ -17,6 +18,10 @@ impl Driver for UnstableDriver {
         d.name = "unstable".into();
         d.display_name = "Unstable descriptor".into();
         d.version = format!("0.1.{}", RandomState::new().hash_one(1u8) % 1_000_000);
+        // No structured-output mechanism at all (the host must refuse schemas before launch).
+        d.structured_output.native = false;
+        d.structured_output.prompt_validate = false;
+        d.structured_output.with_streaming = false;
         d
     }
 
