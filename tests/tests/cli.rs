@@ -28,12 +28,7 @@ fn run_prints_text_tools_and_a_final_line() {
         .args(["run", "--config", &config(state.path()), "Hello CLI"])
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(stdout.contains("Reference reply: Hello CLI"), "{stdout}");
     assert!(stdout.contains("→ echo"), "{stdout}");
@@ -220,12 +215,7 @@ fn child_pid() -> i32 {
 #[test]
 fn inspect_reports_the_environment_and_fails_without_the_cli() {
     let ok = adaptor().args(["inspect", "--json"]).output().unwrap();
-    assert_eq!(
-        ok.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    assert_exit(&ok, 0);
     let doc: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
     assert_eq!(doc["environment"]["status"], "pass");
     assert_eq!(doc["environment"]["cli_version"], "1.0.0");
@@ -299,12 +289,7 @@ fn policy_flags_are_checked_and_passed() {
         ])
         .output()
         .unwrap();
-    assert_eq!(
-        ok.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    assert_exit(&ok, 0);
     let unsupported = adaptor()
         .args([
             "run",
@@ -343,12 +328,7 @@ fn schema_flag_prints_the_validated_json() {
         .arg("answer")
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(
         stdout.trim_end().ends_with("{\n  \"ok\": true\n}"),

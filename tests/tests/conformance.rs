@@ -123,12 +123,7 @@ fn the_binary_reports_and_exits_by_verdict() {
         .arg(cassette_dir())
         .output()
         .unwrap();
-    assert_eq!(
-        ok.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&ok.stdout)
-    );
+    assert_exit(&ok, 0);
     let text = String::from_utf8(ok.stdout).unwrap();
     assert!(
         text.lines()
@@ -179,12 +174,7 @@ fn replay_doc(extra: &[&str], file: &std::path::Path) -> serde_json::Value {
         .arg(file)
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -277,12 +267,7 @@ fn adaptor_run_record_writes_a_replayable_cassette() {
         .arg("record me")
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let file = std::fs::read_dir(dir.path())
         .unwrap()
         .flatten()
