@@ -107,6 +107,19 @@ pub(crate) fn prepare(
     })
 }
 
+/// Call a driver-level export with the per-call deadline, turning traps into errors.
+macro_rules! driver_call {
+    ($self:ident, $name:literal, $method:ident $(, $arg:expr)*) => {{
+        $self.before_call($name)?;
+        let r = $self
+            .world
+            .adaptor_driver_driver()
+            .$method(&mut $self.store $(, $arg)*)
+            .await;
+        $self.after_call($name, r)
+    }};
+}
+
 /// One instantiated driver.
 pub(crate) struct GuestInstance {
     store: Store<GuestState>,
@@ -197,52 +210,28 @@ impl GuestInstance {
     }
 
     pub(crate) async fn describe(&mut self) -> Result<wit::Descriptor, Error> {
-        self.before_call("describe")?;
-        let r = self
-            .world
-            .adaptor_driver_driver()
-            .call_describe(&mut self.store)
-            .await;
-        self.after_call("describe", r)
+        driver_call!(self, "describe", call_describe)
     }
 
     pub(crate) async fn validate_config(
         &mut self,
         config: &str,
     ) -> Result<Result<(), wit::ConfigError>, Error> {
-        self.before_call("validate-config")?;
-        let r = self
-            .world
-            .adaptor_driver_driver()
-            .call_validate_config(&mut self.store, config)
-            .await;
-        self.after_call("validate-config", r)
+        driver_call!(self, "validate-config", call_validate_config, config)
     }
 
     pub(crate) async fn config_fingerprint(
         &mut self,
         config: &str,
     ) -> Result<Result<String, wit::ConfigError>, Error> {
-        self.before_call("config-fingerprint")?;
-        let r = self
-            .world
-            .adaptor_driver_driver()
-            .call_config_fingerprint(&mut self.store, config)
-            .await;
-        self.after_call("config-fingerprint", r)
+        driver_call!(self, "config-fingerprint", call_config_fingerprint, config)
     }
 
     pub(crate) async fn environment_probes(
         &mut self,
         config: &str,
     ) -> Result<Result<Vec<wit::ProbeCommand>, wit::ConfigError>, Error> {
-        self.before_call("environment-probes")?;
-        let r = self
-            .world
-            .adaptor_driver_driver()
-            .call_environment_probes(&mut self.store, config)
-            .await;
-        self.after_call("environment-probes", r)
+        driver_call!(self, "environment-probes", call_environment_probes, config)
     }
 
     pub(crate) async fn check_environment(
@@ -250,13 +239,13 @@ impl GuestInstance {
         config: &str,
         outputs: &[wit::ProbeOutput],
     ) -> Result<wit::EnvironmentReport, Error> {
-        self.before_call("check-environment")?;
-        let r = self
-            .world
-            .adaptor_driver_driver()
-            .call_check_environment(&mut self.store, config, outputs)
-            .await;
-        self.after_call("check-environment", r)
+        driver_call!(
+            self,
+            "check-environment",
+            call_check_environment,
+            config,
+            outputs
+        )
     }
 
     /// Create a session resource.

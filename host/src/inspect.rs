@@ -5,6 +5,7 @@
 //!
 //! Must not: start sessions or write anything.
 
+use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -15,7 +16,7 @@ use crate::bindings::wit;
 use crate::descriptor::{ModelInfo, VersionRange};
 use crate::error::{Error, LaunchRefusal};
 use crate::guest::GuestInstance;
-use crate::process::{self, ProcessSpec, Sig};
+use crate::process::{self, ProcessSpec};
 
 /// Bytes kept from a probe's stdout and from its stderr.
 const PROBE_OUTPUT_CAP: usize = 64 * 1024;
@@ -117,10 +118,7 @@ impl Agent {
                     path: e.path,
                     message: e.message,
                 })?;
-        let workspace = match &inner.defaults.workspace {
-            Some(w) => w.canonicalize().unwrap_or_else(|_| w.clone()),
-            None => std::env::current_dir().unwrap_or_default(),
-        };
+        let workspace = crate::pipeline::resolve_workspace(inner.defaults.workspace.as_deref())?;
         let configured = driver
             .config
             .get("command")
@@ -128,8 +126,20 @@ impl Agent {
             .unwrap_or(&descriptor.default_program)
             .to_owned();
         let mut outputs = Vec::new();
+        let path_var = std::env::var_os("PATH");
+        let resolved = process::resolve_program(
+            &configured,
+            path_var.as_deref(),
+            &workspace,
+            &inner.settings.program_dirs,
+        );
         for probe in probes {
-            if probe.program != configured {
+            // Same grant as a launch: the configured command, as configured or resolved.
+            let granted = probe.program == configured
+                || resolved
+                    .as_ref()
+                    .is_ok_and(|p| Path::new(&probe.program) == p);
+            if !granted {
                 return Err(Error::LaunchRefused {
                     driver: name,
                     refusal: LaunchRefusal::Program {
@@ -138,14 +148,7 @@ impl Agent {
                     },
                 });
             }
-            let path_var = std::env::var_os("PATH");
-            let resolved = process::resolve_program(
-                &configured,
-                path_var.as_deref(),
-                &workspace,
-                &inner.settings.program_dirs,
-            );
-            let output = match resolved {
+            let output = match &resolved {
                 Err(why) => wit::ProbeOutput {
                     id: probe.id,
                     code: None,
@@ -155,19 +158,15 @@ impl Agent {
                 },
                 Ok(program) => {
                     let spec = ProcessSpec {
-                        program,
+                        program: program.clone(),
                         args: probe.args,
                         env: crate::pipeline::build_env(&inner.settings, &[]),
                         cwd: workspace.clone(),
                         parent_death_signal: inner.settings.parent_death_signal,
                     };
                     tracing::info!(driver = %name, probe = %probe.id, "running environment probe");
-                    run_probe(
-                        probe.id,
-                        &spec,
-                        Duration::from_millis(probe.timeout_ms.clamp(100, 60_000)),
-                    )
-                    .await
+                    let timeout = Duration::from_millis(probe.timeout_ms.clamp(100, 60_000));
+                    run_probe(probe.id, &spec, timeout, inner.settings.grace_period).await
                 }
             };
             outputs.push(output);
@@ -227,7 +226,12 @@ async fn read_capped<R: tokio::io::AsyncRead + Unpin>(pipe: Option<&mut R>) -> V
 }
 
 /// Run one probe: no stdin, bounded output, killed (whole group) at the timeout.
-async fn run_probe(id: String, spec: &ProcessSpec, timeout: Duration) -> wit::ProbeOutput {
+async fn run_probe(
+    id: String,
+    spec: &ProcessSpec,
+    timeout: Duration,
+    grace: Duration,
+) -> wit::ProbeOutput {
     let mut spawned = match process::spawn(spec) {
         Ok(s) => s,
         Err(e) => {
@@ -250,8 +254,26 @@ async fn run_probe(id: String, spec: &ProcessSpec, timeout: Duration) -> wit::Pr
         (out, err, status)
     };
     let result = tokio::time::timeout(timeout, collect).await;
-    let _ = process::signal_group(pgid, Sig::Kill);
-    spawned.guard.disarm();
+    // Whatever the probe left behind (or a probe that timed out) goes, as after a run.
+    let reaped = crate::pipeline::reap_group(pgid, grace).await;
+    match &reaped {
+        Ok(()) => spawned.guard.disarm(),
+        Err(e) => {
+            tracing::error!(pgid, error = %e, "could not confirm the probe's process group is gone")
+        }
+    }
+    let result = match (result, reaped) {
+        (Ok((out, err, status)), Err(e)) => {
+            return wit::ProbeOutput {
+                id,
+                code: status.ok().and_then(|s| process::exit_parts(s).0),
+                stdout: out,
+                stderr: err,
+                error: Some(format!("processes of the probe survived: {e}")),
+            };
+        }
+        (result, _) => result,
+    };
     match result {
         Ok((stdout, stderr, Ok(status))) => wit::ProbeOutput {
             id,

@@ -705,13 +705,15 @@ impl Supervisor<'_> {
         let mut timed_out = false;
         let mut drain_until: Option<Instant> = None;
         let mut end_turn_deadline: Option<Instant> = None;
+        let mut end_turn_seen = false;
         loop {
             if let Some((id, decision)) = self.decisions.pop_front() {
                 let actions = self.session.on_decision(&id, &decision).await?;
                 self.apply(actions).await?;
                 continue;
             }
-            if self.turn_ended && end_turn_deadline.is_none() {
+            if self.turn_ended && !end_turn_seen {
+                end_turn_seen = true;
                 self.stdin = None;
                 end_turn_deadline = Some(Instant::now() + end_turn_grace);
             }
@@ -743,7 +745,7 @@ impl Supervisor<'_> {
                     self.signal(Sig::Kill, "grace period elapsed").await;
                 }
                 _ = sleep_opt(end_turn_deadline), if status.is_none() && !stopping => {
-                    end_turn_deadline = Some(Instant::now() + Duration::from_secs(3600));
+                    end_turn_deadline = None;
                     self.notice("process.lingering", "the provider kept running after its turn ended; stopping it").await;
                     self.terminate("lingering after end of turn").await;
                 }
@@ -762,29 +764,17 @@ impl Supervisor<'_> {
                     }
                 }
                 n = read_opt(&mut stdout, &mut out_buf) => {
-                    match n {
-                        Ok(0) => stdout = None,
-                        Ok(n) => {
-                            last_output = Instant::now();
-                            self.on_chunk(true, &out_buf[..n]).await?
-                        }
-                        Err(e) => {
-                            stdout = None;
-                            self.notice("stdout.error", &format!("reading the provider's stdout failed: {e}")).await;
-                        }
+                    if self.on_read(StreamKind::Stdout, n, &out_buf).await? {
+                        last_output = Instant::now();
+                    } else {
+                        stdout = None;
                     }
                 }
                 n = read_opt(&mut stderr, &mut err_buf) => {
-                    match n {
-                        Ok(0) => stderr = None,
-                        Ok(n) => {
-                            last_output = Instant::now();
-                            self.on_chunk(false, &err_buf[..n]).await?
-                        }
-                        Err(e) => {
-                            stderr = None;
-                            self.notice("stderr.error", &format!("reading the provider's stderr failed: {e}")).await;
-                        }
+                    if self.on_read(StreamKind::Stderr, n, &err_buf).await? {
+                        last_output = Instant::now();
+                    } else {
+                        stderr = None;
                     }
                 }
                 st = spawned.child.wait(), if status.is_none() => {
@@ -801,6 +791,33 @@ impl Supervisor<'_> {
             }
         }
         Ok((status, cancelled, timed_out))
+    }
+
+    /// Handle one read from a pipe: `Ok(true)` when bytes arrived, `Ok(false)` at end of file
+    /// or on a read error (reported as a notice, never dropped).
+    async fn on_read(
+        &mut self,
+        stream: StreamKind,
+        read: std::io::Result<usize>,
+        buf: &[u8],
+    ) -> Result<bool, Error> {
+        let is_stdout = stream == StreamKind::Stdout;
+        match read {
+            Ok(0) => Ok(false),
+            Ok(n) => {
+                self.on_chunk(is_stdout, &buf[..n]).await?;
+                Ok(true)
+            }
+            Err(e) => {
+                let name = if is_stdout { "stdout" } else { "stderr" };
+                self.notice(
+                    &format!("{name}.error"),
+                    &format!("reading the provider's {name} failed: {e}"),
+                )
+                .await;
+                Ok(false)
+            }
+        }
     }
 
     async fn on_chunk(&mut self, is_stdout: bool, chunk: &[u8]) -> Result<(), Error> {
@@ -1099,7 +1116,7 @@ async fn sleep_opt(at: Option<Instant>) {
 }
 
 /// Make sure no process of the group survives: SIGTERM, grace, SIGKILL.
-async fn reap_group(pgid: i32, grace: Duration) -> Result<(), String> {
+pub(crate) async fn reap_group(pgid: i32, grace: Duration) -> Result<(), String> {
     if !process::group_alive(pgid) {
         return Ok(());
     }
@@ -1149,7 +1166,7 @@ fn describe_exit(exit: &ExitInfo) -> String {
     }
 }
 
-fn resolve_workspace(dir: Option<&Path>) -> Result<PathBuf, Error> {
+pub(crate) fn resolve_workspace(dir: Option<&Path>) -> Result<PathBuf, Error> {
     let dir = match dir {
         Some(d) => d.to_path_buf(),
         None => std::env::current_dir().map_err(|e| Error::InvalidWorkspace {

@@ -306,8 +306,9 @@ pub(crate) fn apply(
             let errors = structured.errors.join("; ");
             r.structured = Some(structured);
             if invalid {
+                // A run that failed its schema is not a healthy resume point.
                 if let Some(cp) = r.checkpoint.as_mut() {
-                    cp.valid = cp.valid && schema.returns_invalid();
+                    cp.valid = false;
                 }
                 return Err(Error::Run(Box::new(crate::error::RunError {
                     reason: crate::error::FailureReason::InvalidOutput,
