@@ -811,3 +811,39 @@ async fn supported_policy_reaches_the_cli_and_is_replaced_whole() {
             .any(|a| a == "--sandbox" || a == "--web-search")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_streams_are_complete_even_when_the_driver_ignores_everything() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(testbed(state.path()), ws.path())
+        .env("REFERENCE_PROVIDER_SESSION_ID", FIXED_SESSION)
+        .build();
+    let e = run_error(
+        agent
+            .run("[[driver-ignore-output]] [[noise]] [[stderr ignored]] quiet")
+            .await,
+    );
+    // The driver saw nothing, so it reports no result frame: a failure, with every byte kept.
+    assert_eq!(e.reason, FailureReason::AgentError);
+    let raw = e.result.raw();
+    let stdout = String::from_utf8_lossy(&raw.stdout);
+    assert!(
+        stdout.contains("plain text noise") && stdout.contains("\"type\":\"result\""),
+        "{stdout}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&raw.stderr),
+        "reference-provider: warming up\nignored\n"
+    );
+    let chunked: usize = raw
+        .chunks
+        .iter()
+        .filter(|c| c.stream == adaptor::StreamKind::Stdout)
+        .map(|c| c.len)
+        .sum();
+    assert_eq!(
+        chunked,
+        raw.stdout.len(),
+        "the chunk timeline covers every byte"
+    );
+}

@@ -5,7 +5,8 @@
 //! - `[[driver-trap-stdout]]`: panic on the first stdout chunk (while the provider runs);
 //! - `[[launch-sh]]`: ask the host to launch `sh -c` instead of the granted program;
 //! - `[[launch-cwd-escape]]`: ask for the working directory `..` (outside the workspace);
-//! - `[[bad-private-file]]`: ask for a private file named `../escape`.
+//! - `[[bad-private-file]]`: ask for a private file named `../escape`;
+//! - `[[driver-ignore-output]]`: ignore every stdout and stderr byte.
 //!
 //! Its descriptor declares prompt+validate structured output only (no native schema).
 //!
@@ -87,10 +88,16 @@ impl Session for TestbedSession {
         if self.wants("driver-trap-stdout") {
             panic!("testbed: trap requested on stdout");
         }
+        if self.wants("driver-ignore-output") {
+            return;
+        }
         self.inner.on_stdout(chunk, out);
     }
 
     fn on_stderr(&mut self, chunk: &[u8], out: &mut Actions) {
+        if self.wants("driver-ignore-output") {
+            return;
+        }
         self.inner.on_stderr(chunk, out);
     }
 
