@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::approval::{ApprovalHandler, ApprovalRequest};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::guest::GuestLimits;
@@ -35,6 +36,7 @@ pub struct RunOptions {
     pub(crate) resume: Option<Checkpoint>,
     pub(crate) policy: Option<Policy>,
     pub(crate) schema: Option<Schema>,
+    pub(crate) approval_handler: Option<ApprovalHandler>,
 }
 
 macro_rules! shared_options {
@@ -79,6 +81,27 @@ macro_rules! shared_options {
                 self
             }
 
+            /// Answer approval requests with this async callback (run in a task of its own per
+            /// request). It answers through the request's methods — the same exactly-once
+            /// path as a consumer answering `Event::ApprovalRequest` from the stream; whoever
+            /// answers first wins. Without a handler, `run` reports requests unanswered (the
+            /// run fails with `approval_unanswered`); nothing is ever approved on your behalf.
+            /// Timeouts and fallbacks come from the policy.
+            pub fn on_approval<F, Fut>(mut self, handler: F) -> Self
+            where
+                F: Fn(ApprovalRequest) -> Fut + Send + Sync + 'static,
+                Fut: std::future::Future<Output = ()> + Send + 'static,
+            {
+                self$(.$field)?.approval_handler = Some(ApprovalHandler::new(handler));
+                self
+            }
+
+            /// Like [`on_approval`](Self::on_approval), with a prepared handler.
+            pub fn approval_handler(mut self, handler: ApprovalHandler) -> Self {
+                self$(.$field)?.approval_handler = Some(handler);
+                self
+            }
+
             /// Ask the driver for its incremental transport (token deltas). Default: on for
             /// `stream`, on for `run` too (it is the same pipeline).
             pub fn streaming(mut self, on: bool) -> Self {
@@ -110,6 +133,10 @@ impl RunOptions {
             resume: nearer.resume.clone().or_else(|| self.resume.clone()),
             policy: nearer.policy.or(self.policy),
             schema: nearer.schema.clone().or_else(|| self.schema.clone()),
+            approval_handler: nearer
+                .approval_handler
+                .clone()
+                .or_else(|| self.approval_handler.clone()),
         }
     }
 

@@ -17,6 +17,10 @@ pub enum Error {
     /// A driver could not be loaded.
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// An approval answer was refused (already resolved, wrong kind, expired, detached, not a
+    /// choice).
+    #[error(transparent)]
+    Approval(#[from] crate::approval::ApprovalError),
     /// The driver rejected its configuration.
     #[error("driver `{driver}` rejected its config at `{path}`: {message}")]
     InvalidConfig {

@@ -10,6 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Serialize, Serializer};
 
+use crate::approval::{ApprovalKind, ApprovalRequest, Resolution};
 use crate::error::FailureReason;
 use crate::result::{TranscriptItem, Usage};
 
@@ -214,6 +215,27 @@ pub struct Dropped {
     pub last_sequence: u64,
 }
 
+/// An approval request was resolved (by an answer, the policy, a timeout, a cancel or the
+/// end of the run). Policy decisions (auto-approve / auto-deny) are reported here too, with no
+/// request event before them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ApprovalResolved {
+    /// Host metadata.
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// Request id.
+    pub id: String,
+    /// What was asked.
+    pub kind: ApprovalKind,
+    /// Which ask this resolves (1 for the first).
+    pub attempt: u32,
+    /// How it ended.
+    #[serde(flatten)]
+    pub resolution: Resolution,
+    /// True when the policy decided without asking anyone.
+    pub by_policy: bool,
+}
+
 /// The run started (always the first event).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunStarted {
@@ -271,6 +293,11 @@ pub enum Event {
     Vendor(VendorEvent),
     /// Events were dropped.
     Dropped(Dropped),
+    /// A decision is needed: answer it with its methods (from any task), or let the
+    /// [`ApprovalHandler`](crate::ApprovalHandler) do it. Never dropped under backpressure.
+    ApprovalRequest(ApprovalRequest),
+    /// An approval request was resolved.
+    ApprovalResolved(ApprovalResolved),
     /// Last event of every started run.
     RunFinished(RunFinished),
 }
@@ -290,6 +317,8 @@ impl Event {
             Event::Notice(e) => &e.meta,
             Event::Vendor(e) => &e.meta,
             Event::Dropped(e) => &e.meta,
+            Event::ApprovalRequest(e) => &e.meta,
+            Event::ApprovalResolved(e) => &e.meta,
             Event::RunFinished(e) => &e.meta,
         }
     }
@@ -307,6 +336,8 @@ impl Event {
             Event::Notice(e) => &mut e.meta,
             Event::Vendor(e) => &mut e.meta,
             Event::Dropped(e) => &mut e.meta,
+            Event::ApprovalRequest(e) => &mut e.meta,
+            Event::ApprovalResolved(e) => &mut e.meta,
             Event::RunFinished(e) => &mut e.meta,
         }
     }
@@ -326,6 +357,8 @@ impl Event {
             Event::Notice(_) => "notice",
             Event::Vendor(_) => "vendor",
             Event::Dropped(_) => "dropped",
+            Event::ApprovalRequest(_) => "approval_request",
+            Event::ApprovalResolved(_) => "approval_resolved",
             Event::RunFinished(_) => "run_finished",
         }
     }

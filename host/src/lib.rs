@@ -26,9 +26,11 @@
 //! `result`, `error`, `descriptor` (public types).
 
 mod agent;
+mod approval;
 mod bindings;
 pub mod cassette;
 mod convert;
+mod decisions;
 mod descriptor;
 mod driver;
 mod engine;
@@ -46,6 +48,10 @@ mod stream;
 mod structured;
 
 pub use agent::{Agent, AgentBuilder, RunOptions};
+pub use approval::{
+    ApprovalError, ApprovalFuture, ApprovalHandler, ApprovalKind, ApprovalRequest, Choice,
+    Resolution,
+};
 pub use descriptor::{
     ApprovalCaps, DecisionModes, Descriptor, McpCaps, ModelInfo, PolicyCaps, SandboxLevels,
     SessionCaps, StreamingCaps, StructuredOutputCaps, VersionRange,
@@ -54,8 +60,9 @@ pub use driver::{Driver, LoadOptions, available_drivers, driver_dirs};
 pub use engine::CompileSource;
 pub use error::{Error, FailureReason, LaunchRefusal, LoadError, RunError, StartRefusal};
 pub use event::{
-    Dropped, Event, EventMeta, ItemEvent, Notice, Phase, ProcessInfo, ProcessInfoKind, RunFinished,
-    RunStarted, SessionStarted, TextDelta, ToolCall, ToolResult, UsageUpdate, VendorEvent,
+    ApprovalResolved, Dropped, Event, EventMeta, ItemEvent, Notice, Phase, ProcessInfo,
+    ProcessInfoKind, RunFinished, RunStarted, SessionStarted, TextDelta, ToolCall, ToolResult,
+    UsageUpdate, VendorEvent,
 };
 pub use guest::GuestLimits;
 pub use inspect::{Availability, Check, CheckLevel, EnvironmentReport, Inspection};

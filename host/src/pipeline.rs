@@ -23,8 +23,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::agent::{AgentInner, RunOptions};
+use crate::approval::Resolution;
 use crate::bindings::wit;
 use crate::convert;
+use crate::decisions::{Decisions, Step};
 use crate::error::{Error, FailureReason, RunError, StartRefusal};
 use crate::event::*;
 use crate::grant::Grant;
@@ -318,7 +320,13 @@ impl Run {
             stdin: None,
             stdin_writer: None,
             timers: HashMap::new(),
-            decisions: VecDeque::new(),
+            deliveries: VecDeque::new(),
+            asks: Decisions::new(
+                name.clone(),
+                self.options.policy.unwrap_or_default().approvals,
+                self.options.approval_handler.clone(),
+            ),
+            stopping: false,
             kill_at: None,
             turn_ended: false,
             raw: RawStreams {
@@ -384,10 +392,12 @@ impl Run {
             timed_out,
             cancelled,
         };
+        sup.deliver_after_exit().await?;
         let actions = sup.session.on_exit(wit_status).await?;
         sup.apply_after_exit(actions).await?;
         let outcome = sup.session.finish().await?;
         let raw = std::mem::take(&mut sup.raw);
+        let approval = sup.asks.failure();
         self.emitter
             .emit(Event::ProcessInfo(ProcessInfo {
                 meta: blank_meta(),
@@ -398,7 +408,7 @@ impl Run {
             }))
             .await;
         let mut notices = Vec::new();
-        let result = self.classify(outcome, raw, exit, &mut notices);
+        let result = self.classify(outcome, raw, exit, approval, &mut notices);
         let result = match (&self.options.schema, self.mechanism) {
             (Some(schema), Some(mechanism)) => structured::apply(schema, mechanism, result),
             _ => result,
@@ -421,6 +431,7 @@ impl Run {
         outcome: wit::Outcome,
         raw: RawStreams,
         exit: ExitInfo,
+        approval: Option<(FailureReason, String)>,
         notices: &mut Vec<(String, String)>,
     ) -> Result<RunResult, Error> {
         classify(
@@ -431,6 +442,7 @@ impl Run {
                 timeout: self.options.timeout,
                 idle: self.inner.settings.idle_timeout,
                 started: self.started,
+                approval,
             },
             outcome,
             raw,
@@ -547,6 +559,8 @@ pub(crate) struct Classify {
     pub timeout: Option<Duration>,
     pub idle: Option<Duration>,
     pub started: Instant,
+    /// The approval outcome that ended the run (denied / timed out with `abort`, unanswered).
+    pub approval: Option<(FailureReason, String)>,
 }
 
 /// Turn a driver's outcome plus the process facts into the run's result: validate what the
@@ -608,6 +622,9 @@ pub(crate) fn classify(
             },
             None,
         ))
+    } else if let Some((reason, message)) = facts.approval.clone() {
+        // The host knows why the turn ended; the driver's own report stays in the transcript.
+        Some((reason, message, None))
     } else if let Some(f) = outcome.failure {
         let details =
             convert::json_field("failure details-json", f.details_json).map_err(contract)?;
@@ -675,7 +692,12 @@ struct Supervisor<'a> {
     stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
     stdin_writer: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     timers: HashMap<u64, Instant>,
-    decisions: VecDeque<(String, wit::Decision)>,
+    /// Decisions waiting to be delivered to the driver (`on-decision`).
+    deliveries: VecDeque<(String, wit::Decision)>,
+    /// Approval requests of this run.
+    asks: Decisions,
+    /// The process is being stopped (cancel, timeout, …).
+    stopping: bool,
     kill_at: Option<Instant>,
     turn_ended: bool,
     raw: RawStreams,
@@ -707,10 +729,15 @@ impl Supervisor<'_> {
         let mut end_turn_deadline: Option<Instant> = None;
         let mut end_turn_seen = false;
         loop {
-            if let Some((id, decision)) = self.decisions.pop_front() {
+            if let Some((id, decision)) = self.deliveries.pop_front() {
                 let actions = self.session.on_decision(&id, &decision).await?;
                 self.apply(actions).await?;
                 continue;
+            }
+            if self.asks.aborting() && !self.turn_ended && status.is_none() {
+                // An approval outcome ended the run: the driver was told; the process gets the
+                // end-of-turn grace to stop by itself.
+                self.turn_ended = true;
             }
             if self.turn_ended && !end_turn_seen {
                 end_turn_seen = true;
@@ -726,19 +753,33 @@ impl Supervisor<'_> {
                 .iter()
                 .min_by_key(|(_, at)| **at)
                 .map(|(id, at)| (*id, *at));
+            let approval_deadline = self.asks.next_deadline();
             tokio::select! {
                 _ = cancel.cancelled(), if !stopping && status.is_none() => {
                     cancelled = true;
+                    self.close_approvals(Resolution::Cancelled).await;
                     self.terminate("cancel").await;
                 }
                 _ = sleep_opt(deadline), if !stopping && status.is_none() => {
                     timed_out = true;
+                    self.close_approvals(Resolution::Withdrawn).await;
                     self.terminate("timeout").await;
                 }
                 _ = sleep_opt(idle.map(|d| last_output + d)), if !stopping && status.is_none() => {
                     timed_out = true;
                     self.idle_fired = true;
+                    self.close_approvals(Resolution::Withdrawn).await;
                     self.terminate("no output within the idle timeout").await;
+                }
+                settled = self.asks.next_settled() => {
+                    let mut steps = Vec::new();
+                    self.asks.on_settled(settled, &mut steps);
+                    self.perform(steps).await;
+                }
+                _ = sleep_opt(approval_deadline) => {
+                    let mut steps = Vec::new();
+                    self.asks.on_deadline(Instant::now(), &mut steps);
+                    self.perform(steps).await;
                 }
                 _ = sleep_opt(self.kill_at) => {
                     self.kill_at = None;
@@ -747,6 +788,7 @@ impl Supervisor<'_> {
                 _ = sleep_opt(end_turn_deadline), if status.is_none() && !stopping => {
                     end_turn_deadline = None;
                     self.notice("process.lingering", "the provider kept running after its turn ended; stopping it").await;
+                    self.close_approvals(Resolution::Withdrawn).await;
                     self.terminate("lingering after end of turn").await;
                 }
                 _ = sleep_opt(drain_until) => {
@@ -790,7 +832,36 @@ impl Supervisor<'_> {
                 }
             }
         }
+        self.close_approvals(Resolution::Withdrawn).await;
+        self.asks.abort_handlers();
         Ok((status, cancelled, timed_out))
+    }
+
+    /// Resolve every pending approval request (the run is ending) and report it.
+    async fn close_approvals(&mut self, resolution: Resolution) {
+        let mut steps = Vec::new();
+        self.asks.close(resolution, &mut steps);
+        self.perform(steps).await;
+    }
+
+    /// Emit the events and queue the decisions of an approval step list.
+    async fn perform(&mut self, steps: Vec<Step>) {
+        for step in steps {
+            match step {
+                Step::Emit(event) => self.emitter.emit(*event).await,
+                Step::Deliver(id, decision) => self.deliveries.push_back((id, decision)),
+            }
+        }
+    }
+
+    /// Decisions that became known after the process ended still reach the driver (their
+    /// actions can only emit events by then).
+    async fn deliver_after_exit(&mut self) -> Result<(), Error> {
+        while let Some((id, decision)) = self.deliveries.pop_front() {
+            let actions = self.session.on_decision(&id, &decision).await?;
+            self.apply_after_exit(actions).await?;
+        }
+        Ok(())
     }
 
     /// Handle one read from a pipe: `Ok(true)` when bytes arrived, `Ok(false)` at end of file
@@ -892,6 +963,7 @@ impl Supervisor<'_> {
 
     /// SIGTERM now, SIGKILL after the grace period.
     async fn terminate(&mut self, why: &str) {
+        self.stopping = true;
         self.stdin = None;
         self.signal(Sig::Terminate, why).await;
         self.kill_at = Some(Instant::now() + self.grace);
@@ -917,7 +989,9 @@ impl Supervisor<'_> {
         } else {
             self.raw.stdin.truncate(offset);
         }
-        if !sent {
+        if !sent && self.stopping {
+            tracing::debug!(driver = %self.driver, len, "stdin write while stopping the provider dropped");
+        } else if !sent {
             self.notice(
                 "stdin.closed",
                 &format!("the driver wrote {len} bytes to stdin after it was closed; they were not delivered"),
@@ -936,18 +1010,15 @@ impl Supervisor<'_> {
                 wit::Action::WriteStdin(bytes) => self.write_stdin(bytes).await,
                 wit::Action::CloseStdin => self.stdin = None,
                 wit::Action::RequestApproval(request) => {
-                    // Approval handling arrives with the policy/approvals work; until then no
-                    // one can answer, and consent is never invented.
-                    self.notice(
-                        "approval.unanswered",
-                        &format!(
-                            "the driver asked for approval `{}` ({}); no approval handler is configured, so it is reported unanswered",
-                            request.id, request.title
-                        ),
-                    )
-                    .await;
-                    self.decisions
-                        .push_back((request.id, wit::Decision::Unanswered));
+                    let mut steps = Vec::new();
+                    self.asks.request(request, &mut steps).map_err(|message| {
+                        Error::DriverContract {
+                            driver: self.driver.clone(),
+                            call: "request-approval",
+                            message,
+                        }
+                    })?;
+                    self.perform(steps).await;
                 }
                 wit::Action::SetTimer(t) => {
                     self.timers

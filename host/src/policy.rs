@@ -6,7 +6,7 @@
 //! the driver cannot honour is a typed error naming the driver, the dimension and the value.
 //! `Inherit` (leave the CLI's own setting alone) is always portable. A policy is replaced
 //! whole between scopes, never merged field by field. Must not: prompt anyone or decide
-//! approvals (the approvals work owns that).
+//! approvals (`decisions.rs` applies the approval policy during a run).
 
 use std::time::Duration;
 
@@ -76,12 +76,14 @@ pub enum Fallback {
     Abort,
     /// Tell the CLI "no" and let it carry on.
     Continue,
-    /// Ask again (up to `max_retries`); needs a driver that declares `retry`.
+    /// Ask again (up to `max_retries` re-asks; the host re-asks, so every driver that can
+    /// ask supports it), then abort.
     Retry,
 }
 
-/// Approval policy per kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Approval policy per kind. The default inherits every mode, waits 30 s for an answer,
+/// aborts on a timeout or a rejection, and allows 3 re-asks when a fallback is `Retry`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ApprovalPolicy {
     /// Tool-use permission prompts.
     pub permission: DecisionMode,
@@ -89,7 +91,7 @@ pub struct ApprovalPolicy {
     pub plan_review: DecisionMode,
     /// Questions.
     pub question: QuestionMode,
-    /// How long to wait for an answer (`None`: wait indefinitely).
+    /// How long to wait for an answer (`None`: wait indefinitely). Default 30 s.
     pub timeout: Option<Duration>,
     /// After a timeout.
     pub on_timeout: Fallback,
@@ -98,6 +100,23 @@ pub struct ApprovalPolicy {
     /// Re-asks allowed with [`Fallback::Retry`].
     pub max_retries: u32,
 }
+
+impl Default for ApprovalPolicy {
+    fn default() -> Self {
+        Self {
+            permission: DecisionMode::Inherit,
+            plan_review: DecisionMode::Inherit,
+            question: QuestionMode::Inherit,
+            timeout: Some(DEFAULT_APPROVAL_TIMEOUT),
+            on_timeout: Fallback::Abort,
+            on_reject: Fallback::Abort,
+            max_retries: 3,
+        }
+    }
+}
+
+/// How long an approval request waits for an answer unless the policy says otherwise.
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The run policy. The default inherits everything (portable to every driver).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -184,10 +203,6 @@ impl Policy {
                     "auto_deny"
                 },
             ));
-        }
-        let any_retry = modes.permission.retry || modes.plan_review.retry || modes.question.retry;
-        if (a.on_timeout == Fallback::Retry || a.on_reject == Fallback::Retry) && !any_retry {
-            return Err(approval("fallback", "retry"));
         }
         Ok(())
     }
@@ -284,6 +299,6 @@ mod tests {
         }
         let w = Policy::default().to_wit();
         assert_eq!(w.sandbox, wit::Sandbox::Inherit);
-        assert_eq!(w.approval_timeout_ms, None);
+        assert_eq!(w.approval_timeout_ms, Some(30_000));
     }
 }

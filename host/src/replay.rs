@@ -175,6 +175,7 @@ async fn drive(
             timeout: None,
             idle: None,
             started,
+            approval: None,
         },
         outcome,
         raw,

@@ -140,3 +140,31 @@ pub fn assert_exit(out: &std::process::Output, code: i32) {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// A fresh temporary directory.
+pub fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
+
+/// Every event of `stream`, then its result.
+pub async fn collect(
+    mut stream: adaptor::Stream,
+) -> (
+    Vec<adaptor::Event>,
+    Result<adaptor::RunResult, adaptor::Error>,
+) {
+    use futures::StreamExt;
+    let mut events = Vec::new();
+    while let Some(ev) = stream.next().await {
+        events.push(ev);
+    }
+    (events, stream.result().await)
+}
+
+/// The `RunError` of a failed run (panics on anything else).
+pub fn run_error(r: Result<adaptor::RunResult, adaptor::Error>) -> Box<adaptor::RunError> {
+    match r {
+        Err(adaptor::Error::Run(e)) => e,
+        other => panic!("expected a RunError, got {other:?}"),
+    }
+}

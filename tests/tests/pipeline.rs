@@ -11,25 +11,6 @@ use futures::StreamExt;
 
 const FIXED_SESSION: &str = "ref-00000000feedbeef";
 
-fn tmp() -> tempfile::TempDir {
-    tempfile::tempdir().expect("tempdir")
-}
-
-async fn collect(mut stream: adaptor::Stream) -> (Vec<Event>, Result<RunResult, Error>) {
-    let mut events = Vec::new();
-    while let Some(ev) = stream.next().await {
-        events.push(ev);
-    }
-    (events, stream.result().await)
-}
-
-fn run_error(r: Result<RunResult, Error>) -> Box<adaptor::RunError> {
-    match r {
-        Err(Error::Run(e)) => e,
-        other => panic!("expected a RunError, got {other:?}"),
-    }
-}
-
 fn assert_lifecycle(events: &[Event]) {
     assert!(!events.is_empty(), "no events");
     for pair in events.windows(2) {
@@ -753,11 +734,12 @@ async fn unsupported_policy_values_fail_before_anything_is_spawned() {
         sandbox: Sandbox::Inherit,
         ..Policy::default()
     };
+    let testbed = agent_builder(testbed(state.path()), ws.path()).build();
     let (events, result) =
-        collect(agent.stream_with("x", adaptor::RunOptions::new().policy(ask))).await;
+        collect(testbed.stream_with("x", adaptor::RunOptions::new().policy(ask))).await;
     assert!(events.is_empty());
     assert!(
-        matches!(&result, Err(Error::ApprovalModeUnsupported { kind, mode, .. }) if kind == "permission" && mode == "ask"),
+        matches!(&result, Err(Error::ApprovalModeUnsupported { driver, kind, mode }) if driver == "testbed" && kind == "permission" && mode == "ask"),
         "{result:?}"
     );
 }

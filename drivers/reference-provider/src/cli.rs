@@ -10,8 +10,11 @@ pub const VERSION: &str = "1.0.0";
 pub const USAGE: &str = "\
 usage: reference-provider [--model M] [--resume SESSION_ID] [--state-dir DIR] [--delay-ms N]
                           [--sandbox read-only|workspace-write] [--web-search allow|deny]
+                          [--json-schema FILE] [--approvals stdio|allow|deny]
        reference-provider --version
-The prompt is read from stdin until EOF; JSON Lines events are written to stdout.";
+The prompt is read from stdin until EOF (with --approvals stdio: the first stdin line is
+{\"type\":\"user\",\"text\":PROMPT} and approval answers follow); JSON Lines events are
+written to stdout.";
 
 /// What the process was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +47,8 @@ pub struct TurnArgs {
     /// `--json-schema FILE`: answer with JSON matching the schema in FILE (native
     /// structured output).
     pub json_schema: Option<PathBuf>,
+    /// `--approvals stdio|allow|deny` (default deny).
+    pub approvals: crate::approvals::Mode,
 }
 
 /// Parses the arguments (without the program name).
@@ -77,7 +82,7 @@ where
             "--version" | "-V" if inline_value.is_none() => return Ok(Command::Version),
             "--help" | "-h" if inline_value.is_none() => return Ok(Command::Help),
             "--model" | "--resume" | "--state-dir" | "--delay-ms" | "--sandbox"
-            | "--web-search" | "--json-schema" => {
+            | "--web-search" | "--json-schema" | "--approvals" => {
                 let value = match inline_value {
                     Some(value) => value,
                     None => iter
@@ -87,6 +92,7 @@ where
                 match flag.as_str() {
                     "--model" => turn.model = Some(value),
                     "--json-schema" => turn.json_schema = Some(PathBuf::from(value)),
+                    "--approvals" => turn.approvals = crate::approvals::Mode::parse(&value)?,
                     "--sandbox" => {
                         if !matches!(value.as_str(), "read-only" | "workspace-write") {
                             return Err(format!(
@@ -153,6 +159,7 @@ mod tests {
             sandbox: None,
             web_search: None,
             json_schema: None,
+            approvals: crate::approvals::Mode::Stdio,
         });
         let spaced = [
             "--model",
@@ -163,6 +170,8 @@ mod tests {
             "/tmp/x",
             "--delay-ms",
             "5",
+            "--approvals",
+            "stdio",
         ];
         assert_eq!(parse_strs(&spaced), Ok(expected.clone()));
         let inline = [
@@ -170,6 +179,7 @@ mod tests {
             "--resume=ref-00",
             "--state-dir=/tmp/x",
             "--delay-ms=5",
+            "--approvals=stdio",
         ];
         assert_eq!(parse_strs(&inline), Ok(expected));
     }
@@ -189,6 +199,7 @@ mod tests {
         assert!(parse_strs(&["--delay-ms", "soon"]).is_err());
         assert!(parse_strs(&["--sandbox", "unrestricted"]).is_err());
         assert!(parse_strs(&["--web-search", "maybe"]).is_err());
+        assert!(parse_strs(&["--approvals", "ask"]).is_err());
         assert!(matches!(
             parse_strs(&["--sandbox", "read-only", "--web-search=deny"]),
             Ok(Command::Turn(TurnArgs { sandbox: Some(s), web_search: Some(w), .. })) if s == "read-only" && w == "deny"

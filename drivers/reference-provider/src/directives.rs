@@ -16,6 +16,9 @@ const KNOWN: &[&str] = &[
     "spam",
     "malformed",
     "invalid-json",
+    "ask-permission",
+    "ask-plan",
+    "ask-question",
 ];
 
 /// The behaviour requested by the directives of one prompt.
@@ -45,6 +48,12 @@ pub struct Script {
     pub malformed: bool,
     /// `[[invalid-json]]`: answer schema instructions with JSON that does not match.
     pub invalid_json: bool,
+    /// `[[ask-permission]]`: ask before running the `echo` tool.
+    pub ask_permission: bool,
+    /// `[[ask-plan]]`: ask for a plan review before starting.
+    pub ask_plan: bool,
+    /// `[[ask-question]]`: ask the user a question through the `ask_user` tool.
+    pub ask_question: bool,
 }
 
 /// A prompt with its directives separated out.
@@ -157,6 +166,9 @@ fn apply(script: &mut Script, name: &str, arg: Option<&str>) -> Result<(), Strin
         "noise" => no_arg(&mut script.noise),
         "malformed" => no_arg(&mut script.malformed),
         "invalid-json" => no_arg(&mut script.invalid_json),
+        "ask-permission" => no_arg(&mut script.ask_permission),
+        "ask-plan" => no_arg(&mut script.ask_plan),
+        "ask-question" => no_arg(&mut script.ask_question),
         "exit" => {
             let code = number("an exit code 0-255")?;
             script.exit_code = u8::try_from(code)
@@ -238,7 +250,8 @@ mod tests {
     #[test]
     fn all_directives_combine() {
         let raw = "[[fail]] [[exit 7]] [[crash]] [[sleep 10]] [[sleep 5]] [[hang]] [[grandchild]] \
-                   [[ignore-term]] [[noise]] [[stderr one]] [[stderr two]] [[spam 3]] [[malformed]] hi";
+                   [[ignore-term]] [[noise]] [[stderr one]] [[stderr two]] [[spam 3]] [[malformed]] \
+                   [[ask-permission]] [[ask-plan]] [[ask-question]] hi";
         let parsed = parse(raw).unwrap();
         assert_eq!(parsed.prompt, "hi");
         assert_eq!(
@@ -256,6 +269,9 @@ mod tests {
                 spam: Some(3),
                 malformed: true,
                 invalid_json: false,
+                ask_permission: true,
+                ask_plan: true,
+                ask_question: true,
             }
         );
     }

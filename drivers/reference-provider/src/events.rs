@@ -44,8 +44,8 @@ pub enum Event<'a> {
         id: &'a str,
         /// Tool name.
         name: &'a str,
-        /// Tool input.
-        input: EchoInput<'a>,
+        /// Tool input (`{"text": …}` for `echo`).
+        input: serde_json::Value,
     },
     /// The outcome of a tool call.
     ToolResult {
@@ -102,13 +102,6 @@ pub enum Event<'a> {
         #[serde(skip_serializing_if = "Option::is_none")]
         structured_output: Option<serde_json::Value>,
     },
-}
-
-/// Input of the `echo` tool.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct EchoInput<'a> {
-    /// The text to echo.
-    pub text: &'a str,
 }
 
 /// Token usage reported in a result line.

@@ -3,6 +3,7 @@
 //! the entry point: argument dispatch, reading the prompt from stdin and
 //! mapping the turn's outcome to the process exit code.
 
+mod approvals;
 mod cli;
 mod directives;
 mod events;
@@ -10,7 +11,7 @@ mod process;
 mod session;
 mod turn;
 
-use std::io::{self, Read};
+use std::io::{self, BufRead, Read};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -43,13 +44,27 @@ fn main() -> ExitCode {
         }
         Ok(Command::Grandchild) => process::run_grandchild(),
         Ok(Command::Turn(args)) => {
-            let mut raw = Vec::new();
-            if let Err(error) = io::stdin().lock().read_to_end(&mut raw) {
-                return usage_error(&format!("cannot read the prompt from stdin: {error}"));
-            }
-            let Ok(prompt) = String::from_utf8(raw) else {
-                return usage_error("the prompt on stdin is not valid UTF-8");
+            let mut stdin = io::stdin().lock();
+            let prompt = if args.approvals == approvals::Mode::Stdio {
+                match approvals::read_prompt_frame(&mut stdin) {
+                    Ok(prompt) => prompt,
+                    Err(message) => return usage_error(&message),
+                }
+            } else {
+                let mut raw = Vec::new();
+                if let Err(error) = stdin.read_to_end(&mut raw) {
+                    return usage_error(&format!("cannot read the prompt from stdin: {error}"));
+                }
+                let Ok(prompt) = String::from_utf8(raw) else {
+                    return usage_error("the prompt on stdin is not valid UTF-8");
+                };
+                prompt
             };
+            let input: Option<&mut dyn BufRead> = match args.approvals {
+                approvals::Mode::Stdio => Some(&mut stdin),
+                _ => None,
+            };
+            let mut approver = approvals::Approver::new(args.approvals, input);
             let config = TurnConfig {
                 model: args
                     .model
@@ -61,7 +76,13 @@ fn main() -> ExitCode {
                 json_schema: args.json_schema,
             };
             let mut out = Emitter::new(io::stdout().lock(), Duration::from_millis(args.delay_ms));
-            let code = turn::run(&config, &prompt, &mut out, &mut io::stderr().lock());
+            let code = turn::run(
+                &config,
+                &prompt,
+                &mut out,
+                &mut io::stderr().lock(),
+                &mut approver,
+            );
             ExitCode::from(code)
         }
     }

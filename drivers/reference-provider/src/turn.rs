@@ -5,8 +5,11 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::directives;
-use crate::events::{EchoInput, Emitter, Event, Usage};
+use serde_json::{Map, Value, json};
+
+use crate::approvals::{Approver, Decision};
+use crate::directives::{self, Script};
+use crate::events::{Emitter, Event, Usage};
 use crate::process;
 use crate::session::{self, SessionStore};
 
@@ -28,6 +31,12 @@ const THINK_ID: &str = "think-1";
 const CALL_ID: &str = "call-1";
 /// Id of the single reply message.
 const MSG_ID: &str = "msg-1";
+/// Id of the `ask_user` tool call of `[[ask-question]]`.
+const ASK_ID: &str = "call-ask";
+/// The plan submitted for review by `[[ask-plan]]`.
+pub const PLAN: &str = "1. Think about the prompt. 2. Echo it with the echo tool. 3. Reply.";
+/// The question asked by `[[ask-question]]`.
+pub const QUESTION: &str = "Which greeting style?";
 
 /// Settings of one turn, resolved from the command line and environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,8 +64,9 @@ pub fn run<W: Write, E: Write>(
     raw_prompt: &str,
     out: &mut Emitter<W>,
     err: &mut E,
+    approver: &mut Approver<'_>,
 ) -> u8 {
-    match turn(cfg, raw_prompt, out, err) {
+    match turn(cfg, raw_prompt, out, err, approver) {
         Ok(code) => code,
         Err(error) => {
             let _ = writeln!(err, "reference-provider: cannot write output: {error}");
@@ -165,6 +175,7 @@ fn turn<W: Write, E: Write>(
     raw_prompt: &str,
     out: &mut Emitter<W>,
     err: &mut E,
+    approver: &mut Approver<'_>,
 ) -> io::Result<u8> {
     let parsed = match directives::parse(trim_trailing_newline(raw_prompt)) {
         Ok(parsed) => parsed,
@@ -236,7 +247,7 @@ fn turn<W: Write, E: Write>(
             })?,
             Err(error) => {
                 let message = format!("cannot spawn grandchild: {error}");
-                return fail_turn(out, &session_id, model, input_tokens, &message);
+                return fail_turn(out, &session_id, model, input_tokens, AGENT_ERROR, &message);
             }
         }
     }
@@ -252,6 +263,7 @@ fn turn<W: Write, E: Write>(
             &session_id,
             model,
             input_tokens,
+            AGENT_ERROR,
             "reference failure requested",
         );
     }
@@ -295,7 +307,14 @@ fn turn<W: Write, E: Write>(
         return Ok(EXIT_FAILURE);
     }
 
-    write_answer(out, prompt, &deltas)?;
+    let ended = Ended {
+        session_id: &session_id,
+        model,
+        input_tokens,
+    };
+    if let Some(code) = write_answer(out, prompt, &deltas, script, approver, &ended)? {
+        return Ok(code);
+    }
     if script.malformed {
         out.line(r#"{"type":"text_delta","id":"msg-1","text":"#)?;
     }
@@ -308,7 +327,7 @@ fn turn<W: Write, E: Write>(
                 prompts.push(prompt.to_string());
                 if let Err(error) = store.save(&session_id, &prompts) {
                     let message = format!("cannot save session {session_id}: {error}");
-                    return fail_turn(out, &session_id, model, input_tokens, &message);
+                    return fail_turn(out, &session_id, model, input_tokens, AGENT_ERROR, &message);
                 }
             }
             None => writeln!(
@@ -342,27 +361,154 @@ pub fn trim_trailing_newline(raw: &str) -> &str {
         .map_or(raw, |rest| rest.strip_suffix('\r').unwrap_or(rest))
 }
 
-/// Thinking, the echo tool round trip and the reply deltas.
-fn write_answer<W: Write>(out: &mut Emitter<W>, prompt: &str, deltas: &[&str]) -> io::Result<()> {
+/// What an early end of the turn needs to report.
+struct Ended<'a> {
+    session_id: &'a str,
+    model: &'a str,
+    input_tokens: u64,
+}
+
+impl Ended<'_> {
+    fn fail<W: Write>(&self, out: &mut Emitter<W>, code: &str, message: &str) -> io::Result<u8> {
+        fail_turn(
+            out,
+            self.session_id,
+            self.model,
+            self.input_tokens,
+            code,
+            message,
+        )
+    }
+}
+
+/// A request's fields as an ordered list (kept in this order on the line).
+fn request(fields: &[(&str, Value)]) -> Map<String, Value> {
+    fields
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect()
+}
+
+/// The optional plan review and question, thinking, the echo tool round trip (with the
+/// optional permission request) and the reply deltas. `Some(code)` when an approval ended
+/// the turn early (its error lines are written).
+fn write_answer<W: Write>(
+    out: &mut Emitter<W>,
+    prompt: &str,
+    deltas: &[&str],
+    script: &Script,
+    approver: &mut Approver<'_>,
+    ended: &Ended<'_>,
+) -> io::Result<Option<u8>> {
+    if script.ask_plan {
+        let req = request(&[("kind", json!("plan")), ("plan", json!(PLAN))]);
+        match approver.decide(out, req, None)? {
+            Decision::Allow { .. }
+            | Decision::Deny {
+                interrupt: false, ..
+            } => {}
+            Decision::Deny { message, .. } => {
+                return ended.fail(out, APPROVAL_DENIED, &message).map(Some);
+            }
+            Decision::Broken(message) => return ended.fail(out, AGENT_ERROR, &message).map(Some),
+        }
+    }
     for text in ["Planning ", "the reply."] {
         out.event(&Event::ThinkingDelta { id: THINK_ID, text })?;
     }
     out.event(&Event::ThinkingEnd { id: THINK_ID })?;
+    if script.ask_question {
+        let options = json!([
+            {"key": "formal", "label": "Formal", "description": "Good day."},
+            {"key": "casual", "label": "Casual"}
+        ]);
+        out.event(&Event::ToolCall {
+            id: ASK_ID,
+            name: "ask_user",
+            input: json!({"question": QUESTION, "options": options}),
+        })?;
+        let req = request(&[
+            ("kind", json!("question")),
+            ("tool_call_id", json!(ASK_ID)),
+            ("question", json!(QUESTION)),
+            ("options", options),
+        ]);
+        match approver.decide(out, req, Some("formal"))? {
+            Decision::Allow { answer, .. } => {
+                let answer = answer.unwrap_or_default();
+                out.event(&Event::ToolResult {
+                    id: ASK_ID,
+                    output: &answer,
+                    is_error: false,
+                })?;
+            }
+            Decision::Deny { message, interrupt } => {
+                out.event(&Event::ToolResult {
+                    id: ASK_ID,
+                    output: &format!("no answer: {message}"),
+                    is_error: true,
+                })?;
+                if interrupt {
+                    return ended.fail(out, APPROVAL_DENIED, &message).map(Some);
+                }
+            }
+            Decision::Broken(message) => return ended.fail(out, AGENT_ERROR, &message).map(Some),
+        }
+    }
+    let input = json!({ "text": prompt });
     out.event(&Event::ToolCall {
         id: CALL_ID,
         name: "echo",
-        input: EchoInput { text: prompt },
+        input: input.clone(),
     })?;
+    let (output, is_error) = if script.ask_permission {
+        let req = request(&[
+            ("kind", json!("permission")),
+            ("tool_call_id", json!(CALL_ID)),
+            ("tool", json!("echo")),
+            ("input", input),
+        ]);
+        match approver.decide(out, req, None)? {
+            Decision::Allow { updated_input, .. } => {
+                let text = updated_input
+                    .as_ref()
+                    .and_then(|i| i.get("text"))
+                    .and_then(Value::as_str)
+                    .unwrap_or(prompt);
+                (text.to_owned(), false)
+            }
+            Decision::Deny { message, interrupt } => {
+                if interrupt {
+                    out.event(&Event::ToolResult {
+                        id: CALL_ID,
+                        output: &format!("denied: {message}"),
+                        is_error: true,
+                    })?;
+                    return ended.fail(out, APPROVAL_DENIED, &message).map(Some);
+                }
+                (format!("denied: {message}"), true)
+            }
+            Decision::Broken(message) => return ended.fail(out, AGENT_ERROR, &message).map(Some),
+        }
+    } else {
+        (prompt.to_owned(), false)
+    };
     out.event(&Event::ToolResult {
         id: CALL_ID,
-        output: prompt,
-        is_error: false,
+        output: &output,
+        is_error,
     })?;
     for text in deltas {
         out.event(&Event::TextDelta { id: MSG_ID, text })?;
     }
-    out.event(&Event::TextEnd { id: MSG_ID })
+    out.event(&Event::TextEnd { id: MSG_ID })?;
+    Ok(None)
 }
+
+/// Error code of a failed turn.
+const AGENT_ERROR: &str = "agent_error";
+/// Error code of a turn ended by a refused approval.
+const APPROVAL_DENIED: &str = "approval_denied";
 
 /// Writes the `resume_rejected` error line and returns exit code 3.
 fn reject_resume<W: Write>(out: &mut Emitter<W>, message: &str) -> io::Result<u8> {
@@ -373,18 +519,16 @@ fn reject_resume<W: Write>(out: &mut Emitter<W>, message: &str) -> io::Result<u8
     Ok(EXIT_RESUME_REJECTED)
 }
 
-/// Writes an `agent_error` line and an error result, and returns exit code 1.
+/// Writes an error line with `code` and an error result, and returns exit code 1.
 fn fail_turn<W: Write>(
     out: &mut Emitter<W>,
     session_id: &str,
     model: &str,
     input_tokens: u64,
+    code: &str,
     message: &str,
 ) -> io::Result<u8> {
-    out.event(&Event::Error {
-        code: "agent_error",
-        message,
-    })?;
+    out.event(&Event::Error { code, message })?;
     out.event(&Event::Result {
         status: "error",
         session_id,
@@ -420,9 +564,20 @@ mod tests {
 
     /// Runs a turn in-process; returns (exit code, stdout lines, stderr).
     fn run_in(cfg: &TurnConfig, prompt: &str) -> (u8, Vec<String>, String) {
+        run_with(cfg, prompt, crate::approvals::Mode::Deny, b"")
+    }
+
+    /// Like `run_in`, with an approvals mode and the stdin lines answering requests.
+    fn run_with(
+        cfg: &TurnConfig,
+        prompt: &str,
+        mode: crate::approvals::Mode,
+        mut answers: &[u8],
+    ) -> (u8, Vec<String>, String) {
         let mut out = Emitter::new(Vec::new(), Duration::ZERO);
         let mut err = Vec::new();
-        let code = run(cfg, prompt, &mut out, &mut err);
+        let mut approver = Approver::new(mode, Some(&mut answers));
+        let code = run(cfg, prompt, &mut out, &mut err, &mut approver);
         let stdout = String::from_utf8(out.into_inner()).unwrap();
         let lines = stdout.lines().map(str::to_string).collect();
         (code, lines, String::from_utf8(err).unwrap())
@@ -645,6 +800,108 @@ mod tests {
         assert_eq!(result["text"], json!("Reference reply: hi..."));
         assert_eq!(result["usage"]["output_tokens"], json!(22));
         assert_eq!(result["usage"]["input_tokens"], json!(12));
+    }
+
+    fn answer(id: u32, fields: &str) -> String {
+        format!("{{\"type\":\"approval_response\",\"id\":\"approval-{id}\",{fields}}}\n")
+    }
+
+    #[test]
+    fn stdio_approvals_ask_and_follow_the_answers() {
+        use crate::approvals::Mode;
+        let answers = [
+            answer(1, r#""behavior":"allow""#),
+            answer(2, r#""behavior":"allow","answer":"casual""#),
+            answer(3, r#""behavior":"allow","updated_input":{"text":"edited"}"#),
+        ]
+        .concat();
+        let (code, lines, _) = run_with(
+            &config(None, None),
+            "[[ask-plan]] [[ask-question]] [[ask-permission]] hi",
+            Mode::Stdio,
+            answers.as_bytes(),
+        );
+        assert_eq!(code, 0);
+        let events = json_lines(&lines);
+        let asks: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["type"] == "approval_request")
+            .collect();
+        assert_eq!(asks.len(), 3);
+        assert_eq!(
+            asks[0],
+            &json!({"type":"approval_request","id":"approval-1","kind":"plan","plan":PLAN})
+        );
+        assert_eq!(asks[1]["kind"], json!("question"));
+        assert_eq!(asks[1]["options"][1]["key"], json!("casual"));
+        assert_eq!(
+            asks[2],
+            &json!({"type":"approval_request","id":"approval-3","kind":"permission",
+                    "tool_call_id":"call-1","tool":"echo","input":{"text":"hi"}})
+        );
+        let results: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["type"] == "tool_result")
+            .collect();
+        assert_eq!(results[0]["output"], json!("casual"));
+        assert_eq!(results[1]["output"], json!("edited"));
+        assert_eq!(events.last().unwrap()["status"], json!("success"));
+    }
+
+    #[test]
+    fn denials_continue_or_end_the_turn() {
+        use crate::approvals::Mode;
+        let (code, lines, _) = run_with(
+            &config(None, None),
+            "[[ask-permission]] hi",
+            Mode::Stdio,
+            answer(1, r#""behavior":"deny","message":"not now""#).as_bytes(),
+        );
+        assert_eq!(code, 0);
+        let events = json_lines(&lines);
+        let result = events.iter().find(|e| e["type"] == "tool_result").unwrap();
+        assert_eq!(
+            (result["output"].clone(), result["is_error"].clone()),
+            (json!("denied: not now"), json!(true))
+        );
+
+        let (code, lines, _) = run_with(
+            &config(None, None),
+            "[[ask-permission]] hi",
+            Mode::Stdio,
+            answer(1, r#""behavior":"deny","message":"stop","interrupt":true"#).as_bytes(),
+        );
+        assert_eq!(code, 1);
+        let events = json_lines(&lines);
+        let n = events.len();
+        assert_eq!(
+            events[n - 2],
+            json!({"type":"error","code":"approval_denied","message":"stop"})
+        );
+        assert_eq!(events[n - 1]["status"], json!("error"));
+
+        // stdin closed while waiting: the turn fails, nothing is assumed.
+        let (code, lines, _) = run_with(&config(None, None), "[[ask-plan]] hi", Mode::Stdio, b"");
+        assert_eq!(code, 1);
+        let events = json_lines(&lines);
+        assert_eq!(events[events.len() - 2]["code"], json!("agent_error"));
+
+        // Without stdio the CLI's own setting decides: deny by default, allow when told.
+        let (code, lines, _) = run_in(
+            &config(None, None),
+            "[[ask-permission]] [[ask-question]] hi",
+        );
+        assert_eq!(code, 0);
+        assert!(lines.iter().all(|l| !l.contains("approval_request")));
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("refused: the provider runs with --approvals deny"))
+        );
+        let (_, lines, _) = run_with(&config(None, None), "[[ask-question]] hi", Mode::Allow, b"");
+        let events = json_lines(&lines);
+        let result = events.iter().find(|e| e["type"] == "tool_result").unwrap();
+        assert_eq!(result["output"], json!("formal"));
     }
 
     #[test]

@@ -4,15 +4,17 @@
 //! It builds the provider's command line from the request and maps its JSON Lines onto the
 //! unified contract: session → `init`, thinking and text deltas → reasoning/text lifecycles,
 //! `tool_call`/`tool_result` → a tool lifecycle, `result` → terminal payload, summary, usage and
-//! checkpoint, `error` → failure. It never does I/O: the host runs the process.
+//! checkpoint, `error` → failure, `approval_request` → an approval request whose decision is
+//! written back as an `approval_response` line. It never does I/O: the host runs the process.
 
 use adaptor_sdk::json::{self, check_fields, str_field, u64_field};
 use adaptor_sdk::{
-    Actions, ApprovalCaps, Checkpoint, ConfigError, DecisionModes, Descriptor, Driver, ExitStatus,
-    Failure, FailureReason, ItemKind, Launch, Line, LineFramer, McpCaps, ModelInfo, Outcome,
-    PolicyCaps, PrivateFile, RunRequest, Sandbox, SandboxLevels, SchemaMechanism, Session,
-    SessionCaps, SessionMode, SessionState, StartError, StreamingCaps, StructuredOutputCaps,
-    TerminalPayload, Toggle, Transcript, Usage, VersionRange, empty_outcome, items, top_scope,
+    Actions, ApprovalCaps, ApprovalKind, ApprovalRequest, Checkpoint, Choice, ConfigError,
+    Decision, DecisionMode, DecisionModes, Descriptor, Driver, ExitStatus, Failure, FailureReason,
+    Fallback, ItemKind, Launch, Line, LineFramer, McpCaps, ModelInfo, Outcome, PolicyCaps,
+    PrivateFile, RunRequest, Sandbox, SandboxLevels, SchemaMechanism, Session, SessionCaps,
+    SessionMode, SessionState, StartError, StreamingCaps, StructuredOutputCaps, TerminalPayload,
+    Toggle, Transcript, Usage, VersionRange, empty_outcome, items, top_scope,
 };
 use serde_json::{Value, json};
 
@@ -60,17 +62,23 @@ impl Driver for ReferenceDriver {
                 native: true,
                 prompt_validate: true,
                 with_streaming: true,
-                native_with_approvals: false,
+                native_with_approvals: true,
             },
             policy: PolicyCaps {
                 sandbox: SandboxLevels::READ_ONLY | SandboxLevels::WORKSPACE_WRITE,
                 web_search: true,
                 browser: false,
             },
+            // Every explicit mode runs the provider with `--approvals stdio`; the host applies
+            // auto-approve / auto-deny to the requests, so all three are honoured.
             approvals: ApprovalCaps {
-                permission: DecisionModes::empty(),
-                plan_review: DecisionModes::empty(),
-                question: DecisionModes::empty(),
+                permission: DecisionModes::ASK
+                    | DecisionModes::AUTO_APPROVE
+                    | DecisionModes::AUTO_DENY,
+                plan_review: DecisionModes::ASK
+                    | DecisionModes::AUTO_APPROVE
+                    | DecisionModes::AUTO_DENY,
+                question: DecisionModes::ASK | DecisionModes::AUTO_DENY,
             },
             streaming: StreamingCaps {
                 incremental: true,
@@ -161,6 +169,10 @@ pub struct ReferenceSession {
     malformed: Option<String>,
     status: Option<ExitStatus>,
     structured: Option<String>,
+    /// The provider asks over stdin (`--approvals stdio`).
+    asks: bool,
+    /// Why the last interrupting refusal was sent (names the failure if the turn ends on it).
+    refusal: Option<FailureReason>,
 }
 
 impl ReferenceSession {
@@ -214,6 +226,7 @@ impl ReferenceSession {
                 out.notice(&kind, &message, Some(text.clone()));
             }
             "error" => self.on_error(&frame, out),
+            "approval_request" => self.on_approval_request(&frame, out),
             "result" => self.on_result(&frame, &text, out),
             _ => {
                 out.vendor(&kind, &text);
@@ -346,6 +359,10 @@ impl ReferenceSession {
             .to_owned();
         let reason = match str_field(frame, "code") {
             Some("resume_rejected") => FailureReason::ResumeRejected,
+            Some("approval_denied") => self
+                .refusal
+                .clone()
+                .unwrap_or(FailureReason::ApprovalDenied),
             _ => FailureReason::AgentError,
         };
         let mut item = items::text(ItemKind::Failure, &message);
@@ -353,6 +370,114 @@ impl ReferenceSession {
         item.data_json = Some(frame.to_string());
         self.transcript.push(item, out);
         self.error.get_or_insert((reason, message));
+    }
+
+    fn on_approval_request(&mut self, frame: &Value, out: &mut Actions) {
+        let Some(id) = str_field(frame, "id").filter(|id| !id.is_empty()) else {
+            self.malformed
+                .get_or_insert("approval_request frame without id".into());
+            return;
+        };
+        let tool = str_field(frame, "tool").map(str::to_owned);
+        let (kind, title, details) = match str_field(frame, "kind") {
+            Some("permission") => (
+                ApprovalKind::Permission,
+                format!("Allow {}?", tool.as_deref().unwrap_or("the tool")),
+                frame.get("input").map(|i| json!({ "input": i })),
+            ),
+            Some("plan") => (
+                ApprovalKind::PlanReview,
+                "Approve the plan?".to_owned(),
+                frame.get("plan").map(|p| json!({ "plan": p })),
+            ),
+            Some("question") => (
+                ApprovalKind::Question,
+                str_field(frame, "question")
+                    .unwrap_or("Question")
+                    .to_owned(),
+                None,
+            ),
+            other => (
+                ApprovalKind::Other(other.unwrap_or("unknown").to_owned()),
+                "The provider asks for a decision".to_owned(),
+                Some(frame.clone()),
+            ),
+        };
+        let choices = frame
+            .get("options")
+            .and_then(Value::as_array)
+            .map(|options| {
+                options
+                    .iter()
+                    .filter_map(|o| {
+                        let key = str_field(o, "key")?.to_owned();
+                        Some(Choice {
+                            label: str_field(o, "label").unwrap_or(&key).to_owned(),
+                            description: str_field(o, "description").map(str::to_owned),
+                            key,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.request_approval(ApprovalRequest {
+            id: id.to_owned(),
+            kind,
+            title,
+            tool_call_id: str_field(frame, "tool_call_id").map(str::to_owned),
+            tool_name: tool,
+            choices,
+            details_json: details.filter(Value::is_object).map(|d| d.to_string()),
+        });
+    }
+
+    /// The `approval_response` line for a decision. Refusals interrupt the turn when the
+    /// policy's fallback is not `continue`.
+    fn response(&mut self, id: &str, decision: Decision) -> Value {
+        let policy = &self.request.policy;
+        let deny = |message: &str, interrupt: bool| {
+            json!({"type": "approval_response", "id": id, "behavior": "deny",
+                   "message": message, "interrupt": interrupt})
+        };
+        let (line, refusal) = match decision {
+            Decision::Approve(input) => {
+                let mut line = json!({"type": "approval_response", "id": id, "behavior": "allow"});
+                if let Some(input) = input.and_then(|i| serde_json::from_str::<Value>(&i).ok()) {
+                    line["updated_input"] = input;
+                }
+                (line, None)
+            }
+            Decision::Answer(answer) => (
+                json!({"type": "approval_response", "id": id, "behavior": "allow", "answer": answer}),
+                None,
+            ),
+            Decision::Deny(reason) => {
+                let interrupt = policy.on_reject != Fallback::Continue;
+                (
+                    deny(&reason, interrupt),
+                    interrupt.then_some(FailureReason::ApprovalDenied),
+                )
+            }
+            Decision::TimedOut => {
+                let interrupt = policy.on_timeout != Fallback::Continue;
+                (
+                    deny("nobody answered in time", interrupt),
+                    interrupt.then_some(FailureReason::ApprovalTimeout),
+                )
+            }
+            Decision::Unanswered => (
+                deny("nobody can answer this request", true),
+                Some(FailureReason::ApprovalUnanswered),
+            ),
+            Decision::Cancelled => (
+                deny("the run was cancelled", true),
+                Some(FailureReason::Cancelled),
+            ),
+        };
+        if refusal.is_some() {
+            self.refusal = refusal;
+        }
+        line
     }
 
     fn on_result(&mut self, frame: &Value, raw: &str, out: &mut Actions) {
@@ -480,6 +605,8 @@ impl Session for ReferenceSession {
             malformed: None,
             status: None,
             structured: None,
+            asks: false,
+            refusal: None,
         }
     }
 
@@ -562,6 +689,19 @@ impl Session for ReferenceSession {
         if let Some(extra) = cfg.get("extra_args").and_then(Value::as_array) {
             args.extend(extra.iter().filter_map(Value::as_str).map(str::to_owned));
         }
+        let policy = &self.request.policy;
+        self.asks = [policy.permission, policy.plan_review, policy.question]
+            .iter()
+            .any(|m| *m != DecisionMode::Inherit);
+        let stdin = if self.asks {
+            // The provider asks over stdin; the prompt travels as the first frame.
+            args.extend(["--approvals".to_owned(), "stdio".to_owned()]);
+            let mut frame = json!({"type": "user", "text": self.request.prompt}).to_string();
+            frame.push('\n');
+            frame.into_bytes()
+        } else {
+            self.request.prompt.as_bytes().to_vec()
+        };
         let program = str_field(cfg, "command")
             .unwrap_or("reference-provider")
             .to_owned();
@@ -570,10 +710,16 @@ impl Session for ReferenceSession {
             args,
             env: Vec::new(),
             cwd: None,
-            stdin: self.request.prompt.as_bytes().to_vec(),
-            keep_stdin_open: false,
+            stdin,
+            keep_stdin_open: self.asks,
             files,
         })
+    }
+
+    fn on_decision(&mut self, id: &str, decision: Decision, out: &mut Actions) {
+        let mut line = self.response(id, decision).to_string();
+        line.push('\n');
+        out.write_stdin(line.into_bytes());
     }
 
     fn on_stdout(&mut self, chunk: &[u8], out: &mut Actions) {

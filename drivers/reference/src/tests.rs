@@ -178,3 +178,110 @@ fn config_is_validated() {
     let b = ReferenceDriver::config_fingerprint(&json!({"command": "b", "model": "m"})).unwrap();
     assert_eq!(a, b);
 }
+
+fn asking_request(prompt: &str) -> RunRequest {
+    let mut req = request(prompt);
+    req.policy.permission = DecisionMode::Ask;
+    req
+}
+
+#[test]
+fn explicit_approval_modes_ask_over_stdin() {
+    let (_, launch) =
+        adaptor_sdk::harness::Harness::<ReferenceSession>::start(asking_request("hi")).unwrap();
+    assert!(
+        launch
+            .args
+            .windows(2)
+            .any(|w| w == ["--approvals", "stdio"])
+    );
+    assert_eq!(launch.stdin, b"{\"text\":\"hi\",\"type\":\"user\"}\n");
+    assert!(launch.keep_stdin_open);
+    let (_, launch) =
+        adaptor_sdk::harness::Harness::<ReferenceSession>::start(request("hi")).unwrap();
+    assert!(!launch.args.iter().any(|a| a == "--approvals"));
+    assert_eq!(launch.stdin, b"hi");
+}
+
+#[test]
+fn approval_requests_map_and_decisions_are_written_back() {
+    use adaptor_sdk::Action;
+    let (mut s, _) =
+        adaptor_sdk::harness::Harness::<ReferenceSession>::start(asking_request("hi")).unwrap();
+    let actions = s.stdout(
+        b"{\"type\":\"approval_request\",\"id\":\"approval-1\",\"kind\":\"question\",\"tool_call_id\":\"call-ask\",\"question\":\"Which greeting style?\",\"options\":[{\"key\":\"formal\",\"label\":\"Formal\",\"description\":\"Good day.\"},{\"key\":\"casual\",\"label\":\"Casual\"}]}\n",
+    );
+    let Some(Action::RequestApproval(req)) = actions.first() else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(req.kind, ApprovalKind::Question);
+    assert_eq!(req.title, "Which greeting style?");
+    assert_eq!(req.tool_call_id.as_deref(), Some("call-ask"));
+    assert_eq!(
+        req.choices
+            .iter()
+            .map(|c| c.key.as_str())
+            .collect::<Vec<_>>(),
+        ["formal", "casual"]
+    );
+    assert_eq!(req.choices[0].description.as_deref(), Some("Good day."));
+    let written = |actions: Vec<Action>| -> Value {
+        match actions.as_slice() {
+            [Action::WriteStdin(bytes)] => serde_json::from_slice(bytes).unwrap(),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(
+        written(s.decide("approval-1", Decision::Answer("casual".into()))),
+        json!({"type":"approval_response","id":"approval-1","behavior":"allow","answer":"casual"})
+    );
+    let actions = s.stdout(
+        b"{\"type\":\"approval_request\",\"id\":\"approval-2\",\"kind\":\"permission\",\"tool_call_id\":\"call-1\",\"tool\":\"echo\",\"input\":{\"text\":\"hi\"}}\n",
+    );
+    let Some(Action::RequestApproval(req)) = actions.first() else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(
+        (
+            req.kind.clone(),
+            req.title.as_str(),
+            req.tool_name.as_deref()
+        ),
+        (ApprovalKind::Permission, "Allow echo?", Some("echo"))
+    );
+    assert_eq!(
+        req.details_json.as_deref(),
+        Some(r#"{"input":{"text":"hi"}}"#)
+    );
+    assert_eq!(
+        written(s.decide(
+            "approval-2",
+            Decision::Approve(Some(r#"{"text":"x"}"#.into()))
+        )),
+        json!({"type":"approval_response","id":"approval-2","behavior":"allow","updated_input":{"text":"x"}})
+    );
+    assert_eq!(
+        written(s.decide("approval-3", Decision::Deny("no".into()))),
+        json!({"type":"approval_response","id":"approval-3","behavior":"deny","message":"no","interrupt":true})
+    );
+    assert_eq!(
+        written(s.decide("approval-4", Decision::Unanswered))["interrupt"],
+        json!(true)
+    );
+}
+
+#[test]
+fn an_interrupting_refusal_names_the_failure() {
+    let (mut s, _) =
+        adaptor_sdk::harness::Harness::<ReferenceSession>::start(asking_request("hi")).unwrap();
+    s.stdout(b"{\"type\":\"session\",\"session_id\":\"ref-01\",\"model\":\"reference-1\",\"resumed\":false}\n");
+    s.stdout(
+        b"{\"type\":\"approval_request\",\"id\":\"approval-1\",\"kind\":\"plan\",\"plan\":\"p\"}\n",
+    );
+    s.decide("approval-1", Decision::TimedOut);
+    s.stdout(b"{\"type\":\"error\",\"code\":\"approval_denied\",\"message\":\"nobody answered in time\"}\n{\"type\":\"result\",\"status\":\"error\",\"session_id\":\"ref-01\",\"model\":\"reference-1\",\"text\":\"\",\"summary\":null,\"usage\":{\"input_tokens\":12,\"output_tokens\":0}}\n");
+    let (_, outcome) = s.exit(exited(1));
+    let failure = outcome.failure.expect("failed");
+    assert_eq!(failure.reason, FailureReason::ApprovalTimeout);
+    assert!(!outcome.checkpoint.unwrap().valid);
+}

@@ -30,6 +30,11 @@ impl Driver for TestbedDriver {
         d.display_name = "Testbed (reference with misbehaviour)".into();
         // Prompt+validate only, so the host's other structured-output mechanism is exercised.
         d.structured_output.native = false;
+        d.structured_output.native_with_approvals = false;
+        // No approval modes, so "unsupported approval mode" is exercised.
+        d.approvals.permission = adaptor_sdk::DecisionModes::empty();
+        d.approvals.plan_review = adaptor_sdk::DecisionModes::empty();
+        d.approvals.question = adaptor_sdk::DecisionModes::empty();
         d
     }
 

@@ -22,6 +22,7 @@ impl Driver for UnstableDriver {
         d.structured_output.native = false;
         d.structured_output.prompt_validate = false;
         d.structured_output.with_streaming = false;
+        d.structured_output.native_with_approvals = false;
         d
     }
 
