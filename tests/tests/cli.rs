@@ -344,3 +344,115 @@ fn schema_flag_prints_the_validated_json() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid output schema"));
 }
+
+#[test]
+fn approve_ask_without_a_terminal_denies_never_approves() {
+    use std::os::unix::process::CommandExt;
+    let state = tempfile::tempdir().unwrap();
+    let mut cmd = adaptor();
+    cmd.args([
+        "run",
+        "--approve",
+        "ask",
+        "--config",
+        &config(state.path()),
+        "[[ask-permission]] hi",
+    ]);
+    // A new session has no controlling terminal, so `/dev/tty` cannot be opened.
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert_exit(&out, 1);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no terminal to ask on"), "{stderr}");
+    assert!(stderr.contains("approval_denied"), "{stderr}");
+    assert!(
+        stdout.contains("✗ denied: no terminal to ask on"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("← hi"), "the tool never ran: {stdout}");
+}
+
+#[test]
+fn approve_ask_reads_answers_from_the_terminal() {
+    use std::io::{Read, Write};
+    let state = tempfile::tempdir().unwrap();
+    let exe = bin_dir().join("adaptor");
+    let line = format!(
+        "{} run --approve ask --config '{}' '[[ask-question]] [[ask-permission]] hi'",
+        exe.display(),
+        config(state.path())
+    );
+    // `script` (util-linux, always on Debian) runs the command on a fresh pseudo-terminal and
+    // forwards our stdin to it: the answers are typed at that terminal.
+    let mut child = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script(1) runs");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"2\ny\n").unwrap();
+    stdin.flush().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        stdout.read_to_string(&mut s).unwrap();
+        s
+    });
+    let status = child.wait().unwrap();
+    drop(stdin);
+    let text = reader.join().unwrap();
+    assert!(status.success(), "{status:?}\n{text}");
+    assert!(text.contains("1) Formal — Good day."), "{text}");
+    assert!(text.contains("answered `casual`"), "{text}");
+    assert!(text.contains("approve? [y/N]"), "{text}");
+    assert!(text.contains("← casual"), "{text}");
+    assert!(text.contains("← hi"), "{text}");
+    assert!(text.contains("Reference reply: hi"), "{text}");
+}
+
+#[test]
+fn approve_auto_and_deny_answer_without_asking() {
+    let state = tempfile::tempdir().unwrap();
+    let run = |mode: &str| {
+        adaptor()
+            .args([
+                "run",
+                "--approve",
+                mode,
+                "--config",
+                &config(state.path()),
+                "[[ask-question]] [[ask-permission]] hi",
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = run("auto");
+    assert_exit(&out, 0);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("← hi"), "{stdout}");
+    assert!(stderr.contains("approved by policy"), "{stderr}");
+    assert!(
+        stderr.contains("question `approval-1`: denied by policy"),
+        "{stderr}"
+    );
+    let out = run("deny");
+    assert_exit(&out, 0);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("✗ denied: permission requests are auto-denied by the run policy"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Reference reply: hi"), "{stdout}");
+}

@@ -7,6 +7,8 @@
 //! Exit codes: 0 success · 1 the run failed · 2 usage, config or setup error · 3 driver fault
 //! (trap or contract violation) · 130 cancelled with Ctrl-C.
 
+mod approve;
+
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -75,6 +77,12 @@ struct RunArgs {
     /// Web search: allow or deny (default: the CLI's own setting).
     #[arg(long, value_name = "allow|deny")]
     web_search: Option<String>,
+    /// Approval requests: `ask` at the terminal (5 minutes each; without a terminal they are
+    /// denied), `auto` (approve tools and plans, decline questions) or `deny` (refuse
+    /// everything; the agent carries on without). Default: the CLI's own setting, and a
+    /// request that arrives anyway is reported unanswered.
+    #[arg(long, value_enum, value_name = "ask|auto|deny")]
+    approve: Option<approve::Approve>,
     /// A JSON Schema file: the answer must satisfy it; the validated JSON is printed.
     #[arg(long, value_name = "FILE")]
     schema: Option<PathBuf>,
@@ -332,7 +340,7 @@ async fn run(args: RunArgs) -> ExitCode {
         }
         options = options.timeout(Duration::from_secs_f64(secs));
     }
-    if args.policy.is_some() || args.web_search.is_some() {
+    if args.policy.is_some() || args.web_search.is_some() || args.approve.is_some() {
         let mut policy = match args.policy.as_deref().unwrap_or("inherit") {
             "inherit" => adaptor::Policy::default(),
             "read-only" => adaptor::Policy::read_only(),
@@ -358,6 +366,12 @@ async fn run(args: RunArgs) -> ExitCode {
                 return ExitCode::from(EXIT_USAGE);
             }
         };
+        if let Some(approve) = args.approve {
+            policy.approvals = approve.policy();
+            if approve == approve::Approve::Ask {
+                options = options.approval_handler(approve::terminal_handler());
+            }
+        }
         options = options.policy(policy);
     }
     if let Some(path) = &args.schema {
@@ -550,6 +564,15 @@ impl View {
             Event::Notice(n) => {
                 self.line_break();
                 eprintln!("! {}: {}", sanitize(&n.notice), sanitize(&n.message));
+            }
+            Event::ApprovalResolved(a) => {
+                self.line_break();
+                eprintln!(
+                    "? {} `{}`: {}",
+                    a.kind,
+                    sanitize(&a.id),
+                    approve::describe(&a.resolution, a.by_policy)
+                );
             }
             _ => {}
         }
