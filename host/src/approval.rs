@@ -388,6 +388,23 @@ pub(crate) struct NewRequest {
     pub attempt: u32,
 }
 
+impl NewRequest {
+    /// A first ask with no tool, choices, details or deadline.
+    fn plain(id: &str, kind: ApprovalKind, title: String) -> Self {
+        Self {
+            id: id.to_owned(),
+            kind,
+            title,
+            tool_call_id: None,
+            tool_name: None,
+            choices: Vec::new(),
+            details: None,
+            deadline: None,
+            attempt: 1,
+        }
+    }
+}
+
 impl ApprovalRequest {
     /// A pending request attached to a run through `tx`; returns the run's handle on its slot.
     pub(crate) fn attached(
@@ -402,17 +419,7 @@ impl ApprovalRequest {
     /// [`Resolution::Withdrawn`] at once.
     pub fn detached(kind: ApprovalKind, title: impl Into<String>) -> Self {
         Self::with_state(
-            NewRequest {
-                id: "detached".into(),
-                kind,
-                title: title.into(),
-                tool_call_id: None,
-                tool_name: None,
-                choices: Vec::new(),
-                details: None,
-                deadline: None,
-                attempt: 1,
-            },
+            NewRequest::plain("detached", kind, title.into()),
             State::Settled(Resolution::Withdrawn),
         )
         .0
@@ -555,27 +562,16 @@ mod tests {
     fn request(kind: ApprovalKind, choices: &[&str]) -> (ApprovalRequest, Arc<Slot>) {
         let (tx, rx) = mpsc::unbounded_channel();
         std::mem::forget(rx);
-        ApprovalRequest::attached(
-            NewRequest {
-                id: "a1".into(),
-                kind,
-                title: "t".into(),
-                tool_call_id: None,
-                tool_name: None,
-                choices: choices
-                    .iter()
-                    .map(|k| Choice {
-                        key: (*k).into(),
-                        label: k.to_uppercase(),
-                        description: None,
-                    })
-                    .collect(),
-                details: None,
-                deadline: None,
-                attempt: 1,
-            },
-            tx,
-        )
+        let mut new = NewRequest::plain("a1", kind, "t".into());
+        new.choices = choices
+            .iter()
+            .map(|k| Choice {
+                key: (*k).into(),
+                label: k.to_uppercase(),
+                description: None,
+            })
+            .collect();
+        ApprovalRequest::attached(new, tx)
     }
 
     #[test]
@@ -631,17 +627,7 @@ mod tests {
     fn dropping_every_copy_reports_unanswered() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (r, slot) = ApprovalRequest::attached(
-            NewRequest {
-                id: "x".into(),
-                kind: ApprovalKind::Permission,
-                title: "t".into(),
-                tool_call_id: None,
-                tool_name: None,
-                choices: Vec::new(),
-                details: None,
-                deadline: None,
-                attempt: 1,
-            },
+            NewRequest::plain("x", ApprovalKind::Permission, "t".into()),
             tx,
         );
         let copy = r.clone();
