@@ -16,8 +16,24 @@ TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 export CARGO_TARGET_DIR="$TARGET"
 # Drivers: crate name -> installed file name. Built-ins go to $TARGET/drivers (found by the
 # host), test-only drivers to $TARGET/test-drivers.
-DRIVERS=("reference-driver:reference")
+DRIVERS=("reference-driver:reference" "claude-driver:claude")
 TEST_DRIVERS=("testbed-driver:testbed" "broken-driver:broken" "unstable-driver:unstable")
+
+# Real agent CLIs for the end-to-end tests, pinned, installed from npm into a cache outside
+# the clone (idempotent: nothing is fetched when the pinned version is there).
+CLI_CACHE="${ADAPTOR_CLI_CACHE:-$HOME/.cache/agent-adaptor-clis}"
+CLAUDE_VERSION="2.1.197"
+
+ensure_clis() {
+  local dir="$CLI_CACHE/claude"
+  if [[ "$("$dir/node_modules/.bin/claude" --version 2>/dev/null)" != "$CLAUDE_VERSION "* ]]; then
+    echo "x.sh: installing @anthropic-ai/claude-code@$CLAUDE_VERSION into $dir" >&2
+    mkdir -p "$dir"
+    npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
+      "@anthropic-ai/claude-code@$CLAUDE_VERSION" >&2
+  fi
+  export ADAPTOR_CLAUDE_BIN="$dir/node_modules/.bin/claude"
+}
 
 ensure_wasm_target() {
   if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
@@ -82,6 +98,7 @@ case "$cmd" in
     ;;
   test)
     cargo fmt --all --check
+    ensure_clis
     build_drivers
     build_host
     cargo clippy --workspace --all-targets -- -D warnings

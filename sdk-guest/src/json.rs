@@ -325,3 +325,59 @@ mod tests {
         assert!(e.message.contains("array-of-strings"));
     }
 }
+
+/// One stdout line of a JSON Lines protocol, classified.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JsonLine {
+    /// Only whitespace.
+    Blank,
+    /// A JSON object, with the line's text (lossily decoded, terminator removed).
+    Object(Value, String),
+    /// Looks like JSON (starts with `{`) but does not parse: a protocol problem, described.
+    Malformed(String),
+    /// Plain text (CLIs print banners and warnings): record it, do not fail on it.
+    Text(String),
+    /// Longer than the framer's limit: a protocol problem, described.
+    Oversized(String),
+}
+
+/// Classify a framed line of a JSON Lines protocol.
+pub fn json_line(line: crate::Line) -> JsonLine {
+    let bytes = match line {
+        crate::Line::Complete(bytes) => bytes,
+        crate::Line::Oversized { len, .. } => {
+            return JsonLine::Oversized(format!("a {len}-byte line exceeds the line limit"));
+        }
+    };
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    if text.trim().is_empty() {
+        return JsonLine::Blank;
+    }
+    match serde_json::from_str(&text) {
+        Ok(v @ Value::Object(_)) => JsonLine::Object(v, text),
+        _ if text.trim_start().starts_with('{') => {
+            JsonLine::Malformed(format!("malformed JSON line: {}", prefix(&text, 200)))
+        }
+        _ => JsonLine::Text(text),
+    }
+}
+
+/// The first `max` characters of `text`.
+pub fn prefix(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => &text[..i],
+        None => text,
+    }
+}
+
+/// How a process ended, for failure messages: "was killed by signal 9", "exited with code 1",
+/// or "ended".
+pub fn describe_exit(status: Option<&crate::ExitStatus>) -> String {
+    match status {
+        Some(crate::ExitStatus {
+            signal: Some(sig), ..
+        }) => format!("was killed by signal {sig}"),
+        Some(crate::ExitStatus { code: Some(c), .. }) => format!("exited with code {c}"),
+        _ => "ended".into(),
+    }
+}

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use adaptor::{Agent, AgentBuilder, Driver};
 
+pub mod mock_anthropic;
+
 /// The cargo target directory these tests were built into.
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");

@@ -9,14 +9,22 @@ use adaptor::cassette::Cassette;
 use adaptor_integration_tests::*;
 
 /// Drivers installed as built-ins (each has a README with its report and committed cassettes).
-const BUILTIN_DRIVERS: &[&str] = &["reference"];
+const BUILTIN_DRIVERS: &[&str] = &["reference", "claude"];
 
 fn cassette_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../drivers/reference/cassettes")
+    cassette_dir_of("reference")
+}
+
+fn cassette_dir_of(driver: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../drivers/{driver}/cassettes"))
 }
 
 fn cassettes() -> Vec<(String, Cassette)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(cassette_dir())
+    cassettes_of("reference")
+}
+
+fn cassettes_of(driver: &str) -> Vec<(String, Cassette)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(cassette_dir_of(driver))
         .unwrap()
         .flatten()
         .map(|e| e.path())
@@ -63,6 +71,22 @@ async fn the_reference_driver_passes_every_clause_over_its_cassettes() {
             report.render_text()
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claude_driver_passes_every_clause_over_cassettes_from_the_real_cli() {
+    let options = CheckOptions {
+        cassettes: cassettes_of("claude"),
+        ..CheckOptions::default()
+    };
+    let report = check_driver(&driver_path("claude"), &options).await;
+    assert!(!report.failed(), "{}", report.render_text());
+    assert_eq!(
+        report.get("SES-04").map(|r| r.status),
+        Some(Status::Pass),
+        "{}",
+        report.render_text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@
 //! checkpoint, `error` → failure, `approval_request` → an approval request whose decision is
 //! written back as an `approval_response` line. It never does I/O: the host runs the process.
 
-use adaptor_sdk::json::{self, check_fields, str_field, u64_field};
+use adaptor_sdk::json::{self, JsonLine, check_fields, describe_exit, str_field, u64_field};
 use adaptor_sdk::{
     Actions, ApprovalCaps, ApprovalKind, ApprovalRequest, Checkpoint, Choice, ConfigError,
     Decision, DecisionMode, DecisionModes, Descriptor, Driver, ExitStatus, Failure, FailureReason,
@@ -181,35 +181,26 @@ impl ReferenceSession {
     }
 
     fn handle_line(&mut self, line: Line, out: &mut Actions) {
-        let bytes = match line {
-            Line::Complete(bytes) => bytes,
-            Line::Oversized { len, .. } => {
-                self.malformed
-                    .get_or_insert(format!("a {len}-byte line exceeds the line limit"));
+        let (frame, text) = match json::json_line(line) {
+            JsonLine::Blank => return,
+            JsonLine::Oversized(problem) | JsonLine::Malformed(problem)
+                if self.terminal.is_none() =>
+            {
+                self.malformed.get_or_insert(problem);
                 return;
             }
-        };
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        if text.trim().is_empty() {
-            return;
-        }
-        if self.terminal.is_some() {
-            self.malformed
-                .get_or_insert("output after the terminal result frame".into());
-            return;
-        }
-        let frame: Value = match serde_json::from_str(&text) {
-            Ok(v @ Value::Object(_)) => v,
-            _ if text.trim_start().starts_with('{') => {
+            _ if self.terminal.is_some() => {
                 self.malformed
-                    .get_or_insert(format!("malformed JSON line: {}", truncate(&text, 200)));
+                    .get_or_insert("output after the terminal result frame".into());
                 return;
             }
-            _ => {
+            JsonLine::Object(frame, text) => (frame, text),
+            JsonLine::Text(text) => {
                 self.transcript
                     .push(items::text(ItemKind::Stdout, &text), out);
                 return;
             }
+            JsonLine::Oversized(_) | JsonLine::Malformed(_) => return,
         };
         let kind = str_field(&frame, "type").unwrap_or_default().to_owned();
         match kind.as_str() {
@@ -561,23 +552,6 @@ impl ReferenceSession {
                 format!("the provider {}", describe_exit(other)),
             ),
         }
-    }
-}
-
-fn describe_exit(status: Option<&ExitStatus>) -> String {
-    match status {
-        Some(ExitStatus {
-            signal: Some(sig), ..
-        }) => format!("was killed by signal {sig}"),
-        Some(ExitStatus { code: Some(c), .. }) => format!("exited with code {c}"),
-        _ => "ended".into(),
-    }
-}
-
-fn truncate(text: &str, max: usize) -> &str {
-    match text.char_indices().nth(max) {
-        Some((i, _)) => &text[..i],
-        None => text,
     }
 }
 

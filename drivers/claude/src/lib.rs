@@ -1,0 +1,426 @@
+//! The Claude Code driver: protocol knowledge of `claude -p --output-format stream-json`, and
+//! nothing else.
+//!
+//! This file owns the descriptor, the config and the command line (policy mapping, resume,
+//! native structured output, appended system prompt through a private file). `stream.rs`
+//! maps the CLI's stdout frames to events, transcript, usage and the terminal result;
+//! `control.rs` maps `can_use_tool` control requests to approval requests and writes the
+//! `control_response` frames back. It never does I/O: the host runs the process.
+//!
+//! Transports: one-shot with the prompt as plain text on stdin; when any approval mode is
+//! explicit and the CLI must ask (ask, or auto-deny which the host answers), the bidirectional
+//! SDK mode (`--input-format stream-json --permission-prompt-tool stdio`) with the prompt as a
+//! user frame and stdin kept open until the terminal `result`.
+
+mod control;
+mod stream;
+
+use adaptor_sdk::json::{self, check_fields, str_field, u64_field};
+use adaptor_sdk::{
+    ApprovalCaps, ConfigError, DecisionMode, DecisionModes, Descriptor, Driver, Launch, McpCaps,
+    ModelInfo, PolicyCaps, PrivateFile, RunRequest, Sandbox, SandboxLevels, SchemaMechanism,
+    SessionCaps, SessionMode, StartError, StreamingCaps, StructuredOutputCaps, Toggle,
+    VersionRange,
+};
+use serde_json::{Value, json};
+
+pub use stream::ClaudeSession;
+
+/// Name of the checkpoint encoding (the resume id is Claude's session id).
+pub const CODEC: &str = "claude/session/v1";
+
+/// The Claude Code versions this driver was verified with.
+pub const VERIFIED_VERSIONS: &[&str] = &["2.1.197"];
+
+/// Config fields accepted by the driver, with their JSON types.
+const CONFIG_FIELDS: &[(&str, &str)] = &[
+    ("command", "string"),
+    ("model", "string"),
+    ("effort", "string"),
+    ("max_turns", "integer"),
+    ("extra_args", "array-of-strings"),
+];
+
+/// Effort levels the CLI accepts (`--effort`).
+const EFFORTS: &[&str] = &["low", "medium", "high", "xhigh", "max"];
+
+/// Flags the driver owns: extra args may not set them (they would contradict the request).
+const OWNED_FLAGS: &[&str] = &[
+    "-p",
+    "--print",
+    "--output-format",
+    "--input-format",
+    "--verbose",
+    "--include-partial-messages",
+    "--permission-prompt-tool",
+    "--permission-mode",
+    "--dangerously-skip-permissions",
+    "--allow-dangerously-skip-permissions",
+    "-r",
+    "--resume",
+    "-c",
+    "--continue",
+    "--fork-session",
+    "--json-schema",
+    "--model",
+    "--effort",
+    "--max-turns",
+    "--system-prompt",
+    "--system-prompt-file",
+    "--append-system-prompt",
+    "--append-system-prompt-file",
+    "--chrome",
+    "--no-chrome",
+];
+
+/// The Claude Code driver.
+pub struct ClaudeDriver;
+
+impl Driver for ClaudeDriver {
+    type Session = ClaudeSession;
+
+    fn describe() -> Descriptor {
+        let all = DecisionModes::ASK | DecisionModes::AUTO_APPROVE | DecisionModes::AUTO_DENY;
+        Descriptor {
+            name: "claude".into(),
+            display_name: "Claude Code".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            default_program: "claude".into(),
+            cli_versions: VersionRange {
+                min: Some("2.1.0".into()),
+                max_exclusive: Some("3.0.0".into()),
+                verified: VERIFIED_VERSIONS.iter().map(|v| (*v).into()).collect(),
+            },
+            config_schema: config_schema().to_string(),
+            models: ["opus", "sonnet", "haiku"]
+                .iter()
+                .map(|m| ModelInfo {
+                    id: (*m).into(),
+                    label: format!("Claude {m} (CLI alias)"),
+                })
+                .collect(),
+            sessions: SessionCaps {
+                resume: true,
+                fork: false,
+                codec: CODEC.into(),
+            },
+            persistent_process: false,
+            structured_output: StructuredOutputCaps {
+                native: true,
+                prompt_validate: true,
+                with_streaming: true,
+                // `--json-schema` in the bidirectional mode is not verified: with approvals
+                // the host validates a prompted answer instead.
+                native_with_approvals: false,
+            },
+            policy: PolicyCaps {
+                // Claude Code has no sandbox level and no web-search switch on its command line.
+                sandbox: SandboxLevels::empty(),
+                web_search: false,
+                browser: true,
+            },
+            approvals: ApprovalCaps {
+                permission: all,
+                plan_review: all,
+                question: DecisionModes::ASK | DecisionModes::AUTO_DENY,
+            },
+            streaming: StreamingCaps {
+                incremental: true,
+                token_level: true,
+                reasoning: true,
+                tool_call_args: true,
+            },
+            mcp: McpCaps {
+                stdio: false,
+                http: false,
+                sse: false,
+            },
+            skills: false,
+            instructions: true,
+        }
+    }
+
+    fn validate_config(config: &Value) -> Result<(), ConfigError> {
+        check_fields(config, CONFIG_FIELDS)?;
+        let bad = |path: &str, message: String| ConfigError {
+            path: path.into(),
+            message,
+        };
+        if let Some(command) = str_field(config, "command")
+            && command.trim().is_empty()
+        {
+            return Err(bad("/command", "`command` must not be empty".into()));
+        }
+        if let Some(effort) = str_field(config, "effort")
+            && !EFFORTS.contains(&effort)
+        {
+            return Err(bad(
+                "/effort",
+                format!(
+                    "`effort` must be one of {}, not `{effort}`",
+                    EFFORTS.join(", ")
+                ),
+            ));
+        }
+        if config.get("max_turns").is_some() && u64_field(config, "max_turns").unwrap_or(0) == 0 {
+            return Err(bad("/max_turns", "`max_turns` must be at least 1".into()));
+        }
+        if let Some(args) = config.get("extra_args").and_then(Value::as_array) {
+            for (i, arg) in args.iter().filter_map(Value::as_str).enumerate() {
+                if let Some(flag) = owned_flag(arg) {
+                    return Err(bad(
+                        &format!("/extra_args/{i}"),
+                        format!(
+                            "`{flag}` is set by the driver from the request; extra args may not override it"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn config_fingerprint(config: &Value) -> Result<String, ConfigError> {
+        Self::validate_config(config)?;
+        // Claude keeps sessions per user and working directory; the model, effort and turn
+        // limit can change between turns of one session. Nothing in the config decides
+        // whether a stored session can be resumed.
+        Ok(json::canonical_fingerprint(
+            "claude/configured-driver/v1;claude/session/v1",
+            &json!({}),
+        ))
+    }
+}
+
+/// The driver-owned flag `arg` sets, if any (`--model=x` counts as `--model`).
+fn owned_flag(arg: &str) -> Option<&'static str> {
+    let flag = arg.split_once('=').map_or(arg, |(f, _)| f);
+    OWNED_FLAGS.iter().copied().find(|owned| *owned == flag)
+}
+
+fn config_schema() -> Value {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "Claude Code driver config",
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "command": {"type": "string", "description": "The claude program (default: claude on PATH)."},
+            "model": {"type": "string", "description": "Model or alias (`--model`); a per-run model wins."},
+            "effort": {"enum": EFFORTS, "description": "Reasoning effort (`--effort`)."},
+            "max_turns": {"type": "integer", "minimum": 1, "description": "Agentic turn limit per run (`--max-turns`)."},
+            "extra_args": {"type": "array", "items": {"type": "string"}, "description": "Arguments appended to the command line; flags the driver sets from the request are refused."}
+        }
+    })
+}
+
+/// Formats defined by JSON Schema; Claude Code silently ignores a whole `--json-schema` that
+/// uses any other (e.g. schemars' `uint32`), so those are removed (the host still validates
+/// the answer against the full schema).
+const STANDARD_FORMATS: &[&str] = &[
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+/// Prepare a schema for `--json-schema`: drop `$schema`, `$id`, `$defs` / `definitions` (the
+/// host has already inlined local references) and non-standard `format`s, walking only schema
+/// positions (a property named `format` is kept).
+pub fn preprocess_schema(schema: &str) -> Result<String, String> {
+    let mut value: Value =
+        serde_json::from_str(schema).map_err(|e| format!("the output schema is not JSON: {e}"))?;
+    clean_schema(&mut value);
+    Ok(value.to_string())
+}
+
+fn clean_schema(schema: &mut Value) {
+    let Value::Object(map) = schema else { return };
+    for key in ["$schema", "$id", "$defs", "definitions"] {
+        map.remove(key);
+    }
+    if let Some(Value::String(format)) = map.get("format")
+        && !STANDARD_FORMATS.contains(&format.as_str())
+    {
+        map.remove("format");
+    }
+    for (keyword, child) in map.iter_mut() {
+        match (keyword.as_str(), child) {
+            ("properties" | "patternProperties" | "dependentSchemas", Value::Object(named)) => {
+                named.values_mut().for_each(clean_schema)
+            }
+            ("anyOf" | "oneOf" | "allOf" | "prefixItems" | "items", Value::Array(list)) => {
+                list.iter_mut().for_each(clean_schema)
+            }
+            (
+                "items"
+                | "additionalProperties"
+                | "not"
+                | "contains"
+                | "propertyNames"
+                | "if"
+                | "then"
+                | "else"
+                | "unevaluatedProperties"
+                | "unevaluatedItems"
+                | "additionalItems",
+                child,
+            ) => clean_schema(child),
+            _ => {}
+        }
+    }
+}
+
+/// How the CLI is driven for one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Transport {
+    /// `--input-format stream-json --permission-prompt-tool stdio`: the CLI asks the host.
+    pub bidirectional: bool,
+    /// `--include-partial-messages`: token deltas as `stream_event` frames.
+    pub partial: bool,
+}
+
+/// The launch for `request` (already checked against the descriptor by the host).
+pub(crate) fn launch(
+    request: &RunRequest,
+    config: &Value,
+) -> Result<(Launch, Transport), StartError> {
+    ClaudeDriver::validate_config(config)
+        .map_err(|e| StartError::InvalidRequest(format!("{}: {}", e.path, e.message)))?;
+    let policy = &request.policy;
+    if policy.sandbox != Sandbox::Inherit {
+        return Err(StartError::Unsupported(
+            "Claude Code has no sandbox level on its command line".into(),
+        ));
+    }
+    if policy.web_search != Toggle::Inherit {
+        return Err(StartError::Unsupported(
+            "Claude Code has no web-search switch on its command line".into(),
+        ));
+    }
+    let modes = [policy.permission, policy.plan_review, policy.question];
+    let bidirectional = modes
+        .iter()
+        .any(|m| matches!(m, DecisionMode::Ask | DecisionMode::AutoDeny));
+    let transport = Transport {
+        bidirectional,
+        partial: request.streaming,
+    };
+    let mut args: Vec<String> = ["-p", "--output-format", "stream-json", "--verbose"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    let mut env = Vec::new();
+    if transport.partial {
+        args.push("--include-partial-messages".into());
+    }
+    if bidirectional {
+        args.extend(
+            [
+                "--input-format",
+                "stream-json",
+                "--permission-prompt-tool",
+                "stdio",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned()),
+        );
+    } else if policy.permission == DecisionMode::AutoApprove {
+        args.push("--dangerously-skip-permissions".into());
+        // The CLI refuses to bypass permissions as root unless it is told it runs sandboxed.
+        env.push(("IS_SANDBOX".to_owned(), "1".to_owned()));
+    }
+    match policy.browser {
+        Toggle::Inherit => {}
+        Toggle::Allow => args.push("--chrome".into()),
+        Toggle::Deny => args.push("--no-chrome".into()),
+    }
+    if let Some(resume) = &request.resume {
+        if resume.mode == SessionMode::Fork {
+            return Err(StartError::Unsupported(
+                "forking Claude Code sessions is not supported by this driver".into(),
+            ));
+        }
+        args.extend(["--resume".to_owned(), resume.state.resume_id.clone()]);
+    }
+    if let Some(model) = request
+        .model
+        .clone()
+        .or_else(|| str_field(config, "model").map(str::to_owned))
+    {
+        args.extend(["--model".to_owned(), model]);
+    }
+    if let Some(effort) = str_field(config, "effort") {
+        args.extend(["--effort".to_owned(), effort.to_owned()]);
+    }
+    if let Some(turns) = u64_field(config, "max_turns") {
+        args.extend(["--max-turns".to_owned(), turns.to_string()]);
+    }
+    let mut files = Vec::new();
+    if let Some(text) = request.instructions.as_deref().filter(|t| !t.is_empty()) {
+        files.push(PrivateFile {
+            name: "append-system-prompt.md".into(),
+            contents: text.as_bytes().to_vec(),
+        });
+        args.extend([
+            "--append-system-prompt-file".to_owned(),
+            format!("{}/append-system-prompt.md", request.private_dir),
+        ]);
+    }
+    if let Some(schema) = &request.output_schema
+        && schema.mechanism == SchemaMechanism::Native
+    {
+        let schema = preprocess_schema(&schema.schema_json).map_err(StartError::InvalidRequest)?;
+        args.extend(["--json-schema".to_owned(), schema]);
+    }
+    if let Some(extra) = config.get("extra_args").and_then(Value::as_array) {
+        args.extend(extra.iter().filter_map(Value::as_str).map(str::to_owned));
+    }
+    let stdin = if bidirectional {
+        let mut frame = json!({
+            "type": "user",
+            "session_id": "",
+            "parent_tool_use_id": null,
+            "message": {"role": "user", "content": request.prompt},
+        })
+        .to_string();
+        frame.push('\n');
+        frame.into_bytes()
+    } else {
+        request.prompt.as_bytes().to_vec()
+    };
+    let program = str_field(config, "command").unwrap_or("claude").to_owned();
+    Ok((
+        Launch {
+            program,
+            args,
+            env,
+            cwd: None,
+            stdin,
+            keep_stdin_open: bidirectional,
+            files,
+        },
+        transport,
+    ))
+}
+
+#[cfg(all(target_family = "wasm", feature = "component"))]
+adaptor_sdk::export_driver!(ClaudeDriver);
+
+#[cfg(test)]
+mod tests;

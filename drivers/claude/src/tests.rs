@@ -1,0 +1,534 @@
+//! Native tests: the command line per request, and the parser on output recorded from the
+//! real Claude Code CLI (`testdata/`, captured against the project's mock Messages API).
+
+use super::*;
+use adaptor_sdk::harness::{Harness, request};
+
+fn start(req: RunRequest) -> Launch {
+    Harness::<ClaudeSession>::start(req).expect("start").1
+}
+
+#[test]
+fn one_shot_command_line() {
+    let mut req = request("hello");
+    req.model = Some("sonnet".into());
+    req.streaming = true;
+    let launch = start(req);
+    assert_eq!(launch.program, "claude");
+    assert_eq!(
+        launch.args,
+        [
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--include-partial-messages",
+            "--model",
+            "sonnet"
+        ]
+    );
+    assert_eq!(launch.stdin, b"hello");
+    assert!(!launch.keep_stdin_open);
+}
+
+#[test]
+fn asking_uses_the_bidirectional_mode() {
+    let mut req = request("hello");
+    req.policy.permission = DecisionMode::Ask;
+    req.streaming = false;
+    let launch = start(req);
+    assert!(launch.args.windows(4).any(|w| w
+        == [
+            "--input-format",
+            "stream-json",
+            "--permission-prompt-tool",
+            "stdio"
+        ]));
+    assert!(launch.keep_stdin_open);
+    let frame: Value = serde_json::from_slice(&launch.stdin).unwrap();
+    assert_eq!(frame["type"], "user");
+    assert_eq!(frame["message"]["content"], "hello");
+}
+
+#[test]
+fn auto_approve_bypasses_permissions_with_the_root_env() {
+    let mut req = request("hello");
+    req.policy.permission = DecisionMode::AutoApprove;
+    let launch = start(req);
+    assert!(
+        launch
+            .args
+            .iter()
+            .any(|a| a == "--dangerously-skip-permissions")
+    );
+    assert_eq!(launch.env, [("IS_SANDBOX".to_owned(), "1".to_owned())]);
+}
+
+#[test]
+fn resume_instructions_schema_and_config() {
+    let mut req = request("hello");
+    req.streaming = false;
+    req.config_json =
+        json!({"effort": "high", "max_turns": 3, "extra_args": ["--add-dir", "/x"]}).to_string();
+    req.instructions = Some("Be brief.".into());
+    req.resume = Some(adaptor_sdk::Resume {
+        mode: SessionMode::ContinueOnly,
+        state: adaptor_sdk::SessionState {
+            resume_id: "sess-1".into(),
+            display_id: None,
+            data: Vec::new(),
+        },
+    });
+    req.output_schema = Some(adaptor_sdk::OutputSchema {
+        schema_json: r#"{"$schema":"x","type":"object","properties":{"a":{"type":"string"}}}"#
+            .into(),
+        name: None,
+        description: None,
+        mechanism: SchemaMechanism::Native,
+    });
+    let launch = start(req.clone());
+    let args = launch.args.join(" ");
+    assert!(args.contains("--resume sess-1"), "{args}");
+    assert!(args.contains("--effort high --max-turns 3"), "{args}");
+    assert!(
+        args.contains(&format!(
+            "--append-system-prompt-file {}/append-system-prompt.md",
+            req.private_dir
+        )),
+        "{args}"
+    );
+    assert!(
+        args.contains(r#"--json-schema {"properties":{"a":{"type":"string"}},"type":"object"}"#),
+        "{args}"
+    );
+    assert!(args.ends_with("--add-dir /x"), "{args}");
+    assert_eq!(launch.files[0].contents, b"Be brief.");
+}
+
+#[test]
+fn config_refuses_owned_flags_and_bad_values() {
+    for (config, path) in [
+        (
+            json!({"extra_args": ["--verbose", "--model=opus"]}),
+            "/extra_args/1",
+        ),
+        (json!({"effort": "extreme"}), "/effort"),
+        (json!({"max_turns": 0}), "/max_turns"),
+        (json!({"modle": "x"}), "/modle"),
+    ] {
+        let config = if path == "/extra_args/1" {
+            json!({"extra_args": ["--add-dir", "--model=opus"]})
+        } else {
+            config
+        };
+        let err = ClaudeDriver::validate_config(&config).unwrap_err();
+        assert_eq!(err.path, path, "{config}");
+    }
+}
+
+// ---- parser on recorded output ---------------------------------------------------------------
+
+use adaptor_sdk::harness::{Replay, exited, replay};
+use adaptor_sdk::{
+    Action, ApprovalKind, Decision, Event, ExitStatus, FailureReason, ItemKind, Phase,
+};
+
+macro_rules! fixture {
+    ($name:literal) => {
+        include_bytes!(concat!("../testdata/", $name, ".jsonl")).as_slice()
+    };
+}
+
+const ALL: &[(&str, &[u8], i32)] = &[
+    ("plain_text", fixture!("plain_text"), 0),
+    ("partial_messages", fixture!("partial_messages"), 0),
+    ("tool_bash", fixture!("tool_bash"), 0),
+    ("tool_bash_denied", fixture!("tool_bash_denied"), 0),
+    ("think", fixture!("think"), 0),
+    ("json_schema", fixture!("json_schema"), 0),
+    ("error_400", fixture!("error_400"), 1),
+    ("error_529", fixture!("error_529"), 1),
+    ("resume_second", fixture!("resume_second"), 0),
+];
+
+fn replayed(bytes: &[u8], chunk: usize, code: i32, streaming: bool) -> Replay {
+    let mut req = request("prompt");
+    req.streaming = streaming;
+    replay::<ClaudeSession>(req, bytes, chunk, exited(code)).expect("start")
+}
+
+fn killed() -> ExitStatus {
+    ExitStatus {
+        code: None,
+        signal: Some(9),
+        timed_out: false,
+        cancelled: false,
+    }
+}
+
+fn last_line(bytes: &[u8]) -> &str {
+    std::str::from_utf8(bytes).unwrap().lines().last().unwrap()
+}
+
+#[test]
+fn any_split_of_the_bytes_gives_the_same_events_and_outcome() {
+    for (name, bytes, code) in ALL {
+        let whole = replayed(bytes, 0, *code, true);
+        for chunk in [1, 2, 3, 7, 64, 1000] {
+            let split = replayed(bytes, chunk, *code, true);
+            assert_eq!(
+                split.events(),
+                whole.events(),
+                "{name}: events differ at chunk {chunk}"
+            );
+            assert_eq!(
+                split.outcome, whole.outcome,
+                "{name}: outcome differs at chunk {chunk}"
+            );
+        }
+    }
+}
+
+#[test]
+fn plain_text_maps_text_usage_summary_session_and_checkpoint() {
+    let bytes = fixture!("plain_text");
+    let r = replayed(bytes, 0, 0, false);
+    let o = &r.outcome;
+    let reply = "Hello from mock-anthropic! user_msgs=1 you said: hello there";
+    assert_eq!(o.text, reply);
+    assert_eq!(o.summary.as_deref(), Some(reply));
+    assert!(o.failure.is_none(), "{:?}", o.failure);
+    let u = o.usage.expect("usage");
+    assert_eq!(
+        (
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_read_tokens,
+            u.cache_write_tokens
+        ),
+        (Some(21), Some(9), Some(5), Some(3))
+    );
+    assert_eq!(u.cost_usd, Some(0.00035125));
+    assert_eq!(o.model.as_deref(), Some("claude-opus-4-8"));
+    let cp = o.checkpoint.clone().expect("checkpoint");
+    assert!(cp.valid);
+    assert_eq!(cp.state.resume_id, "81aad91c-21f6-45b5-8dc7-e4b3f059c312");
+    let terminal = o.terminal.clone().expect("terminal");
+    assert_eq!(terminal.event, "result");
+    assert_eq!(terminal.json, last_line(bytes));
+    let kinds: Vec<ItemKind> = o.transcript.iter().map(|i| i.kind.clone()).collect();
+    assert_eq!(
+        kinds,
+        [ItemKind::Init, ItemKind::Assistant, ItemKind::Result]
+    );
+}
+
+#[test]
+fn partial_messages_stream_text_once() {
+    let r = replayed(fixture!("partial_messages"), 0, 0, true);
+    let deltas: Vec<String> = r
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Text(t) if t.phase == Phase::Delta => Some(t.text),
+            _ => None,
+        })
+        .collect();
+    assert!(deltas.len() >= 2, "{deltas:?}");
+    assert_eq!(deltas.concat(), r.outcome.text);
+    let starts = r
+        .events()
+        .into_iter()
+        .filter(|e| matches!(e, Event::Text(t) if t.phase == Phase::Start))
+        .count();
+    assert_eq!(
+        starts, 1,
+        "the assistant frame must not repeat streamed text"
+    );
+}
+
+#[test]
+fn tool_calls_results_and_denials() {
+    let r = replayed(fixture!("tool_bash"), 0, 0, false);
+    let call = r
+        .outcome
+        .transcript
+        .iter()
+        .find(|i| i.kind == ItemKind::ToolCall)
+        .expect("tool call");
+    assert_eq!(call.tool_name.as_deref(), Some("Bash"));
+    let input: Value = serde_json::from_str(call.input_json.as_deref().unwrap()).unwrap();
+    assert_eq!(input["command"], "echo hi");
+    let result = r
+        .outcome
+        .transcript
+        .iter()
+        .find(|i| i.kind == ItemKind::ToolResult)
+        .expect("tool result");
+    assert_eq!(result.tool_call_id, call.tool_call_id);
+    assert_eq!(result.text.as_deref(), Some("hi"));
+    assert!(!result.is_error);
+    assert!(
+        r.outcome.text.contains("TOOL_RESULT_SEEN: hi"),
+        "{}",
+        r.outcome.text
+    );
+
+    let denied = replayed(fixture!("tool_bash_denied"), 0, 0, false);
+    let result = denied
+        .outcome
+        .transcript
+        .iter()
+        .find(|i| i.kind == ItemKind::ToolResult)
+        .unwrap();
+    assert!(result.is_error, "a denied tool's result is an error");
+    assert!(
+        denied.outcome.failure.is_none(),
+        "the turn itself succeeded"
+    );
+}
+
+#[test]
+fn thinking_and_structured_output() {
+    let r = replayed(fixture!("think"), 0, 0, false);
+    let thinking = r
+        .outcome
+        .transcript
+        .iter()
+        .find(|i| i.kind == ItemKind::Thinking)
+        .expect("thinking");
+    assert_eq!(thinking.text.as_deref(), Some("Let me think about it."));
+    let r = replayed(fixture!("json_schema"), 0, 0, false);
+    let value: Value =
+        serde_json::from_str(r.outcome.structured_output.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        value,
+        json!({"answer":"mock","count":1,"mood":"happy","tags":["mock"]})
+    );
+}
+
+#[test]
+fn api_errors_fail_with_the_provider_message_and_no_valid_checkpoint() {
+    for (bytes, status) in [(fixture!("error_529"), 529), (fixture!("error_400"), 400)] {
+        let r = replayed(bytes, 0, 1, false);
+        let failure = r.outcome.failure.clone().expect("failed");
+        assert_eq!(failure.reason, FailureReason::AgentError);
+        assert!(
+            failure.message.contains(&format!("API Error: {status}")),
+            "{}",
+            failure.message
+        );
+        let details: Value =
+            serde_json::from_str(failure.details_json.as_deref().unwrap()).unwrap();
+        assert_eq!(details["api_error_status"], status);
+        assert!(!r.outcome.checkpoint.unwrap().valid);
+    }
+    let r = replayed(fixture!("error_529"), 0, 1, false);
+    assert!(
+        r.events()
+            .iter()
+            .any(|e| matches!(e, Event::Notice(n) if n.kind == "api-retry"))
+    );
+}
+
+#[test]
+fn a_cli_killed_mid_turn_keeps_partial_text_and_closes_lifecycles() {
+    let bytes = fixture!("mock_slow_killed");
+    let mut req = request("prompt");
+    req.streaming = true;
+    let r = replay::<ClaudeSession>(req, bytes, 0, killed()).expect("start");
+    let failure = r.outcome.failure.clone().expect("failed");
+    assert_eq!(failure.reason, FailureReason::AgentError);
+    assert!(
+        failure.message.contains("killed by signal 9"),
+        "{}",
+        failure.message
+    );
+    assert!(!r.outcome.checkpoint.clone().unwrap().valid);
+    let events = r.events();
+    let opened = events
+        .iter()
+        .filter(|e| matches!(e, Event::Text(t) if t.phase == Phase::Start))
+        .count();
+    let closed = events
+        .iter()
+        .filter(|e| matches!(e, Event::Text(t) if t.phase == Phase::End))
+        .count();
+    assert_eq!((opened, closed), (1, 1));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Text(t) if t.phase == Phase::Delta && !t.text.is_empty()))
+    );
+}
+
+#[test]
+fn can_use_tool_becomes_an_approval_and_the_decision_a_control_response() {
+    let bytes = fixture!("sdk_stdio_exit_plan_mode");
+    let mut req = request("prompt");
+    req.policy.plan_review = DecisionMode::Ask;
+    let (mut s, _) = Harness::<ClaudeSession>::start(req).unwrap();
+    let text = std::str::from_utf8(bytes).unwrap();
+    let request_line = text
+        .lines()
+        .find(|l| l.contains("\"control_request\""))
+        .unwrap();
+    let actions = s.stdout(format!("{request_line}\n").as_bytes());
+    let Some(Action::RequestApproval(req)) = actions.last() else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(req.kind, ApprovalKind::PlanReview);
+    assert_eq!(req.tool_name.as_deref(), Some("ExitPlanMode"));
+    assert_eq!(req.tool_call_id.as_deref(), Some("toolu_mock_7"));
+    assert_eq!(req.details_json.as_deref(), Some(r#"{"plan":"do it"}"#));
+    let id = req.id.clone();
+    let written = match s.decide(&id, Decision::Approve(None)).as_slice() {
+        [Action::WriteStdin(bytes)] => serde_json::from_slice::<Value>(bytes).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        written,
+        json!({"type":"control_response","response":{"subtype":"success","request_id":id,
+               "response":{"behavior":"allow","updatedInput":{"plan":"do it"},"toolUseID":"toolu_mock_7"}}})
+    );
+}
+
+#[test]
+fn questions_carry_their_options_and_answers_go_into_updated_input() {
+    let bytes = fixture!("sdk_stdio_ask_user_question");
+    let mut req = request("prompt");
+    req.policy.question = DecisionMode::Ask;
+    let (mut s, _) = Harness::<ClaudeSession>::start(req).unwrap();
+    let text = std::str::from_utf8(bytes).unwrap();
+    let request_line = text
+        .lines()
+        .find(|l| l.contains("\"control_request\""))
+        .unwrap();
+    let actions = s.stdout(format!("{request_line}\n").as_bytes());
+    let Some(Action::RequestApproval(req)) = actions.last() else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(req.kind, ApprovalKind::Question);
+    assert!(!req.choices.is_empty());
+    let key = req.choices[0].key.clone();
+    let id = req.id.clone();
+    let title = req.title.clone();
+    let written = match s.decide(&id, Decision::Answer(key.clone())).as_slice() {
+        [Action::WriteStdin(bytes)] => serde_json::from_slice::<Value>(bytes).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    let inner = &written["response"]["response"];
+    assert_eq!(inner["behavior"], "allow");
+    assert_eq!(inner["updatedInput"]["answers"][title.as_str()], json!(key));
+    assert!(inner["updatedInput"]["questions"].is_array());
+    // A refusal under the default `abort` fallback interrupts the turn.
+    let (mut s, _) = Harness::<ClaudeSession>::start({
+        let mut r = request("prompt");
+        r.policy.question = DecisionMode::Ask;
+        r
+    })
+    .unwrap();
+    s.stdout(format!("{request_line}\n").as_bytes());
+    let written = match s.decide(&id, Decision::Deny("no".into())).as_slice() {
+        [Action::WriteStdin(bytes)] => serde_json::from_slice::<Value>(bytes).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        written["response"]["response"],
+        json!({"behavior":"deny","message":"no","interrupt":true,"toolUseID":req_tool_use_id(request_line)})
+    );
+}
+
+fn req_tool_use_id(line: &str) -> Value {
+    let v: Value = serde_json::from_str(line).unwrap();
+    v["request"]["tool_use_id"].clone()
+}
+
+#[test]
+fn schemas_lose_what_the_cli_rejects_and_keep_what_it_needs() {
+    let schema = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "T",
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer", "format": "uint32", "minimum": 0},
+            "when": {"type": "string", "format": "date-time"},
+            "format": {"type": "string", "enum": ["a", "b"]},
+            "list": {"type": "array", "items": {"type": "number", "format": "double"}}
+        },
+        "required": ["n"]
+    });
+    let cleaned: Value =
+        serde_json::from_str(&preprocess_schema(&schema.to_string()).unwrap()).unwrap();
+    assert_eq!(
+        cleaned,
+        json!({
+            "title": "T",
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer", "minimum": 0},
+                "when": {"type": "string", "format": "date-time"},
+                "format": {"type": "string", "enum": ["a", "b"]},
+                "list": {"type": "array", "items": {"type": "number"}}
+            },
+            "required": ["n"]
+        })
+    );
+}
+
+#[test]
+fn subagent_messages_are_scoped_and_kept_out_of_the_reply() {
+    let lines = [
+        r#"{"type":"system","subtype":"init","session_id":"s1","model":"m"}"#,
+        r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"task-1","name":"Task","input":{"prompt":"look"}}]},"parent_tool_use_id":null,"session_id":"s1"}"#,
+        r#"{"type":"assistant","message":{"id":"m2","content":[{"type":"text","text":"sub says hi"}]},"parent_tool_use_id":"task-1","session_id":"s1"}"#,
+        r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"task-1","content":[{"type":"text","text":"done"}]}]},"parent_tool_use_id":null,"session_id":"s1"}"#,
+        r#"{"type":"assistant","message":{"id":"m3","content":[{"type":"text","text":"top reply"}]},"parent_tool_use_id":null,"session_id":"s1"}"#,
+        r#"{"type":"result","subtype":"success","is_error":false,"result":"top reply","session_id":"s1"}"#,
+    ]
+    .join("\n")
+        + "\n";
+    let r = replayed(lines.as_bytes(), 0, 0, false);
+    assert_eq!(r.outcome.text, "top reply");
+    let scoped: Vec<_> = r
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Text(t) if t.phase == Phase::Delta => {
+                Some((t.text, t.scope.parent_tool_call_id))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        scoped,
+        [
+            ("sub says hi".to_owned(), Some("task-1".to_owned())),
+            ("top reply".to_owned(), None)
+        ]
+    );
+    let result = r
+        .outcome
+        .transcript
+        .iter()
+        .find(|i| i.kind == ItemKind::ToolResult)
+        .unwrap();
+    assert_eq!(result.text.as_deref(), Some("done"));
+}
+
+#[test]
+fn malformed_and_truncated_output_is_a_protocol_error() {
+    let good = fixture!("plain_text");
+    let first = std::str::from_utf8(good).unwrap().lines().next().unwrap();
+    let malformed = format!("{first}\n{{\"type\":\"assistant\",\"message\":\n");
+    let r = replayed(malformed.as_bytes(), 0, 0, false);
+    let f = r.outcome.failure.clone().expect("failed");
+    assert_eq!(f.reason, FailureReason::ProtocolError);
+    assert!(f.message.contains("malformed JSON line"), "{}", f.message);
+    assert!(!r.outcome.checkpoint.unwrap().valid);
+    // Cut inside the result line, with no trailing newline: truncated.
+    let r = replayed(&good[..good.len() - 20], 0, 0, false);
+    let f = r.outcome.failure.clone().expect("failed");
+    assert_eq!(f.reason, FailureReason::ProtocolError);
+    assert!(f.message.contains("truncated"), "{}", f.message);
+}

@@ -1,0 +1,549 @@
+//! The Claude driver end to end: `claude.wasm` in the host, running the **real** Claude Code
+//! CLI (2.1.197, installed by `./x.sh test`) against the project's mock Messages API on
+//! 127.0.0.1. Each scenario asserts the exact text, tool names and inputs, the usage numbers
+//! the mock serves, the session id and the checkpoint's validity.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use adaptor::{
+    Agent, ApprovalKind, ApprovalPolicy, ApprovalRequest, DecisionMode, Error, Event,
+    FailureReason, ItemKind, Phase, Policy, RunOptions, RunResult, Schema,
+};
+use adaptor_integration_tests::mock_anthropic::*;
+use adaptor_integration_tests::*;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+/// One CLI home and workspace, the mock, and an agent wired to both.
+struct Claude {
+    mock: MockAnthropic,
+    home: tempfile::TempDir,
+    ws: tempfile::TempDir,
+}
+
+impl Claude {
+    async fn new() -> Self {
+        Self {
+            mock: MockAnthropic::start().await,
+            home: tmp(),
+            ws: tmp(),
+        }
+    }
+
+    fn agent(&self) -> adaptor::AgentBuilder {
+        let claude = claude_path()
+            .filter(|p| p.exists())
+            .unwrap_or_else(|| panic!("the Claude Code CLI is missing: {CLAUDE_INSTALL_HINT}"));
+        let driver = adaptor::Driver::from_file(driver_path("claude"))
+            .expect("claude.wasm (./x.sh build-drivers)")
+            .with_config(json!({ "command": claude.display().to_string() }))
+            .expect("config");
+        let mut builder = Agent::builder(driver)
+            .workspace(self.ws.path())
+            .grace_period(Duration::from_millis(500))
+            .timeout(Duration::from_secs(120));
+        for (k, v) in claude_env(self.home.path(), &self.mock.base_url()) {
+            builder = builder.env(k, v);
+        }
+        builder
+    }
+
+    fn ws(&self) -> &Path {
+        self.ws.path()
+    }
+}
+
+/// With `ADAPTOR_RECORD_CASSETTES=DIR`, save the run as `DIR/<name>.json` (how the committed
+/// `drivers/claude/cassettes/` were recorded; the local CLI path is not kept).
+fn record(name: &str, r: &RunResult, prompt: &str) {
+    if let Some(dir) = std::env::var_os("ADAPTOR_RECORD_CASSETTES") {
+        let cassette =
+            adaptor::cassette::Cassette::from_run(r, prompt, None, &json!({ "command": "claude" }));
+        let dir = Path::new(&dir);
+        std::fs::create_dir_all(dir).unwrap();
+        cassette.save(&dir.join(format!("{name}.json"))).unwrap();
+    }
+}
+
+fn served_usage(r: &RunResult, requests: u64) {
+    let u = r.usage.as_ref().expect("usage");
+    assert_eq!(u.input_tokens, Some(INPUT_TOKENS * requests));
+    assert_eq!(u.output_tokens, Some(OUTPUT_TOKENS * requests));
+    assert_eq!(
+        u.cache_read_tokens,
+        Some(CACHE_READ_INPUT_TOKENS * requests)
+    );
+    assert_eq!(
+        u.cache_write_tokens,
+        Some(CACHE_CREATION_INPUT_TOKENS * requests)
+    );
+    assert!(u.cost_usd.is_some_and(|c| c > 0.0));
+}
+
+fn valid_checkpoint(r: &RunResult) -> String {
+    let cp = r.checkpoint.as_ref().expect("checkpoint");
+    assert!(cp.valid, "checkpoint should be valid");
+    assert_eq!(cp.codec, "claude/session/v1");
+    assert_eq!(r.session_id(), Some(cp.resume_id.as_str()));
+    cp.resume_id.clone()
+}
+
+fn tool_calls(events: &[Event]) -> Vec<(String, Value)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ToolCall(c) if c.phase == Phase::End => {
+                Some((c.name.clone(), c.args.clone().unwrap_or(Value::Null)))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn tool_results(r: &RunResult) -> Vec<(String, bool)> {
+    r.transcript()
+        .iter()
+        .filter(|i| i.kind == ItemKind::ToolResult)
+        .map(|i| (i.text.clone().unwrap_or_default(), i.is_error))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_text_with_usage_session_and_checkpoint() {
+    let c = Claude::new().await;
+    let agent = c.agent().build();
+    let (events, result) = collect(
+        agent.stream_with(
+            "hello there",
+            RunOptions::new()
+                .streaming(false)
+                .instructions("Answer like a pirate."),
+        ),
+    )
+    .await;
+    let r = result.expect("run succeeds");
+    record("plain-text", &r, "hello there");
+    let reply = "Hello from mock-anthropic! user_msgs=1 you said: hello there";
+    assert_eq!(r.text, reply);
+    assert_eq!(r.summary.as_deref(), Some(reply));
+    served_usage(&r, 1);
+    let session = valid_checkpoint(&r);
+    assert!(events.iter().any(
+        |e| matches!(e, Event::Session(s) if s.session_id.as_deref() == Some(session.as_str()))
+    ));
+    let terminal = r.terminal().expect("terminal");
+    assert_eq!(terminal.event, "result");
+    let terminal_json: Value = serde_json::from_str(&terminal.json).unwrap();
+    assert_eq!(terminal_json["session_id"], json!(session));
+    let sent = c.mock.requests();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0]["stream"], json!(true));
+    assert!(
+        sent[0]["system"]
+            .to_string()
+            .contains("Answer like a pirate."),
+        "instructions reach the system prompt through the private file"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bash_and_read_tool_calls_with_their_results() {
+    let c = Claude::new().await;
+    std::fs::write(c.ws().join("notes.txt"), "alpha\nbeta\n").unwrap();
+    let agent = c.agent().build();
+    let (events, result) = collect(agent.stream_with(
+        r#"TOOL Bash {"command":"echo hi","description":"say hi"}"#,
+        RunOptions::new().streaming(false),
+    ))
+    .await;
+    let r = result.expect("bash run");
+    record(
+        "bash-tool",
+        &r,
+        r#"TOOL Bash {"command":"echo hi","description":"say hi"}"#,
+    );
+    assert_eq!(
+        tool_calls(&events),
+        [(
+            "Bash".to_owned(),
+            json!({"command":"echo hi","description":"say hi"})
+        )]
+    );
+    assert_eq!(tool_results(&r), [("hi".to_owned(), false)]);
+    assert_eq!(r.text, "Calling Bash.\n\nTOOL_RESULT_SEEN: hi");
+    served_usage(&r, 2);
+    valid_checkpoint(&r);
+
+    let path = c.ws().join("notes.txt").display().to_string();
+    let r = agent
+        .run_with(
+            format!(r#"TOOL Read {{"file_path":"{path}"}}"#),
+            RunOptions::new().streaming(false),
+        )
+        .await
+        .expect("read run");
+    let results = tool_results(&r);
+    assert_eq!(results.len(), 1);
+    assert!(
+        results[0].0.contains("alpha") && results[0].0.contains("beta"),
+        "{results:?}"
+    );
+    assert!(!results[0].1);
+    let call = r
+        .transcript()
+        .iter()
+        .find(|i| i.kind == ItemKind::ToolCall)
+        .unwrap();
+    assert_eq!(call.tool_name.as_deref(), Some("Read"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_and_partial_message_streaming() {
+    let c = Claude::new().await;
+    let agent = c.agent().build();
+    let (events, result) = collect(agent.stream("THINK please")).await;
+    let r = result.expect("run");
+    record("thinking-streamed", &r, "THINK please");
+    let thinking: String = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Thinking(t) if t.phase == Phase::Delta => Some(t.text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(thinking, "Let me think about it.");
+    let deltas: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::TextDelta(t) if t.phase == Phase::Delta => Some(t.text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(deltas.len() >= 2, "token-level deltas: {deltas:?}");
+    assert_eq!(deltas.concat(), r.text);
+    assert_eq!(
+        r.text,
+        "Hello from mock-anthropic! user_msgs=1 you said: THINK please"
+    );
+    let args = r.raw().launch.as_ref().unwrap().args.clone();
+    assert!(args.iter().any(|a| a == "--include-partial-messages"));
+
+    // Tool-argument deltas when streaming.
+    let (events, result) = collect(agent.stream(r#"TOOL Bash {"command":"echo streamed"}"#)).await;
+    result.expect("tool run");
+    let arg_deltas: String = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ToolCall(c) if c.phase == Phase::Delta => c.args_delta.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        serde_json::from_str::<Value>(&arg_deltas).unwrap(),
+        json!({"command":"echo streamed"})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_carries_the_first_turn() {
+    let c = Claude::new().await;
+    let agent = c.agent().build();
+    let first = agent.run("first turn").await.expect("first");
+    let session = valid_checkpoint(&first);
+    let second = agent
+        .run_with(
+            "second turn",
+            RunOptions::new().resume(first.checkpoint.clone().unwrap()),
+        )
+        .await
+        .expect("second");
+    assert_eq!(
+        second.text,
+        "Hello from mock-anthropic! user_msgs=2 you said: second turn"
+    );
+    assert_eq!(valid_checkpoint(&second), session, "same session");
+    let args = second.raw().launch.as_ref().unwrap().args.clone();
+    assert!(args.windows(2).any(|w| w == ["--resume", session.as_str()]));
+    let sent = c.mock.requests();
+    let history = sent.last().unwrap()["messages"].to_string();
+    assert!(
+        history.contains("first turn"),
+        "the second request carries the first turn"
+    );
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+struct Verdict {
+    verdict: String,
+    score: u32,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_structured_output() {
+    let c = Claude::new().await;
+    let agent = c.agent().build();
+    let r = agent
+        .run_with(
+            "review this",
+            RunOptions::new().schema(Schema::of::<Verdict>().unwrap()),
+        )
+        .await
+        .expect("structured run");
+    let s = r.structured.as_ref().expect("structured");
+    assert_eq!(s.mechanism, adaptor::Mechanism::Native);
+    assert!(s.valid, "{:?}", s.errors);
+    assert_eq!(s.value, Some(json!({"verdict": "mock", "score": 1})));
+    let v: Verdict = r.decode().expect("decodes");
+    assert_eq!((v.verdict.as_str(), v.score), ("mock", 1));
+    let args = r.raw().launch.as_ref().unwrap().args.clone();
+    assert!(args.iter().any(|a| a == "--json-schema"));
+}
+
+fn ask_permission() -> RunOptions {
+    RunOptions::new().streaming(false).policy(Policy {
+        approvals: ApprovalPolicy {
+            permission: DecisionMode::Ask,
+            ..ApprovalPolicy::default()
+        },
+        ..Policy::default()
+    })
+}
+
+/// A command the CLI's read-only classifier does not allow by itself.
+const TOUCH: &str =
+    r#"TOOL Bash {"command":"touch made_by_claude.txt","description":"create a file"}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permission_allowed_through_an_approval() {
+    let c = Claude::new().await;
+    let asked = Arc::new(AtomicUsize::new(0));
+    let seen = asked.clone();
+    let agent = c
+        .agent()
+        .on_approval(move |req: ApprovalRequest| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            async move {
+                assert_eq!(req.kind, ApprovalKind::Permission);
+                assert_eq!(req.tool_name.as_deref(), Some("Bash"));
+                assert_eq!(
+                    req.details.as_ref().unwrap()["input"]["command"],
+                    "touch made_by_claude.txt"
+                );
+                req.approve().unwrap();
+            }
+        })
+        .build();
+    let r = agent
+        .run_with(TOUCH, ask_permission())
+        .await
+        .expect("approved run");
+    record("approval-allowed", &r, TOUCH);
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    assert!(c.ws().join("made_by_claude.txt").exists(), "the tool ran");
+    assert!(!tool_results(&r)[0].1);
+    assert!(r.text.contains("TOOL_RESULT_SEEN"), "{}", r.text);
+    valid_checkpoint(&r);
+    let stdin = String::from_utf8_lossy(&r.raw().stdin).into_owned();
+    assert!(stdin.contains(r#""behavior":"allow""#), "{stdin}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permission_denied_through_an_approval() {
+    let c = Claude::new().await;
+    let agent = c.agent().build();
+    let mut stream = agent.stream_with(TOUCH, ask_permission());
+    while let Some(ev) = stream.next().await {
+        if let Event::ApprovalRequest(req) = ev {
+            req.deny("not in this repo").unwrap();
+        }
+    }
+    let e = match stream.result().await {
+        Err(Error::Run(e)) => e,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(e.reason, FailureReason::ApprovalDenied);
+    assert!(e.message.contains("not in this repo"), "{}", e.message);
+    assert!(
+        !c.ws().join("made_by_claude.txt").exists(),
+        "the tool never ran"
+    );
+    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.valid));
+    let stdin = String::from_utf8_lossy(&e.result.raw().stdin).into_owned();
+    assert!(
+        stdin.contains(r#""behavior":"deny""#) && stdin.contains(r#""interrupt":true"#),
+        "{stdin}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_errors_400_429_500_529_fail_with_the_provider_message() {
+    let c = Claude::new().await;
+    let agent = c.agent().build();
+    for status in [400, 429, 500, 529] {
+        let (events, result) = collect(agent.stream_with(
+            format!("MOCK_ERROR {status}"),
+            RunOptions::new().streaming(false),
+        ))
+        .await;
+        let e = run_error(result);
+        if matches!(status, 400 | 529) {
+            record(
+                &format!("api-error-{status}"),
+                &e.result,
+                &format!("MOCK_ERROR {status}"),
+            );
+        }
+        assert_eq!(e.reason, FailureReason::AgentError);
+        assert!(
+            e.message.starts_with("API Error") && e.message.contains(&status.to_string()),
+            "{}",
+            e.message
+        );
+        assert_eq!(
+            e.details.as_ref().unwrap()["api_error_status"],
+            json!(status)
+        );
+        assert!(!e.result.checkpoint.as_ref().unwrap().valid);
+        assert_eq!(e.result.exit.code, Some(1));
+        let retried = events
+            .iter()
+            .any(|ev| matches!(ev, Event::Notice(n) if n.notice == "api-retry"));
+        assert_eq!(
+            retried,
+            status != 400,
+            "the CLI retries {status} once (400 never)"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_turn_keeps_the_partial_text() {
+    let c = Claude::new().await;
+    let agent = c.agent().build();
+    let mut stream = agent.stream("MOCK_SLOW please");
+    let mut partial = String::new();
+    let mut pid = None;
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Event::ProcessInfo(p) if p.process == adaptor::ProcessInfoKind::Spawn => pid = p.pid,
+            Event::TextDelta(t) if t.phase == Phase::Delta => {
+                partial.push_str(&t.text);
+                if let Some(pid) = pid {
+                    // The CLI dies mid-turn (not a cancel): SIGKILL from outside.
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                }
+            }
+            _ => {}
+        }
+    }
+    let e = run_error(stream.result().await);
+    record("killed-mid-turn", &e.result, "MOCK_SLOW please");
+    assert_eq!(e.reason, FailureReason::AgentError);
+    assert!(
+        e.message.contains("before its result frame"),
+        "{}",
+        e.message
+    );
+    assert!(!partial.is_empty());
+    assert!(e.result.text.is_empty() || partial.starts_with(&e.result.text));
+    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.valid));
+    assert_eq!(e.result.exit.signal, Some(9));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_reports_the_installed_version_and_warns_outside_the_range() {
+    let c = Claude::new().await;
+    let report = c.agent().build().inspect().await.expect("inspect");
+    let env = &report.environment;
+    assert_eq!(env.cli_version.as_deref(), Some("2.1.197"));
+    assert_eq!(env.status, adaptor::CheckLevel::Pass, "{env:?}");
+    assert_eq!(env.supported.verified, ["2.1.197"]);
+
+    let dir = tmp();
+    let fake = dir.path().join("claude");
+    std::fs::write(&fake, "#!/bin/sh\necho '3.0.1 (Claude Code)'\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let driver = adaptor::Driver::from_file(driver_path("claude"))
+        .unwrap()
+        .with_config(json!({ "command": fake.display().to_string() }))
+        .unwrap();
+    let report = Agent::builder(driver)
+        .workspace(c.ws())
+        .build()
+        .inspect()
+        .await
+        .unwrap();
+    let env = &report.environment;
+    assert_eq!(env.cli_version.as_deref(), Some("3.0.1"));
+    assert_eq!(env.status, adaptor::CheckLevel::Warn);
+    let check = env.checks.iter().find(|c| c.code == "cli.version").unwrap();
+    assert!(
+        check.message.contains("outside the supported range"),
+        "{}",
+        check.message
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_approve_bypasses_the_cli_permission_check() {
+    let c = Claude::new().await;
+    let agent = c.agent().build();
+    let r = agent
+        .run_with(
+            TOUCH,
+            RunOptions::new().streaming(false).policy(Policy {
+                approvals: ApprovalPolicy {
+                    permission: DecisionMode::AutoApprove,
+                    ..ApprovalPolicy::default()
+                },
+                ..Policy::default()
+            }),
+        )
+        .await
+        .expect("auto-approved run");
+    assert!(
+        c.ws().join("made_by_claude.txt").exists(),
+        "the tool ran without asking"
+    );
+    let args = r.raw().launch.as_ref().unwrap().args.clone();
+    assert!(args.iter().any(|a| a == "--dangerously-skip-permissions"));
+    valid_checkpoint(&r);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_subtype_fails_the_run() {
+    let c = Claude::new().await;
+    let driver = adaptor::Driver::from_file(driver_path("claude"))
+        .unwrap()
+        .with_config(json!({
+            "command": claude_path().unwrap().display().to_string(),
+            "max_turns": 1,
+        }))
+        .unwrap();
+    let mut builder = Agent::builder(driver).workspace(c.ws());
+    for (k, v) in claude_env(c.home.path(), &c.mock.base_url()) {
+        builder = builder.env(k, v);
+    }
+    let e = run_error(
+        builder
+            .build()
+            .run_with(
+                r#"TOOL Bash {"command":"echo one"}"#,
+                RunOptions::new().streaming(false),
+            )
+            .await,
+    );
+    assert_eq!(e.reason, FailureReason::AgentError);
+    assert_eq!(
+        e.details.as_ref().unwrap()["subtype"],
+        json!("error_max_turns")
+    );
+    assert!(!e.result.checkpoint.as_ref().unwrap().valid);
+}
