@@ -230,6 +230,22 @@ impl Transcript {
     pub fn to_vec(&self) -> Vec<TranscriptItem> {
         self.items.clone()
     }
+
+    /// Record each non-blank complete line as a text item of `kind` (e.g. a CLI's stderr
+    /// diagnostics); oversized lines are recorded by their head, marked as cut.
+    pub fn push_text_lines(&mut self, kind: ItemKind, lines: Vec<crate::Line>, out: &mut Actions) {
+        for line in lines {
+            let text = match line {
+                crate::Line::Complete(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                crate::Line::Oversized { head, len } => {
+                    format!("{}… ({len} bytes, cut)", String::from_utf8_lossy(&head))
+                }
+            };
+            if !text.trim().is_empty() {
+                self.push(items::text(kind.clone(), &text), out);
+            }
+        }
+    }
 }
 
 /// Constructors for common transcript items.

@@ -381,3 +381,11 @@ pub fn describe_exit(status: Option<&crate::ExitStatus>) -> String {
         _ => "ended".into(),
     }
 }
+
+/// The model for a run: the request's per-run model, else the config's `model` field.
+pub fn requested_model(request: &crate::RunRequest, config: &Value) -> Option<String> {
+    request
+        .model
+        .clone()
+        .or_else(|| str_field(config, "model").map(str::to_owned))
+}

@@ -358,11 +358,7 @@ pub(crate) fn launch(
         }
         args.extend(["--resume".to_owned(), resume.state.resume_id.clone()]);
     }
-    if let Some(model) = request
-        .model
-        .clone()
-        .or_else(|| str_field(config, "model").map(str::to_owned))
-    {
+    if let Some(model) = json::requested_model(request, config) {
         args.extend(["--model".to_owned(), model]);
     }
     if let Some(effort) = str_field(config, "effort") {

@@ -660,15 +660,9 @@ impl Session for ClaudeSession {
     }
 
     fn on_stderr(&mut self, chunk: &[u8], out: &mut Actions) {
-        for line in self.stderr.push(chunk) {
-            if let Line::Complete(bytes) = line {
-                let text = String::from_utf8_lossy(&bytes);
-                if !text.trim().is_empty() {
-                    self.transcript
-                        .push(items::text(ItemKind::Stderr, &text), out);
-                }
-            }
-        }
+        let lines = self.stderr.push(chunk);
+        self.transcript
+            .push_text_lines(ItemKind::Stderr, lines, out);
     }
 
     fn on_decision(&mut self, id: &str, decision: Decision, out: &mut Actions) {

@@ -589,12 +589,7 @@ impl Session for ReferenceSession {
             .map_err(|e| StartError::InvalidRequest(format!("{}: {}", e.path, e.message)))?;
         let cfg = &self.config;
         let mut args = Vec::new();
-        if let Some(model) = self
-            .request
-            .model
-            .clone()
-            .or_else(|| str_field(cfg, "model").map(str::to_owned))
-        {
+        if let Some(model) = json::requested_model(&self.request, cfg) {
             args.extend(["--model".to_owned(), model]);
         }
         if let Some(dir) = str_field(cfg, "state_dir") {
@@ -703,15 +698,9 @@ impl Session for ReferenceSession {
     }
 
     fn on_stderr(&mut self, chunk: &[u8], out: &mut Actions) {
-        for line in self.stderr.push(chunk) {
-            if let Line::Complete(bytes) = line {
-                let text = String::from_utf8_lossy(&bytes);
-                if !text.trim().is_empty() {
-                    self.transcript
-                        .push(items::text(ItemKind::Stderr, &text), out);
-                }
-            }
-        }
+        let lines = self.stderr.push(chunk);
+        self.transcript
+            .push_text_lines(ItemKind::Stderr, lines, out);
     }
 
     fn on_exit(&mut self, status: &ExitStatus, out: &mut Actions) {
