@@ -16,13 +16,14 @@ TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 export CARGO_TARGET_DIR="$TARGET"
 # Drivers: crate name -> installed file name. Built-ins go to $TARGET/drivers (found by the
 # host), test-only drivers to $TARGET/test-drivers.
-DRIVERS=("reference-driver:reference" "claude-driver:claude")
+DRIVERS=("reference-driver:reference" "claude-driver:claude" "codex-driver:codex")
 TEST_DRIVERS=("testbed-driver:testbed" "broken-driver:broken" "unstable-driver:unstable")
 
 # Real agent CLIs for the end-to-end tests, pinned, installed from npm into a cache outside
 # the clone (idempotent: nothing is fetched when the pinned version is there).
 CLI_CACHE="${ADAPTOR_CLI_CACHE:-$HOME/.cache/agent-adaptor-clis}"
 CLAUDE_VERSION="2.1.197"
+CODEX_VERSION="0.171.0"
 
 ensure_clis() {
   local dir="$CLI_CACHE/claude"
@@ -33,6 +34,14 @@ ensure_clis() {
       "@anthropic-ai/claude-code@$CLAUDE_VERSION" >&2
   fi
   export ADAPTOR_CLAUDE_BIN="$dir/node_modules/.bin/claude"
+  dir="$CLI_CACHE/codex"
+  if [[ "$("$dir/node_modules/.bin/codex" --version 2>/dev/null)" != "codex-cli $CODEX_VERSION" ]]; then
+    echo "x.sh: installing @openai/codex@$CODEX_VERSION into $dir" >&2
+    mkdir -p "$dir"
+    npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
+      "@openai/codex@$CODEX_VERSION" >&2
+  fi
+  export ADAPTOR_CODEX_BIN="$dir/node_modules/.bin/codex"
 }
 
 ensure_wasm_target() {

@@ -338,6 +338,10 @@ impl GuestSession {
         session_call!(self, "session.on-timer", call_on_timer, id)
     }
 
+    pub(crate) async fn on_cancel(&mut self) -> Result<Vec<wit::Action>, Error> {
+        session_call!(self, "session.on-cancel", call_on_cancel)
+    }
+
     pub(crate) async fn on_exit(
         &mut self,
         status: wit::ExitStatus,

@@ -327,6 +327,7 @@ impl Run {
                 self.options.approval_handler.clone(),
             ),
             stopping: false,
+            terminate_at: None,
             kill_at: None,
             turn_ended: false,
             raw: RawStreams {
@@ -698,6 +699,8 @@ struct Supervisor<'a> {
     asks: Decisions,
     /// The process is being stopped (cancel, timeout, …).
     stopping: bool,
+    /// A graceful stop is under way: terminate at this time (and why).
+    terminate_at: Option<(Instant, String)>,
     kill_at: Option<Instant>,
     turn_ended: bool,
     raw: RawStreams,
@@ -758,12 +761,12 @@ impl Supervisor<'_> {
                 _ = cancel.cancelled(), if !stopping && status.is_none() => {
                     cancelled = true;
                     self.close_approvals(Resolution::Cancelled).await;
-                    self.terminate("cancel").await;
+                    self.stop("cancel").await?;
                 }
                 _ = sleep_opt(deadline), if !stopping && status.is_none() => {
                     timed_out = true;
                     self.close_approvals(Resolution::Withdrawn).await;
-                    self.terminate("timeout").await;
+                    self.stop("timeout").await?;
                 }
                 _ = sleep_opt(idle.map(|d| last_output + d)), if !stopping && status.is_none() => {
                     timed_out = true;
@@ -780,6 +783,11 @@ impl Supervisor<'_> {
                     let mut steps = Vec::new();
                     self.asks.on_deadline(Instant::now(), &mut steps);
                     self.perform(steps).await;
+                }
+                _ = sleep_opt(self.terminate_at.as_ref().map(|(at, _)| *at)) => {
+                    if let Some((_, why)) = self.terminate_at.take() {
+                        self.terminate(&format!("{why}: the provider did not stop within the grace period")).await;
+                    }
                 }
                 _ = sleep_opt(self.kill_at) => {
                     self.kill_at = None;
@@ -962,7 +970,25 @@ impl Supervisor<'_> {
     }
 
     /// SIGTERM now, SIGKILL after the grace period.
+    /// Stop the turn for `why` (cancel, timeout): the driver may stop it gracefully first
+    /// (`on-cancel`, e.g. a JSON-RPC interrupt); the process group is terminated after the
+    /// grace period whatever happens — at once when the driver has nothing to do.
+    async fn stop(&mut self, why: &str) -> Result<(), Error> {
+        let actions = self.session.on_cancel().await?;
+        if actions.is_empty() {
+            self.terminate(why).await;
+            return Ok(());
+        }
+        tracing::info!(driver = %self.driver, why, "the driver stops the turn gracefully");
+        self.apply(actions).await?;
+        if !self.stopping {
+            self.terminate_at = Some((Instant::now() + self.grace, why.to_owned()));
+        }
+        Ok(())
+    }
+
     async fn terminate(&mut self, why: &str) {
+        self.terminate_at = None;
         self.stopping = true;
         self.stdin = None;
         self.signal(Sig::Terminate, why).await;

@@ -80,6 +80,10 @@ impl<S: Session> GuestSession for SessionAdapter<S> {
         self.with(|s, out| s.on_timer(id, out))
     }
 
+    fn on_cancel(&self) -> Vec<crate::Action> {
+        self.with(|s, out| s.on_cancel(out))
+    }
+
     fn on_exit(&self, status: ExitStatus) -> Vec<crate::Action> {
         self.with(|s, out| s.on_exit(&status, out))
     }

@@ -85,6 +85,11 @@ impl<S: Session> Harness<S> {
         self.record(|s, out| s.on_decision(id, decision, out))
     }
 
+    /// Cancel the run (`on-cancel`).
+    pub fn cancel(&mut self) -> Vec<Action> {
+        self.record(|s, out| s.on_cancel(out))
+    }
+
     /// Fire a timer.
     pub fn timer(&mut self, id: u64) -> Vec<Action> {
         self.record(|s, out| s.on_timer(id, out))

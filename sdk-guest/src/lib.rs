@@ -111,6 +111,11 @@ pub trait Session: Sized + 'static {
     /// A timer fired. Default: ignore.
     fn on_timer(&mut self, _id: u64, _out: &mut Actions) {}
 
+    /// The run is being cancelled (or timed out) while the process runs: push the actions
+    /// that stop the turn gracefully. Default: none, so the host stops the process at once.
+    /// The host terminates it after its grace period whatever happens.
+    fn on_cancel(&mut self, _out: &mut Actions) {}
+
     /// The process ended (stdout and stderr are at EOF).
     fn on_exit(&mut self, status: &ExitStatus, out: &mut Actions);
 

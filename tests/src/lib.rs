@@ -9,6 +9,8 @@ use std::time::Duration;
 use adaptor::{Agent, AgentBuilder, Driver};
 
 pub mod mock_anthropic;
+pub mod mock_http;
+pub mod mock_openai;
 
 /// The cargo target directory these tests were built into.
 pub fn target_dir() -> PathBuf {
@@ -168,5 +170,19 @@ pub fn run_error(r: Result<adaptor::RunResult, adaptor::Error>) -> Box<adaptor::
     match r {
         Err(adaptor::Error::Run(e)) => e,
         other => panic!("expected a RunError, got {other:?}"),
+    }
+}
+
+/// With `ADAPTOR_RECORD_CASSETTES=DIR`, save the run as `DIR/<name>.json` — how the committed
+/// cassettes of the real-CLI drivers were recorded (the local CLI path is not kept).
+pub fn record_cassette(name: &str, r: &adaptor::RunResult, prompt: &str) {
+    if let Some(dir) = std::env::var_os("ADAPTOR_RECORD_CASSETTES") {
+        let cassette =
+            adaptor::cassette::Cassette::from_run(r, prompt, None, &serde_json::json!({}));
+        let dir = Path::new(&dir);
+        std::fs::create_dir_all(dir).expect("cassette dir");
+        cassette
+            .save(&dir.join(format!("{name}.json")))
+            .expect("cassette saved");
     }
 }

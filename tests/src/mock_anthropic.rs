@@ -5,7 +5,9 @@
 //! environment that points the CLI at it ([`claude_env`]) and the lookup of the installed CLI
 //! ([`claude_path`]). It listens on `127.0.0.1` only, on a port chosen by the OS, and runs on
 //! its own thread with its own tokio runtime, so a test may block (for example in
-//! `std::process::Command::output`) while the CLI talks to it.
+//! `std::process::Command::output`) while the CLI talks to it. That server plumbing, the SSE
+//! framing, request recording and the brain's shared parts (`TOOL` parsing, schema
+//! synthesis) live in [`crate::mock_http`].
 //!
 //! # Endpoints
 //!
@@ -81,19 +83,20 @@
 //! API errors make no usage: the CLI reports a synthetic assistant message
 //! (`model: "<synthetic>"`, all usage 0) and `result.is_error: true`, `api_error_status`.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::Response;
-use futures::StreamExt;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
+
+pub use crate::mock_http::RecordedRequest;
+use crate::mock_http::{
+    Incoming, MockServer, SseEvent, json_response, parse_tool_command, split_in_two, sse_response,
+    synthesise,
+};
 
 /// `usage.input_tokens` of every reply (in `message_start`).
 pub const INPUT_TOKENS: u64 = 21;
@@ -117,134 +120,46 @@ pub const DEFAULT_MODEL: &str = "claude-opus-4-8";
 pub const CLAUDE_INSTALL_HINT: &str =
     "npm install --prefix $HOME/.cache/agent-adaptor-clis/claude @anthropic-ai/claude-code@2.1.197";
 
-/// Upper bound on a request body the mock reads.
-const MAX_BODY: usize = 64 * 1024 * 1024;
-
-/// One HTTP request the mock received.
-#[derive(Debug, Clone)]
-pub struct RecordedRequest {
-    /// HTTP method, e.g. `POST`.
-    pub method: String,
-    /// Path without the query, e.g. `/v1/messages`.
-    pub path: String,
-    /// Raw query string, e.g. `beta=true`, if any.
-    pub query: Option<String>,
-    /// Headers, names lower-cased, in the order received (non-UTF-8 values are dropped).
-    pub headers: Vec<(String, String)>,
-    /// The body parsed as JSON, or `None` when empty or not JSON.
-    pub body: Option<Value>,
-    /// The status the mock answered with.
-    pub status: u16,
-}
-
-impl RecordedRequest {
-    /// The value of header `name` (case-insensitive), if present.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// Shared state of a running mock.
+/// Counters of a running mock.
 #[derive(Default)]
 struct Shared {
-    log: Mutex<Vec<RecordedRequest>>,
     tool_calls: AtomicU64,
     messages: AtomicU64,
 }
 
 /// A running mock Anthropic API on `127.0.0.1`. It stops when dropped.
 pub struct MockAnthropic {
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    server: MockServer,
 }
 
 impl MockAnthropic {
     /// Starts the mock on `127.0.0.1` and an OS-chosen port. It serves from a thread of its
     /// own, so the caller's runtime (if any) may block while a CLI talks to it.
     pub async fn start() -> MockAnthropic {
-        let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind 127.0.0.1:0");
-        listener
-            .set_nonblocking(true)
-            .expect("non-blocking listener");
-        let addr = listener.local_addr().expect("listener address");
         let shared = Arc::new(Shared::default());
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let state = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("mock-anthropic-{}", addr.port()))
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("mock runtime");
-                runtime.block_on(async move {
-                    let listener =
-                        tokio::net::TcpListener::from_std(listener).expect("tokio listener");
-                    let app = Router::new().fallback(handle).with_state(state);
-                    let server = axum::serve(listener, app);
-                    tokio::select! {
-                        result = server => {
-                            if let Err(err) = result {
-                                eprintln!("mock-anthropic: server error: {err}");
-                            }
-                        }
-                        _ = stop_rx => {}
-                    }
-                });
-                // Dropping the runtime cancels the connections still being served.
-                drop(runtime);
-            })
-            .expect("spawn mock thread");
         MockAnthropic {
-            addr,
-            shared,
-            stop: Some(stop_tx),
-            thread: Some(thread),
+            server: MockServer::start("mock-anthropic", move |request| handle(&shared, request)),
         }
     }
 
     /// Base URL for `ANTHROPIC_BASE_URL`, e.g. `http://127.0.0.1:40123`.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.server.addr())
     }
 
     /// The JSON bodies of the `POST /v1/messages` requests received so far, in order.
     pub fn requests(&self) -> Vec<Value> {
-        self.log()
-            .iter()
-            .filter(|r| r.method == "POST" && r.path == "/v1/messages")
-            .filter_map(|r| r.body.clone())
-            .collect()
+        self.server.posted_bodies("/v1/messages")
     }
 
     /// Every request received so far (any path, including unknown ones), in order.
     pub fn all_requests(&self) -> Vec<RecordedRequest> {
-        self.log().clone()
+        self.server.all_requests()
     }
 
     /// Stops the server now (dropping the handle does the same).
     pub fn shutdown(self) {
         drop(self);
-    }
-
-    fn log(&self) -> std::sync::MutexGuard<'_, Vec<RecordedRequest>> {
-        self.shared.log.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl Drop for MockAnthropic {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
@@ -289,18 +204,12 @@ pub fn claude_env(home: &Path, base_url: &str) -> Vec<(String, String)> {
     .collect()
 }
 
-/// The single handler: records the request and dispatches on method and path.
-async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let bytes = axum::body::to_bytes(body, MAX_BODY)
-        .await
-        .unwrap_or_default();
-    let body: Option<Value> = serde_json::from_slice(&bytes).ok();
-    let path = parts.uri.path().to_string();
-    let response = match (&parts.method, path.as_str()) {
+/// The handler: dispatches on method and path (the request is recorded by [`MockServer`]).
+fn handle(shared: &Shared, request: &Incoming<'_>) -> Response {
+    match (request.method, request.path) {
         (&Method::POST, "/v1/messages") => {
             let n = shared.messages.fetch_add(1, Ordering::SeqCst) + 1;
-            messages(&shared, n, body.as_ref().unwrap_or(&Value::Null))
+            messages(shared, n, request.body.unwrap_or(&Value::Null))
         }
         (&Method::POST, "/v1/messages/count_tokens") => {
             json_response(StatusCode::OK, &json!({ "input_tokens": COUNT_TOKENS }))
@@ -319,40 +228,12 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
                 "last_id": DEFAULT_MODEL,
             }),
         ),
-        _ => error_response(
+        (method, path) => error_response(
             StatusCode::NOT_FOUND,
             "not_found_error",
-            &format!("mock-anthropic: no route for {} {}", parts.method, path),
+            &format!("mock-anthropic: no route for {method} {path}"),
         ),
-    };
-    let record = RecordedRequest {
-        method: parts.method.to_string(),
-        path,
-        query: parts.uri.query().map(str::to_string),
-        headers: parts
-            .headers
-            .iter()
-            .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
-            .collect(),
-        body,
-        status: response.status().as_u16(),
-    };
-    shared
-        .log
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(record);
-    response
-}
-
-fn json_response(status: StatusCode, body: &Value) -> Response {
-    let mut response = Response::new(Body::from(body.to_string()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    }
 }
 
 fn error_response(status: StatusCode, kind: &str, message: &str) -> Response {
@@ -408,20 +289,16 @@ fn messages(shared: &Shared, n: u64, body: &Value) -> Response {
     };
     let mut response = if stream {
         let events = sse_events(&message_id, &model, &blocks, stop_reason, interval);
-        let body = futures::stream::iter(events).then(|(name, data, slow)| async move {
-            if slow {
-                tokio::time::sleep(SLOW_INTERVAL).await;
-            }
-            Ok::<_, std::convert::Infallible>(format!("event: {name}\ndata: {data}\n\n"))
-        });
-        let mut response = Response::new(Body::from_stream(body));
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        response
+        sse_response(
+            events
+                .into_iter()
+                .map(|(name, data, slow)| SseEvent {
+                    event: name,
+                    data,
+                    delay: slow.then_some(SLOW_INTERVAL),
+                })
+                .collect(),
+        )
     } else {
         let content: Vec<Value> = blocks.iter().map(block_json).collect();
         let mut usage = start_usage();
@@ -578,17 +455,6 @@ fn sse_events(
     events
 }
 
-/// Splits `s` into two non-empty halves on a char boundary (one piece if it is shorter than
-/// two chars).
-fn split_in_two(s: &str) -> Vec<String> {
-    let count = s.chars().count();
-    if count < 2 {
-        return vec![s.to_string()];
-    }
-    let at = s.char_indices().nth(count / 2).map_or(s.len(), |(i, _)| i);
-    vec![s[..at].to_string(), s[at..].to_string()]
-}
-
 /// The brain: the reply to a Messages request (see the module doc).
 fn decide(shared: &Shared, body: &Value) -> Reply {
     let messages = body
@@ -635,7 +501,7 @@ fn decide(shared: &Shared, body: &Value) -> Reply {
         })
     {
         let schema = tool.get("input_schema").cloned().unwrap_or(json!({}));
-        let input = synthesise(&schema, &schema, 0);
+        let input = synthesise(&schema);
         return Reply::Message {
             blocks: vec![tool_use(shared, "StructuredOutput".to_string(), input)],
             stop_reason: "tool_use",
@@ -750,146 +616,9 @@ fn count_user_text_messages(messages: &[Value]) -> usize {
         .count()
 }
 
-/// Finds `TOOL <name> <json>` in `text`; the JSON may be shell-escaped (`{\"a\":1}`).
-fn parse_tool_command(text: &str) -> Option<(String, Value)> {
-    let mut rest = text;
-    while let Some(at) = rest.find("TOOL ") {
-        let after = rest[at + "TOOL ".len()..].trim_start();
-        let name_len = after.find(char::is_whitespace).unwrap_or(after.len());
-        let (name, tail) = after.split_at(name_len);
-        if !name.is_empty()
-            && let Some(input) = first_json(tail.trim_start())
-        {
-            return Some((name.to_string(), input));
-        }
-        rest = &rest[at + 1..];
-    }
-    None
-}
-
-/// The JSON value at the start of `s` (trailing text allowed), or the same after
-/// unescaping `\"`.
-fn first_json(s: &str) -> Option<Value> {
-    let parse = |s: &str| {
-        serde_json::Deserializer::from_str(s)
-            .into_iter::<Value>()
-            .next()
-            .and_then(Result::ok)
-    };
-    parse(s).or_else(|| parse(&s.replace("\\\"", "\"")))
-}
-
-/// A JSON instance of `schema` (see the module doc); `root` resolves local `$ref`s.
-fn synthesise(schema: &Value, root: &Value, depth: usize) -> Value {
-    if depth > 32 {
-        return Value::Null;
-    }
-    let Some(obj) = schema.as_object() else {
-        // `true` (or anything unexpected) accepts any value.
-        return json!("mock");
-    };
-    if let Some(value) = obj.get("const") {
-        return value.clone();
-    }
-    if let Some(first) = obj
-        .get("enum")
-        .and_then(Value::as_array)
-        .and_then(|v| v.first())
-    {
-        return first.clone();
-    }
-    if let Some(target) = obj
-        .get("$ref")
-        .and_then(Value::as_str)
-        .and_then(|r| r.strip_prefix('#'))
-        .and_then(|pointer| root.pointer(pointer))
-    {
-        return synthesise(target, root, depth + 1);
-    }
-    for key in ["anyOf", "oneOf", "allOf"] {
-        if let Some(first) = obj
-            .get(key)
-            .and_then(Value::as_array)
-            .and_then(|v| v.first())
-        {
-            return synthesise(first, root, depth + 1);
-        }
-    }
-    let kind = match obj.get("type") {
-        Some(Value::String(t)) => t.as_str(),
-        Some(Value::Array(types)) => types
-            .iter()
-            .filter_map(Value::as_str)
-            .find(|t| *t != "null")
-            .unwrap_or("null"),
-        _ if obj.contains_key("properties") => "object",
-        _ if obj.contains_key("items") => "array",
-        _ => "string",
-    };
-    match kind {
-        "object" => {
-            let mut out = Map::new();
-            if let Some(props) = obj.get("properties").and_then(Value::as_object) {
-                for (name, prop) in props {
-                    out.insert(name.clone(), synthesise(prop, root, depth + 1));
-                }
-            }
-            Value::Object(out)
-        }
-        "array" => {
-            let count = obj.get("minItems").and_then(Value::as_u64).unwrap_or(0);
-            let item = obj.get("items").cloned().unwrap_or(json!({}));
-            (0..count)
-                .map(|_| synthesise(&item, root, depth + 1))
-                .collect()
-        }
-        "integer" | "number" => json!(1),
-        "boolean" => json!(true),
-        "null" => Value::Null,
-        _ => json!("mock"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn synthesises_schema_instances() {
-        let schema = json!({
-            "type": "object",
-            "properties": {
-                "name": { "type": "string" },
-                "count": { "type": "integer" },
-                "ok": { "type": "boolean" },
-                "kind": { "enum": ["a", "b"] },
-                "fixed": { "const": 7 },
-                "tags": { "type": "array", "items": { "type": "string" }, "minItems": 2 },
-                "inner": { "$ref": "#/$defs/inner" },
-            },
-            "$defs": { "inner": { "type": "object", "properties": { "x": { "type": "number" } } } },
-        });
-        assert_eq!(
-            synthesise(&schema, &schema, 0),
-            json!({
-                "name": "mock", "count": 1, "ok": true, "kind": "a", "fixed": 7,
-                "tags": ["mock", "mock"], "inner": { "x": 1 },
-            })
-        );
-    }
-
-    #[test]
-    fn parses_tool_commands() {
-        assert_eq!(
-            parse_tool_command(r#"please TOOL Bash {"command":"echo hi"} thanks"#),
-            Some(("Bash".to_string(), json!({ "command": "echo hi" })))
-        );
-        assert_eq!(
-            parse_tool_command(r#"TOOL Read {\"file_path\":\"/x\"}"#),
-            Some(("Read".to_string(), json!({ "file_path": "/x" })))
-        );
-        assert_eq!(parse_tool_command("TOOL_RESULT_SEEN: x"), None);
-    }
 
     #[test]
     fn finds_user_text_and_counts_turns() {
@@ -915,11 +644,5 @@ mod tests {
             },
             other => panic!("unexpected reply {other:?}"),
         }
-    }
-
-    #[test]
-    fn splits_text_in_two() {
-        assert_eq!(split_in_two("héllo"), vec!["hé", "llo"]);
-        assert_eq!(split_in_two("x"), vec!["x"]);
     }
 }

@@ -56,18 +56,6 @@ impl Claude {
     }
 }
 
-/// With `ADAPTOR_RECORD_CASSETTES=DIR`, save the run as `DIR/<name>.json` (how the committed
-/// `drivers/claude/cassettes/` were recorded; the local CLI path is not kept).
-fn record(name: &str, r: &RunResult, prompt: &str) {
-    if let Some(dir) = std::env::var_os("ADAPTOR_RECORD_CASSETTES") {
-        let cassette =
-            adaptor::cassette::Cassette::from_run(r, prompt, None, &json!({ "command": "claude" }));
-        let dir = Path::new(&dir);
-        std::fs::create_dir_all(dir).unwrap();
-        cassette.save(&dir.join(format!("{name}.json"))).unwrap();
-    }
-}
-
 fn served_usage(r: &RunResult, requests: u64) {
     let u = r.usage.as_ref().expect("usage");
     assert_eq!(u.input_tokens, Some(INPUT_TOKENS * requests));
@@ -125,7 +113,7 @@ async fn plain_text_with_usage_session_and_checkpoint() {
     )
     .await;
     let r = result.expect("run succeeds");
-    record("plain-text", &r, "hello there");
+    record_cassette("plain-text", &r, "hello there");
     let reply = "Hello from mock-anthropic! user_msgs=1 you said: hello there";
     assert_eq!(r.text, reply);
     assert_eq!(r.summary.as_deref(), Some(reply));
@@ -160,7 +148,7 @@ async fn bash_and_read_tool_calls_with_their_results() {
     ))
     .await;
     let r = result.expect("bash run");
-    record(
+    record_cassette(
         "bash-tool",
         &r,
         r#"TOOL Bash {"command":"echo hi","description":"say hi"}"#,
@@ -206,7 +194,7 @@ async fn thinking_and_partial_message_streaming() {
     let agent = c.agent().build();
     let (events, result) = collect(agent.stream("THINK please")).await;
     let r = result.expect("run");
-    record("thinking-streamed", &r, "THINK please");
+    record_cassette("thinking-streamed", &r, "THINK please");
     let thinking: String = events
         .iter()
         .filter_map(|e| match e {
@@ -341,7 +329,7 @@ async fn permission_allowed_through_an_approval() {
         .run_with(TOUCH, ask_permission())
         .await
         .expect("approved run");
-    record("approval-allowed", &r, TOUCH);
+    record_cassette("approval-allowed", &r, TOUCH);
     assert_eq!(asked.load(Ordering::SeqCst), 1);
     assert!(c.ws().join("made_by_claude.txt").exists(), "the tool ran");
     assert!(!tool_results(&r)[0].1);
@@ -391,7 +379,7 @@ async fn api_errors_400_429_500_529_fail_with_the_provider_message() {
         .await;
         let e = run_error(result);
         if matches!(status, 400 | 529) {
-            record(
+            record_cassette(
                 &format!("api-error-{status}"),
                 &e.result,
                 &format!("MOCK_ERROR {status}"),
@@ -441,7 +429,7 @@ async fn killed_mid_turn_keeps_the_partial_text() {
         }
     }
     let e = run_error(stream.result().await);
-    record("killed-mid-turn", &e.result, "MOCK_SLOW please");
+    record_cassette("killed-mid-turn", &e.result, "MOCK_SLOW please");
     assert_eq!(e.reason, FailureReason::AgentError);
     assert!(
         e.message.contains("before its result frame"),

@@ -9,7 +9,7 @@ use adaptor::cassette::Cassette;
 use adaptor_integration_tests::*;
 
 /// Drivers installed as built-ins (each has a README with its report and committed cassettes).
-const BUILTIN_DRIVERS: &[&str] = &["reference", "claude"];
+const BUILTIN_DRIVERS: &[&str] = &["reference", "claude", "codex"];
 
 fn cassette_dir() -> PathBuf {
     cassette_dir_of("reference")
@@ -74,19 +74,21 @@ async fn the_reference_driver_passes_every_clause_over_its_cassettes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_claude_driver_passes_every_clause_over_cassettes_from_the_real_cli() {
-    let options = CheckOptions {
-        cassettes: cassettes_of("claude"),
-        ..CheckOptions::default()
-    };
-    let report = check_driver(&driver_path("claude"), &options).await;
-    assert!(!report.failed(), "{}", report.render_text());
-    assert_eq!(
-        report.get("SES-04").map(|r| r.status),
-        Some(Status::Pass),
-        "{}",
-        report.render_text()
-    );
+async fn the_real_cli_drivers_pass_every_clause_over_their_recorded_cassettes() {
+    for driver in ["claude", "codex"] {
+        let options = CheckOptions {
+            cassettes: cassettes_of(driver),
+            ..CheckOptions::default()
+        };
+        let report = check_driver(&driver_path(driver), &options).await;
+        assert!(!report.failed(), "{driver}: {}", report.render_text());
+        assert_eq!(
+            report.get("SES-04").map(|r| r.status),
+            Some(Status::Pass),
+            "{driver}: {}",
+            report.render_text()
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

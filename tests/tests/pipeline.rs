@@ -829,3 +829,30 @@ async fn raw_streams_are_complete_even_when_the_driver_ignores_everything() {
         "the chunk timeline covers every byte"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_is_still_bounded_by_the_grace_period() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(testbed(state.path()), ws.path()).build();
+    let mut stream = agent.stream("[[hang]] [[driver-graceful-cancel]] hi");
+    let mut events = Vec::new();
+    while let Some(ev) = stream.next().await {
+        if matches!(ev, Event::Session(_)) {
+            stream.cancel();
+        }
+        events.push(ev);
+    }
+    let e = run_error(stream.result().await);
+    assert_eq!(e.reason, FailureReason::Cancelled);
+    assert!(
+        events
+            .iter()
+            .any(|ev| matches!(ev, Event::Notice(n) if n.notice == "testbed.graceful-cancel"))
+    );
+    assert!(
+        events.iter().any(|ev| matches!(ev, Event::ProcessInfo(p)
+            if p.process == ProcessInfoKind::Signal && p.text.contains("did not stop within the grace period"))),
+        "{events:?}"
+    );
+    assert!(e.result.exit.signal.is_some(), "{:?}", e.result.exit);
+}

@@ -106,6 +106,18 @@ impl Session for TestbedSession {
         self.inner.on_stderr(chunk, out);
     }
 
+    fn on_cancel(&mut self, out: &mut Actions) {
+        // A driver that "stops the turn gracefully" while the provider ignores it: the host
+        // must still terminate it after the grace period.
+        if self.wants("driver-graceful-cancel") {
+            out.notice(
+                "testbed.graceful-cancel",
+                "asked the provider to stop",
+                None,
+            );
+        }
+    }
+
     fn on_exit(&mut self, status: &ExitStatus, out: &mut Actions) {
         self.inner.on_exit(status, out);
     }

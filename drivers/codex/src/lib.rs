@@ -1,0 +1,345 @@
+//! The Codex driver: protocol knowledge of the Codex CLI, and nothing else.
+//!
+//! Two transports. **exec** (`codex exec --json`, prompt on stdin, JSON Lines events) for
+//! runs that neither stream nor ask; **app-server** (`codex app-server`, JSON-RPC over stdio,
+//! the client lives in this driver) when the caller streams or an approval mode asks, because
+//! only the app-server sends token deltas and server-initiated approval requests.
+//!
+//! This file owns the descriptor, the config and both command lines (policy flags, model,
+//! effort, output schema through a private file, resume). `items.rs` maps Codex thread items
+//! (shared by both transports) to events and transcript; `exec.rs` and `appserver.rs` own the
+//! two wire protocols. It never does I/O: the host runs the process.
+
+mod appserver;
+mod exec;
+mod items;
+mod session;
+
+use adaptor_sdk::json::{self, check_fields, str_field};
+use adaptor_sdk::{
+    ApprovalCaps, ConfigError, DecisionMode, DecisionModes, Descriptor, Driver, McpCaps, ModelInfo,
+    PolicyCaps, RunRequest, Sandbox, SandboxLevels, SessionCaps, StreamingCaps,
+    StructuredOutputCaps, Toggle, VersionRange,
+};
+use serde_json::{Value, json};
+
+pub use session::CodexSession;
+
+/// Name of the checkpoint encoding (the resume id is Codex's thread id).
+pub const CODEC: &str = "codex/thread/v1";
+
+/// The Codex CLI versions this driver was verified with.
+pub const VERIFIED_VERSIONS: &[&str] = &["0.171.0"];
+
+/// Config fields accepted by the driver, with their JSON types.
+const CONFIG_FIELDS: &[(&str, &str)] = &[
+    ("command", "string"),
+    ("model", "string"),
+    ("effort", "string"),
+    ("transport", "string"),
+    ("skip_git_repo_check", "boolean"),
+    ("extra_args", "array-of-strings"),
+];
+
+/// Reasoning efforts (`-c model_reasoning_effort=…`).
+const EFFORTS: &[&str] = &["minimal", "low", "medium", "high", "xhigh"];
+
+/// Flags the driver owns (they would contradict the request).
+const OWNED_FLAGS: &[&str] = &[
+    "--json",
+    "--search",
+    "-s",
+    "--sandbox",
+    "-a",
+    "--ask-for-approval",
+    "--full-auto",
+    "--approve-for-me",
+    "--dangerously-bypass-approvals-and-sandbox",
+    "--output-schema",
+    "-o",
+    "--output-last-message",
+    "-m",
+    "--model",
+    "resume",
+    "fork",
+];
+
+/// `-c key=value` overrides the driver owns.
+const OWNED_CONFIG_KEYS: &[&str] = &[
+    "web_search",
+    "sandbox_mode",
+    "approval_policy",
+    "model",
+    "model_reasoning_effort",
+    "developer_instructions",
+];
+
+/// The Codex driver.
+pub struct CodexDriver;
+
+impl Driver for CodexDriver {
+    type Session = CodexSession;
+
+    fn describe() -> Descriptor {
+        Descriptor {
+            name: "codex".into(),
+            display_name: "Codex CLI".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            default_program: "codex".into(),
+            cli_versions: VersionRange {
+                min: Some("0.171.0".into()),
+                max_exclusive: Some("0.172.0".into()),
+                verified: VERIFIED_VERSIONS.iter().map(|v| (*v).into()).collect(),
+            },
+            config_schema: config_schema().to_string(),
+            models: ["gpt-5.5", "gpt-5.5-codex"]
+                .iter()
+                .map(|m| ModelInfo {
+                    id: (*m).into(),
+                    label: (*m).into(),
+                })
+                .collect(),
+            sessions: SessionCaps {
+                resume: true,
+                fork: false,
+                codec: CODEC.into(),
+            },
+            persistent_process: false,
+            structured_output: StructuredOutputCaps {
+                native: true,
+                prompt_validate: true,
+                with_streaming: true,
+                native_with_approvals: true,
+            },
+            policy: PolicyCaps {
+                sandbox: SandboxLevels::READ_ONLY
+                    | SandboxLevels::WORKSPACE_WRITE
+                    | SandboxLevels::UNRESTRICTED,
+                web_search: true,
+                browser: false,
+            },
+            approvals: ApprovalCaps {
+                // Command and file-change approvals come from the app-server; Codex has no
+                // plan review or question requests.
+                permission: DecisionModes::ASK
+                    | DecisionModes::AUTO_APPROVE
+                    | DecisionModes::AUTO_DENY,
+                plan_review: DecisionModes::empty(),
+                question: DecisionModes::empty(),
+            },
+            streaming: StreamingCaps {
+                incremental: true,
+                token_level: true,
+                reasoning: true,
+                tool_call_args: false,
+            },
+            mcp: McpCaps {
+                stdio: false,
+                http: false,
+                sse: false,
+            },
+            skills: false,
+            instructions: true,
+        }
+    }
+
+    fn validate_config(config: &Value) -> Result<(), ConfigError> {
+        check_fields(config, CONFIG_FIELDS)?;
+        let bad = |path: &str, message: String| ConfigError {
+            path: path.into(),
+            message,
+        };
+        if let Some(command) = str_field(config, "command")
+            && command.trim().is_empty()
+        {
+            return Err(bad("/command", "`command` must not be empty".into()));
+        }
+        if let Some(effort) = str_field(config, "effort")
+            && !EFFORTS.contains(&effort)
+        {
+            return Err(bad(
+                "/effort",
+                format!(
+                    "`effort` must be one of {}, not `{effort}`",
+                    EFFORTS.join(", ")
+                ),
+            ));
+        }
+        if let Some(t) = str_field(config, "transport")
+            && !matches!(t, "auto" | "exec" | "app-server")
+        {
+            return Err(bad(
+                "/transport",
+                format!("`transport` must be auto, exec or app-server, not `{t}`"),
+            ));
+        }
+        if let Some(args) = config.get("extra_args").and_then(Value::as_array) {
+            let args: Vec<&str> = args.iter().filter_map(Value::as_str).collect();
+            for (i, arg) in args.iter().enumerate() {
+                let flag = arg.split_once('=').map_or(*arg, |(f, _)| f);
+                if OWNED_FLAGS.contains(&flag) {
+                    return Err(bad(
+                        &format!("/extra_args/{i}"),
+                        format!(
+                            "`{flag}` is set by the driver from the request; extra args may not override it"
+                        ),
+                    ));
+                }
+                if matches!(*arg, "-c" | "--config")
+                    && let Some(value) = args.get(i + 1)
+                {
+                    let key = value.split_once('=').map_or(*value, |(k, _)| k).trim();
+                    if OWNED_CONFIG_KEYS.contains(&key) {
+                        return Err(bad(
+                            &format!("/extra_args/{}", i + 1),
+                            format!(
+                                "`-c {key}=…` is set by the driver from the request; extra args may not override it"
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn config_fingerprint(config: &Value) -> Result<String, ConfigError> {
+        Self::validate_config(config)?;
+        // Codex keeps threads under CODEX_HOME, whatever the model or effort: nothing in the
+        // config decides whether a stored thread can be resumed.
+        Ok(json::canonical_fingerprint(
+            "codex/configured-driver/v1;codex/thread/v1",
+            &json!({}),
+        ))
+    }
+}
+
+fn config_schema() -> Value {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "Codex driver config",
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "command": {"type": "string", "description": "The codex program (default: codex on PATH)."},
+            "model": {"type": "string", "description": "Model (`--model`); a per-run model wins."},
+            "effort": {"enum": EFFORTS, "description": "Reasoning effort (`-c model_reasoning_effort=…`)."},
+            "transport": {"enum": ["auto", "exec", "app-server"], "description": "auto (default): app-server when streaming or asking for approvals, else exec."},
+            "skip_git_repo_check": {"type": "boolean", "description": "Pass --skip-git-repo-check to exec (default true: workspaces need not be git repositories)."},
+            "extra_args": {"type": "array", "items": {"type": "string"}, "description": "Arguments appended; flags and -c keys the driver sets from the request are refused."}
+        }
+    })
+}
+
+/// Which wire protocol a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transport {
+    Exec,
+    AppServer,
+}
+
+/// The transport for `request`: the app-server when streaming or when approvals are asked
+/// (or answered by the host), unless the config pins one.
+pub(crate) fn transport(request: &RunRequest, config: &Value) -> Transport {
+    match str_field(config, "transport") {
+        Some("exec") => Transport::Exec,
+        Some("app-server") => Transport::AppServer,
+        _ => {
+            let asks = matches!(
+                request.policy.permission,
+                DecisionMode::Ask | DecisionMode::AutoDeny
+            );
+            if request.streaming || asks {
+                Transport::AppServer
+            } else {
+                Transport::Exec
+            }
+        }
+    }
+}
+
+/// `-c` overrides shared by both transports: web search, effort, instructions.
+pub(crate) fn config_overrides(request: &RunRequest, config: &Value) -> Vec<String> {
+    let mut args = Vec::new();
+    let mut set = |kv: String| args.extend(["-c".to_owned(), kv]);
+    match request.policy.web_search {
+        Toggle::Inherit => {}
+        Toggle::Allow => set("web_search=\"live\"".into()),
+        Toggle::Deny => set("web_search=\"disabled\"".into()),
+    }
+    if let Some(effort) = str_field(config, "effort") {
+        set(format!("model_reasoning_effort=\"{effort}\""));
+    }
+    args
+}
+
+/// Codex's sandbox mode for a policy sandbox level.
+pub(crate) fn sandbox_mode(sandbox: Sandbox) -> Option<&'static str> {
+    match sandbox {
+        Sandbox::Inherit => None,
+        Sandbox::ReadOnly => Some("read-only"),
+        Sandbox::WorkspaceWrite => Some("workspace-write"),
+        Sandbox::Unrestricted => Some("danger-full-access"),
+    }
+}
+
+/// Codex's approval policy for the permission mode: `never` when auto-approving, `untrusted`
+/// when the host asks or auto-denies (every command then needs approval), none to inherit.
+pub(crate) fn approval_policy(mode: DecisionMode) -> Option<&'static str> {
+    match mode {
+        DecisionMode::Inherit => None,
+        DecisionMode::AutoApprove => Some("never"),
+        DecisionMode::Ask | DecisionMode::AutoDeny => Some("untrusted"),
+    }
+}
+
+/// Extra args from the config.
+pub(crate) fn extra_args(config: &Value) -> Vec<String> {
+    config
+        .get("extra_args")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The output schema as Codex takes it (`--output-schema` file, `outputSchema`): without
+/// `$schema`, `$id`, `$defs` / `definitions` (the host has already inlined local references).
+pub(crate) fn schema_for_cli(schema: &str) -> Result<String, String> {
+    let mut value: Value =
+        serde_json::from_str(schema).map_err(|e| format!("the output schema is not JSON: {e}"))?;
+    if let Value::Object(map) = &mut value {
+        for key in ["$schema", "$id", "$defs", "definitions"] {
+            map.remove(key);
+        }
+    }
+    Ok(value.to_string())
+}
+
+/// Escape `text` as a TOML basic string (for `-c key="…"`).
+pub(crate) fn toml_string(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(all(target_family = "wasm", feature = "component"))]
+adaptor_sdk::export_driver!(CodexDriver);
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,384 @@
+//! Native tests: command lines per transport, config validation, and the parsers on output
+//! recorded from the real Codex CLI (`testdata/`, captured against the project's mock
+//! Responses API).
+
+use super::*;
+use adaptor_sdk::harness::{Harness, request};
+use adaptor_sdk::{Decision, Launch, RunRequest};
+
+fn start(req: RunRequest) -> Launch {
+    Harness::<CodexSession>::start(req).expect("start").1
+}
+
+#[test]
+fn exec_command_line() {
+    let mut req = request("hello");
+    req.streaming = false;
+    req.model = Some("gpt-5.5".into());
+    req.policy.sandbox = Sandbox::WorkspaceWrite;
+    req.policy.web_search = Toggle::Deny;
+    req.config_json = json!({"effort": "high"}).to_string();
+    let launch = start(req);
+    assert_eq!(launch.program, "codex");
+    assert_eq!(
+        launch.args,
+        [
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--sandbox",
+            "workspace-write",
+            "--model",
+            "gpt-5.5",
+            "-c",
+            "web_search=\"disabled\"",
+            "-c",
+            "model_reasoning_effort=\"high\"",
+            "-"
+        ]
+    );
+    assert_eq!(launch.stdin, b"hello");
+    assert!(!launch.keep_stdin_open);
+}
+
+#[test]
+fn streaming_or_asking_uses_the_app_server() {
+    let launch = start({
+        let mut r = request("hello");
+        r.streaming = true;
+        r
+    });
+    assert_eq!(launch.args[0], "app-server");
+    assert!(launch.keep_stdin_open);
+    let first: Value = serde_json::from_slice(&launch.stdin).unwrap();
+    assert_eq!(first["method"], "initialize");
+    let launch = start({
+        let mut r = request("hello");
+        r.streaming = false;
+        r.policy.permission = DecisionMode::Ask;
+        r
+    });
+    assert_eq!(launch.args[0], "app-server");
+}
+
+#[test]
+fn config_refuses_owned_flags_and_keys() {
+    for (config, path) in [
+        (
+            json!({"extra_args": ["--sandbox", "read-only"]}),
+            "/extra_args/0",
+        ),
+        (
+            json!({"extra_args": ["-c", "approval_policy=\"never\""]}),
+            "/extra_args/1",
+        ),
+        (json!({"effort": "huge"}), "/effort"),
+        (json!({"transport": "ws"}), "/transport"),
+    ] {
+        let err = CodexDriver::validate_config(&config).unwrap_err();
+        assert_eq!(err.path, path, "{config}");
+    }
+    CodexDriver::validate_config(&json!({"extra_args": ["-c", "features.plugins=false"]})).unwrap();
+}
+
+#[test]
+fn toml_strings_are_escaped() {
+    assert_eq!(toml_string("a \"b\"\n\\"), r#""a \"b\"\n\\""#);
+}
+
+// ---- parsers on recorded output ---------------------------------------------------------------
+
+use adaptor_sdk::harness::{Replay, exited, replay};
+use adaptor_sdk::{Action, ApprovalKind, Event, FailureReason, ItemKind, Phase, SessionMode};
+
+macro_rules! fixture {
+    ($name:literal) => {
+        include_bytes!(concat!("../testdata/", $name, ".jsonl")).as_slice()
+    };
+}
+
+const EXEC: &[(&str, &[u8], i32)] = &[
+    ("exec_plain", fixture!("exec_plain"), 0),
+    ("exec_reasoning", fixture!("exec_reasoning"), 0),
+    (
+        "exec_tool_exec_command",
+        fixture!("exec_tool_exec_command"),
+        0,
+    ),
+    (
+        "exec_tool_exec_failing",
+        fixture!("exec_tool_exec_failing"),
+        0,
+    ),
+    (
+        "exec_tool_apply_patch",
+        fixture!("exec_tool_apply_patch"),
+        0,
+    ),
+    ("exec_output_schema", fixture!("exec_output_schema"), 0),
+    ("exec_error_400", fixture!("exec_error_400"), 1),
+    ("exec_error_500", fixture!("exec_error_500"), 1),
+    (
+        "exec_error_stream_failed",
+        fixture!("exec_error_stream_failed"),
+        1,
+    ),
+];
+
+const APP: &[(&str, &[u8])] = &[
+    ("appserver_basic", fixture!("appserver_basic")),
+    ("appserver_reasoning", fixture!("appserver_reasoning")),
+    (
+        "appserver_approval_accept",
+        fixture!("appserver_approval_accept"),
+    ),
+    (
+        "appserver_approval_decline",
+        fixture!("appserver_approval_decline"),
+    ),
+    (
+        "appserver_approval_file_change",
+        fixture!("appserver_approval_file_change"),
+    ),
+    (
+        "appserver_output_schema",
+        fixture!("appserver_output_schema"),
+    ),
+];
+
+fn exec_replay(bytes: &[u8], chunk: usize, code: i32) -> Replay {
+    let mut req = request("prompt");
+    req.streaming = false;
+    replay::<CodexSession>(req, bytes, chunk, exited(code)).expect("start")
+}
+
+fn app_replay(bytes: &[u8], chunk: usize) -> Replay {
+    let mut req = request("prompt");
+    req.streaming = true;
+    replay::<CodexSession>(req, bytes, chunk, exited(0)).expect("start")
+}
+
+#[test]
+fn any_split_of_the_bytes_gives_the_same_events_and_outcome() {
+    for (name, bytes, code) in EXEC {
+        let whole = exec_replay(bytes, 0, *code);
+        for chunk in [1, 3, 17, 256] {
+            let split = exec_replay(bytes, chunk, *code);
+            assert_eq!(split.events(), whole.events(), "{name} at {chunk}");
+            assert_eq!(split.outcome, whole.outcome, "{name} at {chunk}");
+        }
+    }
+    for (name, bytes) in APP {
+        let whole = app_replay(bytes, 0);
+        for chunk in [1, 3, 17, 256] {
+            let split = app_replay(bytes, chunk);
+            assert_eq!(split.events(), whole.events(), "{name} at {chunk}");
+            assert_eq!(split.outcome, whole.outcome, "{name} at {chunk}");
+        }
+    }
+}
+
+#[test]
+fn exec_plain_maps_text_usage_thread_and_checkpoint() {
+    let bytes = fixture!("exec_plain");
+    let r = exec_replay(bytes, 0, 0);
+    let o = &r.outcome;
+    assert_eq!(
+        o.text,
+        "Hello from mock-openai! user_msgs=1 you said: hello there"
+    );
+    assert!(o.failure.is_none(), "{:?}", o.failure);
+    let u = o.usage.expect("usage");
+    assert_eq!(
+        (
+            u.input_tokens,
+            u.cache_read_tokens,
+            u.output_tokens,
+            u.reasoning_tokens
+        ),
+        (Some(31), Some(7), Some(11), Some(0))
+    );
+    let cp = o.checkpoint.clone().expect("checkpoint");
+    assert!(cp.valid);
+    assert_eq!(cp.state.resume_id, "01a22c43-f937-7de0-9f11-acf02ac8ea43");
+    let terminal = o.terminal.clone().unwrap();
+    assert_eq!(terminal.event, "turn.completed");
+    assert_eq!(
+        terminal.json,
+        std::str::from_utf8(bytes).unwrap().lines().last().unwrap()
+    );
+}
+
+#[test]
+fn a_resumed_run_reports_its_own_usage_not_the_threads() {
+    let bytes = fixture!("exec_resume_second");
+    let mut req = request("second");
+    req.streaming = false;
+    req.resume = Some(adaptor_sdk::Resume {
+        mode: SessionMode::ContinueOnly,
+        state: adaptor_sdk::SessionState {
+            resume_id: "t".into(),
+            display_id: None,
+            data: vec![(
+                "usage_total".into(),
+                r#"{"input":31,"cached":7,"cache_write":0,"output":11,"reasoning":0}"#.into(),
+            )],
+        },
+    });
+    let r = replay::<CodexSession>(req, bytes, 0, exited(0)).unwrap();
+    let u = r.outcome.usage.unwrap();
+    assert_eq!(
+        (u.input_tokens, u.cache_read_tokens, u.output_tokens),
+        (Some(31), Some(7), Some(11))
+    );
+    let data = r.outcome.checkpoint.unwrap().state.data;
+    assert!(
+        data[0].1.contains(r#""input":62"#),
+        "the thread total is kept: {data:?}"
+    );
+}
+
+fn tools(r: &Replay) -> Vec<(String, Value, String, bool)> {
+    let t = &r.outcome.transcript;
+    t.iter()
+        .filter(|i| i.kind == ItemKind::ToolCall)
+        .map(|c| {
+            let res = t
+                .iter()
+                .find(|i| i.kind == ItemKind::ToolResult && i.tool_call_id == c.tool_call_id)
+                .unwrap();
+            (
+                c.tool_name.clone().unwrap(),
+                serde_json::from_str(c.input_json.as_deref().unwrap()).unwrap(),
+                res.text.clone().unwrap_or_default(),
+                res.is_error,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn exec_tool_items() {
+    let r = exec_replay(fixture!("exec_tool_exec_command"), 0, 0);
+    let t = tools(&r);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].0, "shell");
+    assert!(
+        t[0].1["command"].to_string().contains("echo hi"),
+        "{}",
+        t[0].1
+    );
+    assert!(t[0].2.contains("hi"), "{}", t[0].2);
+    assert!(!t[0].3);
+    let r = exec_replay(fixture!("exec_tool_exec_failing"), 0, 0);
+    let t = tools(&r);
+    assert!(t[0].3, "a non-zero exit code is an error result");
+    assert!(t[0].2.contains("No such file or directory"), "{}", t[0].2);
+    let r = exec_replay(fixture!("exec_tool_apply_patch"), 0, 0);
+    let t = tools(&r);
+    assert_eq!(t[0].0, "apply_patch");
+    assert!(
+        t[0].2.starts_with("add ") && t[0].2.ends_with("hello.txt"),
+        "{}",
+        t[0].2
+    );
+}
+
+#[test]
+fn exec_failures_keep_the_partial_text_and_the_message() {
+    let r = exec_replay(fixture!("exec_error_stream_failed"), 0, 1);
+    let f = r.outcome.failure.clone().unwrap();
+    assert_eq!(f.reason, FailureReason::AgentError);
+    assert!(f.message.contains("stream disconnected"), "{}", f.message);
+    assert_eq!(r.outcome.text, "Partial answer before the failure.");
+    assert!(!r.outcome.checkpoint.unwrap().valid);
+    assert_eq!(r.outcome.terminal.unwrap().event, "turn.failed");
+    let r = exec_replay(fixture!("exec_error_500"), 0, 1);
+    assert!(r.outcome.failure.is_some());
+}
+
+#[test]
+fn frames_after_the_terminal_one_are_a_protocol_error() {
+    let mut bytes = fixture!("exec_plain").to_vec();
+    bytes.extend_from_slice(b"{\"type\":\"turn.started\"}\n");
+    let r = exec_replay(&bytes, 0, 0);
+    let f = r.outcome.failure.clone().unwrap();
+    assert_eq!(f.reason, FailureReason::ProtocolError);
+    assert!(!r.outcome.checkpoint.unwrap().valid);
+}
+
+#[test]
+fn app_server_streams_text_reasoning_and_usage() {
+    let r = app_replay(fixture!("appserver_basic"), 0);
+    assert!(r.outcome.failure.is_none(), "{:?}", r.outcome.failure);
+    let deltas: Vec<String> = r
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Text(t) if t.phase == Phase::Delta => Some(t.text),
+            _ => None,
+        })
+        .collect();
+    assert!(deltas.len() >= 2);
+    assert_eq!(deltas.concat(), r.outcome.text);
+    let u = r.outcome.usage.unwrap();
+    assert_eq!((u.input_tokens, u.output_tokens), (Some(31), Some(11)));
+    assert!(r.outcome.checkpoint.unwrap().valid);
+    let r = app_replay(fixture!("appserver_reasoning"), 0);
+    assert!(
+        r.events()
+            .iter()
+            .any(|e| matches!(e, Event::Thinking(t) if t.phase == Phase::Delta))
+    );
+    // The client's own requests follow the server's responses.
+    let stdin: Vec<Value> = r
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::WriteStdin(b) => Some(b.clone()),
+            _ => None,
+        })
+        .flat_map(|b| {
+            String::from_utf8(b)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let methods: Vec<&str> = stdin.iter().filter_map(|v| v["method"].as_str()).collect();
+    assert_eq!(methods, ["initialized", "thread/start", "turn/start"]);
+}
+
+#[test]
+fn server_approval_requests_become_approvals_and_decisions_answers() {
+    let bytes = fixture!("appserver_approval_accept");
+    let mut req = request("prompt");
+    req.streaming = true;
+    req.policy.permission = DecisionMode::Ask;
+    let (mut s, _) = Harness::<CodexSession>::start(req).unwrap();
+    let text = std::str::from_utf8(bytes).unwrap();
+    let mut approval = None;
+    for line in text.lines() {
+        let actions = s.stdout(format!("{line}\n").as_bytes());
+        if let Some(Action::RequestApproval(r)) = actions
+            .iter()
+            .find(|a| matches!(a, Action::RequestApproval(_)))
+        {
+            approval = Some(r.clone());
+            break;
+        }
+    }
+    let req = approval.expect("asked");
+    assert_eq!(req.kind, ApprovalKind::Permission);
+    assert_eq!(req.tool_name.as_deref(), Some("shell"));
+    assert!(req.title.starts_with("Run `"), "{}", req.title);
+    let mut answer = |d| match s.decide(&req.id, d).as_slice() {
+        [Action::WriteStdin(b)] => serde_json::from_slice::<Value>(b).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        answer(Decision::Approve(None)),
+        json!({"id": 0, "result": {"decision": "accept"}})
+    );
+}

@@ -1,0 +1,408 @@
+//! The Codex driver end to end: `codex.wasm` in the host, running the **real** Codex CLI
+//! (0.171.0, installed by `./x.sh test`) against the project's mock Responses API on
+//! 127.0.0.1, over both transports (`exec --json` when not streaming, the JSON-RPC
+//! app-server when streaming or asking). Each scenario asserts exact text, item contents, the
+//! usage the mock serves, the thread id and the checkpoint's validity.
+
+use std::path::Path;
+use std::time::Duration;
+
+use adaptor::{
+    Agent, ApprovalKind, ApprovalPolicy, DecisionMode, Error, Event, FailureReason, ItemKind,
+    Phase, Policy, RunOptions, RunResult, Sandbox, Schema,
+};
+use adaptor_integration_tests::mock_openai::*;
+use adaptor_integration_tests::*;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+/// The mock, a CODEX_HOME, a HOME and a workspace.
+struct Codex {
+    mock: MockOpenAi,
+    codex_home: tempfile::TempDir,
+    home: tempfile::TempDir,
+    ws: tempfile::TempDir,
+}
+
+impl Codex {
+    async fn new() -> Self {
+        let c = Self {
+            mock: MockOpenAi::start().await,
+            codex_home: tmp(),
+            home: tmp(),
+            ws: tmp(),
+        };
+        codex_home(c.codex_home.path(), &c.mock.base_url(), c.ws.path()).expect("config.toml");
+        c
+    }
+
+    fn agent(&self) -> adaptor::AgentBuilder {
+        let codex = codex_path()
+            .filter(|p| p.exists())
+            .unwrap_or_else(|| panic!("the Codex CLI is missing: {CODEX_INSTALL_HINT}"));
+        let driver = adaptor::Driver::from_file(driver_path("codex"))
+            .expect("codex.wasm (./x.sh build-drivers)")
+            .with_config(json!({ "command": codex.display().to_string() }))
+            .expect("config");
+        let mut builder = Agent::builder(driver)
+            .workspace(self.ws.path())
+            .grace_period(Duration::from_millis(500))
+            .timeout(Duration::from_secs(120));
+        for (k, v) in codex_env(self.codex_home.path(), self.home.path()) {
+            builder = builder.env(k, v);
+        }
+        builder
+    }
+
+    fn ws(&self) -> &Path {
+        self.ws.path()
+    }
+}
+
+/// Both transports: exec (not streaming) and the app-server (streaming).
+const TRANSPORTS: [(&str, bool); 2] = [("exec", false), ("app-server", true)];
+
+fn options(streaming: bool) -> RunOptions {
+    RunOptions::new().streaming(streaming)
+}
+
+fn transport_of(r: &RunResult) -> String {
+    r.metadata.get("transport").cloned().unwrap_or_default()
+}
+
+fn valid_checkpoint(r: &RunResult) -> String {
+    let cp = r.checkpoint.as_ref().expect("checkpoint");
+    assert!(cp.valid, "checkpoint should be valid ({})", transport_of(r));
+    assert_eq!(cp.codec, "codex/thread/v1");
+    cp.resume_id.clone()
+}
+
+fn tool_items(r: &RunResult) -> Vec<(String, Value, String, bool)> {
+    let calls: Vec<_> = r
+        .transcript()
+        .iter()
+        .filter(|i| i.kind == ItemKind::ToolCall)
+        .cloned()
+        .collect();
+    calls
+        .into_iter()
+        .map(|c| {
+            let result = r
+                .transcript()
+                .iter()
+                .find(|i| i.kind == ItemKind::ToolResult && i.tool_call_id == c.tool_call_id)
+                .cloned()
+                .expect("result for every call");
+            (
+                c.tool_name.clone().unwrap_or_default(),
+                c.input.clone().unwrap_or(Value::Null),
+                result.text.clone().unwrap_or_default(),
+                result.is_error,
+            )
+        })
+        .collect()
+}
+
+fn command_of(args: &Value) -> String {
+    match &args["command"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => other.to_string(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_text_on_both_transports() {
+    for (name, streaming) in TRANSPORTS {
+        let c = Codex::new().await;
+        let agent = c.agent().build();
+        let (events, result) = collect(agent.stream_with("hello there", options(streaming))).await;
+        let r = result.unwrap_or_else(|e| panic!("{name}: {e}"));
+        record_cassette(&format!("plain-{name}"), &r, "hello there");
+        assert_eq!(transport_of(&r), name);
+        assert_eq!(
+            r.text, "Hello from mock-openai! user_msgs=1 you said: hello there",
+            "{name}"
+        );
+        let u = r.usage.as_ref().expect("usage");
+        assert_eq!(u.input_tokens, Some(INPUT_TOKENS), "{name}");
+        assert_eq!(u.cache_read_tokens, Some(CACHED_TOKENS), "{name}");
+        assert_eq!(u.output_tokens, Some(OUTPUT_TOKENS), "{name}");
+        let thread = valid_checkpoint(&r);
+        assert_eq!(r.session_id(), Some(thread.as_str()));
+        if streaming {
+            let deltas = events
+                .iter()
+                .filter(|e| matches!(e, Event::TextDelta(t) if t.phase == Phase::Delta))
+                .count();
+            assert!(deltas >= 2, "token deltas over the app-server");
+        }
+        assert_eq!(c.mock.requests().len(), 1, "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_commands_succeeding_and_failing() {
+    for (name, streaming) in TRANSPORTS {
+        let c = Codex::new().await;
+        std::fs::write(c.ws().join("notes.txt"), "alpha\n").unwrap();
+        let agent = c.agent().build();
+        let r = agent
+            .run_with(
+                r#"TOOL exec_command {"cmd":"echo hi && cat notes.txt"}"#,
+                options(streaming).policy(Policy {
+                    sandbox: Sandbox::WorkspaceWrite,
+                    approvals: ApprovalPolicy {
+                        permission: DecisionMode::AutoApprove,
+                        ..ApprovalPolicy::default()
+                    },
+                    ..Policy::default()
+                }),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        record_cassette(
+            &format!("shell-{name}"),
+            &r,
+            r#"TOOL exec_command {"cmd":"echo hi && cat notes.txt"}"#,
+        );
+        let tools = tool_items(&r);
+        assert_eq!(tools.len(), 1, "{name}: {tools:?}");
+        let (tool, args, output, is_error) = &tools[0];
+        assert_eq!(tool, "shell");
+        assert!(
+            command_of(args).contains("echo hi && cat notes.txt"),
+            "{args}"
+        );
+        assert_eq!(output.trim(), "hi\nalpha", "{name}");
+        assert!(!is_error);
+        assert!(r.text.contains("TOOL_RESULT_SEEN"), "{name}: {}", r.text);
+        valid_checkpoint(&r);
+
+        let r = agent
+            .run_with(
+                r#"TOOL exec_command {"cmd":"ls /nonexistent_dir"}"#,
+                options(streaming),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let tools = tool_items(&r);
+        let (_, _, output, is_error) = &tools[0];
+        assert!(is_error, "{name}: a failing command is an error result");
+        assert!(output.contains("No such file or directory"), "{output}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_patch_changes_a_file() {
+    for (name, streaming) in TRANSPORTS {
+        let c = Codex::new().await;
+        let agent = c.agent().build();
+        let r = agent
+            .run_with(
+                r#"TOOL apply_patch {"input":"*** Begin Patch\n*** Add File: hello.txt\n+hello from codex\n*** End Patch\n"}"#,
+                options(streaming).policy(Policy {
+                    sandbox: Sandbox::WorkspaceWrite,
+                    approvals: ApprovalPolicy {
+                        permission: DecisionMode::AutoApprove,
+                        ..ApprovalPolicy::default()
+                    },
+                    ..Policy::default()
+                }),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let tools = tool_items(&r);
+        let (tool, args, output, is_error) = &tools[0];
+        assert_eq!(tool, "apply_patch");
+        assert!(args["changes"].to_string().contains("hello.txt"), "{args}");
+        assert!(output.contains("hello.txt"), "{output}");
+        assert!(!is_error);
+        assert_eq!(
+            std::fs::read_to_string(c.ws().join("hello.txt")).unwrap(),
+            "hello from codex\n",
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_continues_the_thread() {
+    for (name, streaming) in TRANSPORTS {
+        let c = Codex::new().await;
+        let agent = c.agent().build();
+        let first = agent
+            .run_with("first turn", options(streaming))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let thread = valid_checkpoint(&first);
+        let second = agent
+            .run_with(
+                "second turn",
+                options(streaming).resume(first.checkpoint.clone().unwrap()),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            second.text, "Hello from mock-openai! user_msgs=2 you said: second turn",
+            "{name}"
+        );
+        assert_eq!(valid_checkpoint(&second), thread, "{name}: same thread");
+        let u = second.usage.as_ref().expect("usage");
+        assert_eq!(
+            (u.input_tokens, u.cache_read_tokens, u.output_tokens),
+            (Some(INPUT_TOKENS), Some(CACHED_TOKENS), Some(OUTPUT_TOKENS)),
+            "{name}: this run's usage, not the thread's total"
+        );
+        let last = c.mock.requests().last().unwrap().to_string();
+        assert!(last.contains("first turn"), "{name}: history carried");
+
+        // An unknown thread is a typed resume rejection.
+        let mut bogus = first.checkpoint.clone().unwrap();
+        bogus.resume_id = "019a0000-0000-7000-8000-000000000000".into();
+        let e = run_error(
+            agent
+                .run_with("third", options(streaming).resume(bogus))
+                .await,
+        );
+        assert_eq!(
+            e.reason,
+            FailureReason::ResumeRejected,
+            "{name}: {}",
+            e.message
+        );
+    }
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+struct Person {
+    name: String,
+    age: i64,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_output_schema() {
+    for (name, streaming) in TRANSPORTS {
+        let c = Codex::new().await;
+        let agent = c.agent().build();
+        let r = agent
+            .run_with(
+                "describe a person",
+                options(streaming).schema(Schema::of::<Person>().unwrap()),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let s = r.structured.as_ref().unwrap();
+        assert_eq!(s.mechanism, adaptor::Mechanism::Native);
+        assert!(s.valid, "{name}: {:?}", s.errors);
+        assert_eq!(s.value, Some(json!({"name": "mock", "age": 1})), "{name}");
+        let sent = c.mock.requests();
+        assert_eq!(sent[0]["text"]["format"]["type"], "json_schema", "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_server_errors_fail_with_the_message() {
+    for (name, streaming) in TRANSPORTS {
+        let c = Codex::new().await;
+        let agent = c.agent().build();
+        for status in [400, 429, 500] {
+            let e = run_error(
+                agent
+                    .run_with(format!("MOCK_ERROR {status}"), options(streaming))
+                    .await,
+            );
+            if status == 500 {
+                record_cassette(&format!("error-500-{name}"), &e.result, "MOCK_ERROR 500");
+            }
+            assert_eq!(e.reason, FailureReason::AgentError, "{name} {status}");
+            assert!(!e.message.is_empty());
+            assert!(
+                !e.result.checkpoint.as_ref().is_some_and(|c| c.valid),
+                "{name} {status}: no valid checkpoint"
+            );
+        }
+    }
+}
+
+fn ask() -> RunOptions {
+    options(true).policy(Policy {
+        approvals: ApprovalPolicy {
+            permission: DecisionMode::Ask,
+            ..ApprovalPolicy::default()
+        },
+        ..Policy::default()
+    })
+}
+
+const TOUCH: &str = r#"TOOL exec_command {"cmd":"touch approved.txt"}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_through_the_app_server() {
+    let c = Codex::new().await;
+    let agent = c.agent().build();
+    let mut stream = agent.stream_with(TOUCH, ask());
+    let mut asked = 0;
+    while let Some(ev) = stream.next().await {
+        if let Event::ApprovalRequest(req) = ev {
+            asked += 1;
+            assert_eq!(req.kind, ApprovalKind::Permission);
+            assert_eq!(req.tool_name.as_deref(), Some("shell"));
+            assert!(req.title.contains("touch approved.txt"), "{}", req.title);
+            req.approve().unwrap();
+        }
+    }
+    let r = stream.result().await.expect("approved");
+    record_cassette("approval-accepted-app-server", &r, TOUCH);
+    assert_eq!(asked, 1);
+    assert!(c.ws().join("approved.txt").exists());
+    valid_checkpoint(&r);
+
+    let mut stream = agent.stream_with(r#"TOOL exec_command {"cmd":"touch denied.txt"}"#, ask());
+    while let Some(ev) = stream.next().await {
+        if let Event::ApprovalRequest(req) = ev {
+            req.deny("no files today").unwrap();
+        }
+    }
+    let e = match stream.result().await {
+        Err(Error::Run(e)) => e,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(e.reason, FailureReason::ApprovalDenied);
+    assert!(!c.ws().join("denied.txt").exists(), "the command never ran");
+    let stdin = String::from_utf8_lossy(&e.result.raw().stdin).into_owned();
+    assert!(stdin.contains(r#""decision":"cancel""#), "{stdin}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_interrupts_a_streaming_turn() {
+    let c = Codex::new().await;
+    let agent = c.agent().build();
+    let mut stream = agent.stream_with("MOCK_SLOW please", options(true));
+    let mut partial = String::new();
+    while let Some(ev) = stream.next().await {
+        if let Event::TextDelta(t) = &ev
+            && t.phase == Phase::Delta
+        {
+            partial.push_str(&t.text);
+            stream.cancel();
+        }
+    }
+    let e = run_error(stream.result().await);
+    assert_eq!(e.reason, FailureReason::Cancelled);
+    assert!(!partial.is_empty());
+    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.valid));
+    // Graceful: the driver sent `turn/interrupt`, the turn completed as interrupted and the
+    // app-server exited by itself when stdin closed — no signal was needed.
+    let stdin = String::from_utf8_lossy(&e.result.raw().stdin).into_owned();
+    assert!(stdin.contains(r#""method":"turn/interrupt""#), "{stdin}");
+    let terminal: Value = serde_json::from_str(&e.result.terminal().unwrap().json).unwrap();
+    assert_eq!(terminal["params"]["turn"]["status"], "interrupted");
+    assert_eq!(e.result.exit.signal, None, "{:?}", e.result.exit);
+    assert!(e.result.exit.cancelled);
+}
