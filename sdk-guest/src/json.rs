@@ -45,8 +45,8 @@ pub fn u64_field(value: &Value, key: &str) -> Option<u64> {
 }
 
 /// Check a config object against a simple field table: every key must be listed, and each
-/// listed key must have the given JSON type (`"string"`, `"boolean"`, `"integer"`,
-/// `"array-of-strings"`). Unknown keys are rejected so typos surface.
+/// listed key must have the given JSON type (`"string"`, `"non-empty-string"`, `"boolean"`,
+/// `"integer"`, `"array-of-strings"`). Unknown keys are rejected so typos surface.
 pub fn check_fields(config: &Value, fields: &[(&str, &str)]) -> Result<(), ConfigError> {
     let Some(map) = config.as_object() else {
         return Err(ConfigError {
@@ -64,6 +64,7 @@ pub fn check_fields(config: &Value, fields: &[(&str, &str)]) -> Result<(), Confi
         };
         let ok = match *ty {
             "string" => value.is_string(),
+            "non-empty-string" => value.as_str().is_some_and(|s| !s.trim().is_empty()),
             "boolean" => value.is_boolean(),
             "integer" => value.is_u64(),
             "array-of-strings" => value
@@ -72,13 +73,32 @@ pub fn check_fields(config: &Value, fields: &[(&str, &str)]) -> Result<(), Confi
             _ => false,
         };
         if !ok {
+            let message = if *ty == "non-empty-string" && value.is_string() {
+                format!("field `{key}` must not be empty")
+            } else {
+                format!("field `{key}` must be {ty}, got {}", kind(value))
+            };
             return Err(ConfigError {
                 path: format!("/{key}"),
-                message: format!("field `{key}` must be {ty}, got {}", kind(value)),
+                message,
             });
         }
     }
     Ok(())
+}
+
+/// Check that the string field `key`, when present, is one of `allowed`.
+pub fn check_one_of(config: &Value, key: &str, allowed: &[&str]) -> Result<(), ConfigError> {
+    match str_field(config, key) {
+        Some(value) if !allowed.contains(&value) => Err(ConfigError {
+            path: format!("/{key}"),
+            message: format!(
+                "`{key}` must be one of {}, not `{value}`",
+                allowed.join(", ")
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Canonical JSON text: object keys sorted, no insignificant whitespace.

@@ -34,7 +34,7 @@ pub const VERIFIED_VERSIONS: &[&str] = &["2.1.197"];
 
 /// Config fields accepted by the driver, with their JSON types.
 const CONFIG_FIELDS: &[(&str, &str)] = &[
-    ("command", "string"),
+    ("command", "non-empty-string"),
     ("model", "string"),
     ("effort", "string"),
     ("max_turns", "integer"),
@@ -146,22 +146,7 @@ impl Driver for ClaudeDriver {
             path: path.into(),
             message,
         };
-        if let Some(command) = str_field(config, "command")
-            && command.trim().is_empty()
-        {
-            return Err(bad("/command", "`command` must not be empty".into()));
-        }
-        if let Some(effort) = str_field(config, "effort")
-            && !EFFORTS.contains(&effort)
-        {
-            return Err(bad(
-                "/effort",
-                format!(
-                    "`effort` must be one of {}, not `{effort}`",
-                    EFFORTS.join(", ")
-                ),
-            ));
-        }
+        json::check_one_of(config, "effort", EFFORTS)?;
         if config.get("max_turns").is_some() && u64_field(config, "max_turns").unwrap_or(0) == 0 {
             return Err(bad("/max_turns", "`max_turns` must be at least 1".into()));
         }

@@ -33,7 +33,7 @@ pub const VERIFIED_VERSIONS: &[&str] = &["0.171.0"];
 
 /// Config fields accepted by the driver, with their JSON types.
 const CONFIG_FIELDS: &[(&str, &str)] = &[
-    ("command", "string"),
+    ("command", "non-empty-string"),
     ("model", "string"),
     ("effort", "string"),
     ("transport", "string"),
@@ -149,30 +149,8 @@ impl Driver for CodexDriver {
             path: path.into(),
             message,
         };
-        if let Some(command) = str_field(config, "command")
-            && command.trim().is_empty()
-        {
-            return Err(bad("/command", "`command` must not be empty".into()));
-        }
-        if let Some(effort) = str_field(config, "effort")
-            && !EFFORTS.contains(&effort)
-        {
-            return Err(bad(
-                "/effort",
-                format!(
-                    "`effort` must be one of {}, not `{effort}`",
-                    EFFORTS.join(", ")
-                ),
-            ));
-        }
-        if let Some(t) = str_field(config, "transport")
-            && !matches!(t, "auto" | "exec" | "app-server")
-        {
-            return Err(bad(
-                "/transport",
-                format!("`transport` must be auto, exec or app-server, not `{t}`"),
-            ));
-        }
+        json::check_one_of(config, "effort", EFFORTS)?;
+        json::check_one_of(config, "transport", &["auto", "exec", "app-server"])?;
         if let Some(args) = config.get("extra_args").and_then(Value::as_array) {
             let args: Vec<&str> = args.iter().filter_map(Value::as_str).collect();
             for (i, arg) in args.iter().enumerate() {

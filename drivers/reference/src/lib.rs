@@ -23,7 +23,7 @@ pub const CODEC: &str = "reference/session/v1";
 
 /// Config fields accepted by the driver, with their JSON types.
 const CONFIG_FIELDS: &[(&str, &str)] = &[
-    ("command", "string"),
+    ("command", "non-empty-string"),
     ("model", "string"),
     ("state_dir", "string"),
     ("delay_ms", "integer"),
@@ -97,16 +97,7 @@ impl Driver for ReferenceDriver {
     }
 
     fn validate_config(config: &Value) -> Result<(), ConfigError> {
-        check_fields(config, CONFIG_FIELDS)?;
-        if let Some(command) = str_field(config, "command")
-            && command.trim().is_empty()
-        {
-            return Err(ConfigError {
-                path: "/command".into(),
-                message: "`command` must not be empty".into(),
-            });
-        }
-        Ok(())
+        check_fields(config, CONFIG_FIELDS)
     }
 
     fn config_fingerprint(config: &Value) -> Result<String, ConfigError> {
