@@ -406,3 +406,64 @@ async fn cancel_interrupts_a_streaming_turn() {
     assert_eq!(e.result.exit.signal, None, "{:?}", e.result.exit);
     assert!(e.result.exit.cancelled);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_killed_mid_turn_keeps_the_partial_text() {
+    let c = Codex::new().await;
+    let agent = c.agent().build();
+    let mut stream = agent.stream_with("MOCK_SLOW please", options(true));
+    let mut partial = String::new();
+    let mut pid = None;
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Event::ProcessInfo(p) if p.process == adaptor::ProcessInfoKind::Spawn => pid = p.pid,
+            Event::TextDelta(t) if t.phase == Phase::Delta => {
+                partial.push_str(&t.text);
+                if let Some(pid) = pid.take() {
+                    // The CLI dies mid-turn (not a cancel): its whole process group is killed
+                    // from outside.
+                    unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+                }
+            }
+            _ => {}
+        }
+    }
+    let e = run_error(stream.result().await);
+    assert_eq!(e.reason, FailureReason::AgentError, "{}", e.message);
+    assert!(
+        e.message.contains("before the turn completed"),
+        "{}",
+        e.message
+    );
+    assert!(!partial.is_empty());
+    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.valid));
+    assert!(e.result.exit.signal.is_some(), "{:?}", e.result.exit);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_reports_the_installed_version_and_warns_outside_the_range() {
+    let c = Codex::new().await;
+    let report = c.agent().build().inspect().await.expect("inspect");
+    assert_eq!(report.environment.cli_version.as_deref(), Some("0.171.0"));
+    assert_eq!(report.environment.status, adaptor::CheckLevel::Pass);
+
+    let dir = tmp();
+    let fake = dir.path().join("codex");
+    std::fs::write(&fake, "#!/bin/sh\necho 'codex-cli 0.180.2'\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let driver = adaptor::Driver::from_file(driver_path("codex"))
+        .unwrap()
+        .with_config(json!({ "command": fake.display().to_string() }))
+        .unwrap();
+    let report = Agent::builder(driver)
+        .workspace(c.ws())
+        .build()
+        .inspect()
+        .await
+        .unwrap();
+    assert_eq!(report.environment.cli_version.as_deref(), Some("0.180.2"));
+    assert_eq!(report.environment.status, adaptor::CheckLevel::Warn);
+}
