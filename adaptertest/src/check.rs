@@ -645,7 +645,11 @@ async fn dynamic_clauses(r: &mut Results, driver: &Driver, options: &CheckOption
                 continue;
             }
         };
-        if let Err(e @ (Error::DriverTrap { .. } | Error::DriverContract { .. })) = &replayed.result
+        if let Err(
+            e @ (Error::DriverTrap { .. }
+            | Error::LimitExceeded { .. }
+            | Error::DriverContract { .. }),
+        ) = &replayed.result
         {
             failures
                 .get_mut("RUN-00")

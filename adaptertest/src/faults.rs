@@ -78,7 +78,11 @@ fn normalized_outcome(replay: &SessionReplay) -> Value {
 fn properties(replay: &SessionReplay, fed_stdout: &[u8], known: &BTreeSet<String>) -> Vec<String> {
     let mut problems = Vec::new();
     match &replay.result {
-        Err(e @ (Error::DriverTrap { .. } | Error::DriverContract { .. })) => {
+        Err(
+            e @ (Error::DriverTrap { .. }
+            | Error::LimitExceeded { .. }
+            | Error::DriverContract { .. }),
+        ) => {
             problems.push(e.to_string());
             return problems;
         }

@@ -42,6 +42,17 @@ pub enum Error {
         /// Trap message (with the guest's stderr, e.g. a panic message).
         message: String,
     },
+    /// A sandbox limit stopped a driver call. The instance is discarded (the next run gets a
+    /// fresh one); a run in progress fails and its process group is stopped.
+    #[error("driver `{driver}` exceeded its {limit} in `{call}`")]
+    LimitExceeded {
+        /// Driver name.
+        driver: String,
+        /// The guest function that was stopped.
+        call: &'static str,
+        /// Which limit, with its value.
+        limit: Limit,
+    },
     /// The driver returned something the host refuses (an invalid event, bad JSON, …).
     #[error("driver `{driver}` broke the contract in `{call}`: {message}")]
     DriverContract {
@@ -252,6 +263,15 @@ pub enum LoadError {
         /// Directories searched.
         searched: String,
     },
+    /// The component imports an interface the host does not grant drivers (anything beyond
+    /// the driver world's own imports and the WASI interfaces linked with an empty context).
+    #[error("driver `{driver}` imports `{import}`, which drivers may not use")]
+    ForbiddenImport {
+        /// File or name.
+        driver: String,
+        /// The refused import.
+        import: String,
+    },
     /// The driver's descriptor is unusable.
     #[error("driver `{driver}` has an invalid descriptor: {reason}")]
     InvalidDescriptor {
@@ -260,6 +280,62 @@ pub enum LoadError {
         /// What is wrong.
         reason: String,
     },
+}
+
+/// A sandbox limit of driver instances (see `GuestLimits`), with the value in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "limit", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Limit {
+    /// Linear memory per instance.
+    Memory {
+        /// Bytes.
+        bytes: usize,
+    },
+    /// Guest CPU time per call.
+    CpuPerCall {
+        /// Milliseconds.
+        ms: u64,
+    },
+    /// Guest CPU time over one run (all calls of its instance).
+    CpuPerRun {
+        /// Milliseconds.
+        ms: u64,
+    },
+    /// The wasm call stack.
+    Stack,
+    /// Actions returned by one call.
+    ActionsPerCall {
+        /// The maximum.
+        max: usize,
+    },
+    /// Log messages written during one call.
+    LogsPerCall {
+        /// The maximum.
+        max: u32,
+    },
+    /// Data one call may copy between guest and host (its arguments and results: a huge
+    /// outcome or event list stops here).
+    HostcallBytes {
+        /// Bytes.
+        bytes: usize,
+    },
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Limit::Memory { bytes } => write!(f, "memory limit of {} MiB", bytes >> 20),
+            Limit::CpuPerCall { ms } => write!(f, "CPU budget of {ms} ms per call"),
+            Limit::CpuPerRun { ms } => write!(f, "CPU budget of {ms} ms per run"),
+            Limit::Stack => f.write_str("stack limit"),
+            Limit::ActionsPerCall { max } => write!(f, "limit of {max} actions per call"),
+            Limit::LogsPerCall { max } => write!(f, "limit of {max} log messages per call"),
+            Limit::HostcallBytes { bytes } => {
+                write!(f, "limit of {} MiB copied per call", bytes >> 20)
+            }
+        }
+    }
 }
 
 /// Why a run failed.

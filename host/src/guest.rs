@@ -7,6 +7,7 @@
 //! Must not: spawn processes or interpret actions (the pipeline does).
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, HasSelf, Linker, ResourceAny, ResourceTable};
 use wasmtime::{Store, StoreLimits, StoreLimitsBuilder};
@@ -15,9 +16,10 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::bindings::{DriverWorld, DriverWorldPre, wit};
 use crate::engine::engine;
-use crate::error::{Error, LoadError};
+use crate::error::{Error, Limit, LoadError};
 
-/// Sandbox limits applied to every driver instance.
+/// Sandbox limits applied to every driver instance (one instance per run). Exceeding one
+/// stops the call with [`Error::LimitExceeded`] naming the driver, the call and the limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GuestLimits {
     /// Linear memory cap per instance, bytes.
@@ -28,6 +30,12 @@ pub struct GuestLimits {
     pub hostcall_bytes: usize,
     /// Bytes of guest stderr kept (panic messages).
     pub stderr_bytes: usize,
+    /// Guest CPU time over all calls of one run's instance, milliseconds.
+    pub run_cpu_ms: u64,
+    /// Actions one call may return.
+    pub actions_per_call: usize,
+    /// Log messages one call may write.
+    pub logs_per_call: u32,
 }
 
 impl Default for GuestLimits {
@@ -37,6 +45,9 @@ impl Default for GuestLimits {
             call_ticks: 10,
             hostcall_bytes: 8 << 20,
             stderr_bytes: 64 << 10,
+            run_cpu_ms: 30_000,
+            actions_per_call: 10_000,
+            logs_per_call: 1_000,
         }
     }
 }
@@ -47,6 +58,9 @@ pub(crate) struct GuestState {
     table: ResourceTable,
     limits: StoreLimits,
     driver: Arc<str>,
+    /// Log messages written during the current call, and the cap.
+    logs_this_call: u32,
+    logs_cap: u32,
 }
 
 impl WasiView for GuestState {
@@ -62,6 +76,11 @@ impl wit::Host for GuestState {}
 
 impl crate::bindings::adaptor::driver::log::Host for GuestState {
     async fn log(&mut self, level: wit::LogLevel, message: String) {
+        self.logs_this_call = self.logs_this_call.saturating_add(1);
+        if self.logs_this_call > self.logs_cap {
+            // Over the cap the call fails when it returns (LimitExceeded::LogsPerCall).
+            return;
+        }
         let driver = &*self.driver;
         let message: String = message.chars().take(4096).collect();
         match level {
@@ -86,11 +105,48 @@ pub(crate) fn linker() -> &'static Linker<GuestState> {
     })
 }
 
+/// What a driver may import: the world's own interfaces and the WASI preview-2 families the
+/// host links with a context that grants nothing (no preopened directories, no environment
+/// or arguments, no network; stdio discarded). Anything else — `wasi:http`, or any foreign
+/// interface — is refused at load, by name.
+const ALLOWED_IMPORTS: &[&str] = &[
+    "adaptor:driver/",
+    "wasi:cli/",
+    "wasi:io/",
+    "wasi:clocks/",
+    "wasi:random/",
+    "wasi:filesystem/",
+    "wasi:sockets/",
+];
+
+/// The capability audit: list the component's imports (logged) and refuse any the host does
+/// not allow.
+pub(crate) fn audit_imports(name: &str, component: &Component) -> Result<Vec<String>, Error> {
+    let imports: Vec<String> = component
+        .component_type()
+        .imports(engine())
+        .map(|(import, _)| import.to_owned())
+        .collect();
+    tracing::info!(driver = name, imports = ?imports, "driver imports audited");
+    if let Some(bad) = imports
+        .iter()
+        .find(|i| !ALLOWED_IMPORTS.iter().any(|p| i.starts_with(p)))
+    {
+        tracing::warn!(driver = name, import = %bad, "driver refused: forbidden import");
+        return Err(Error::Load(LoadError::ForbiddenImport {
+            driver: name.to_owned(),
+            import: bad.clone(),
+        }));
+    }
+    Ok(imports)
+}
+
 /// Pre-link a component against the driver world; the error says what is missing.
 pub(crate) fn prepare(
     name: &str,
     component: &Component,
 ) -> Result<DriverWorldPre<GuestState>, Error> {
+    audit_imports(name, component)?;
     let pre = linker().instantiate_pre(component).map_err(|e| {
         Error::Load(LoadError::NotADriver {
             driver: name.to_owned(),
@@ -128,6 +184,9 @@ pub(crate) struct GuestInstance {
     limits: GuestLimits,
     stderr: MemoryOutputPipe,
     poisoned: bool,
+    /// Guest time used by this instance so far, and when the current call began.
+    guest_time: Duration,
+    call_started: Option<Instant>,
 }
 
 impl GuestInstance {
@@ -154,6 +213,8 @@ impl GuestInstance {
                 table: ResourceTable::new(),
                 limits: store_limits,
                 driver: driver.clone(),
+                logs_this_call: 0,
+                logs_cap: limits.logs_per_call,
             },
         );
         store.limiter(|s| &mut s.limits);
@@ -175,7 +236,35 @@ impl GuestInstance {
             limits,
             stderr,
             poisoned: false,
+            guest_time: Duration::ZERO,
+            call_started: None,
         })
+    }
+
+    fn check_actions(
+        &mut self,
+        call: &'static str,
+        actions: Vec<wit::Action>,
+    ) -> Result<Vec<wit::Action>, Error> {
+        if actions.len() > self.limits.actions_per_call {
+            return Err(self.limit(
+                call,
+                Limit::ActionsPerCall {
+                    max: self.limits.actions_per_call,
+                },
+            ));
+        }
+        Ok(actions)
+    }
+
+    fn limit(&mut self, call: &'static str, limit: Limit) -> Error {
+        self.poisoned = true;
+        tracing::warn!(driver = %self.driver, call, %limit, "driver stopped by a limit");
+        Error::LimitExceeded {
+            driver: self.driver.to_string(),
+            call,
+            limit,
+        }
     }
 
     fn before_call(&mut self, call: &'static str) -> Result<(), Error> {
@@ -187,10 +276,36 @@ impl GuestInstance {
             });
         }
         self.store.set_epoch_deadline(self.limits.call_ticks);
+        self.store.data_mut().logs_this_call = 0;
+        self.call_started = Some(Instant::now());
         Ok(())
     }
 
     fn after_call<R>(&mut self, call: &'static str, r: wasmtime::Result<R>) -> Result<R, Error> {
+        if let Some(started) = self.call_started.take() {
+            self.guest_time += started.elapsed();
+        }
+        if let Err(e) = &r
+            && let Some(limit) = limit_of(e, self.limits)
+        {
+            return Err(self.limit(call, limit));
+        }
+        if self.store.data().logs_this_call > self.limits.logs_per_call {
+            return Err(self.limit(
+                call,
+                Limit::LogsPerCall {
+                    max: self.limits.logs_per_call,
+                },
+            ));
+        }
+        if self.guest_time.as_millis() as u64 > self.limits.run_cpu_ms {
+            return Err(self.limit(
+                call,
+                Limit::CpuPerRun {
+                    ms: self.limits.run_cpu_ms,
+                },
+            ));
+        }
         r.map_err(|e| {
             self.poisoned = true;
             let mut message = describe_trap(&e, self.limits);
@@ -268,6 +383,28 @@ impl GuestInstance {
     }
 }
 
+/// The limit a trap stands for, if any.
+fn limit_of(e: &wasmtime::Error, limits: GuestLimits) -> Option<Limit> {
+    if let Some(trap) = e.downcast_ref::<wasmtime::Trap>() {
+        return match trap {
+            wasmtime::Trap::Interrupt => Some(Limit::CpuPerCall {
+                ms: limits.call_ticks * crate::engine::EPOCH_TICK.as_millis() as u64,
+            }),
+            wasmtime::Trap::StackOverflow => Some(Limit::Stack),
+            _ => None,
+        };
+    }
+    let text = format!("{e:#}");
+    if text.contains("fuel allocated for hostcalls has been exhausted") {
+        return Some(Limit::HostcallBytes {
+            bytes: limits.hostcall_bytes,
+        });
+    }
+    (text.contains("memory") && text.contains("grow")).then_some(Limit::Memory {
+        bytes: limits.memory_bytes,
+    })
+}
+
 fn describe_trap(e: &wasmtime::Error, limits: GuestLimits) -> String {
     if let Some(trap) = e.downcast_ref::<wasmtime::Trap>() {
         return match trap {
@@ -313,17 +450,25 @@ macro_rules! session_call {
     }};
 }
 
+/// A session call that returns actions, checked against the per-call action limit.
+macro_rules! session_actions {
+    ($self:ident, $name:literal, $method:ident $(, $arg:expr)*) => {{
+        let actions = session_call!($self, $name, $method $(, $arg)*)?;
+        $self.instance.check_actions($name, actions)
+    }};
+}
+
 impl GuestSession {
     pub(crate) async fn start(&mut self) -> Result<Result<wit::Launch, wit::StartError>, Error> {
         session_call!(self, "session.start", call_start)
     }
 
     pub(crate) async fn on_stdout(&mut self, chunk: &[u8]) -> Result<Vec<wit::Action>, Error> {
-        session_call!(self, "session.on-stdout", call_on_stdout, chunk)
+        session_actions!(self, "session.on-stdout", call_on_stdout, chunk)
     }
 
     pub(crate) async fn on_stderr(&mut self, chunk: &[u8]) -> Result<Vec<wit::Action>, Error> {
-        session_call!(self, "session.on-stderr", call_on_stderr, chunk)
+        session_actions!(self, "session.on-stderr", call_on_stderr, chunk)
     }
 
     pub(crate) async fn on_decision(
@@ -331,22 +476,22 @@ impl GuestSession {
         id: &str,
         decision: &wit::Decision,
     ) -> Result<Vec<wit::Action>, Error> {
-        session_call!(self, "session.on-decision", call_on_decision, id, decision)
+        session_actions!(self, "session.on-decision", call_on_decision, id, decision)
     }
 
     pub(crate) async fn on_timer(&mut self, id: u64) -> Result<Vec<wit::Action>, Error> {
-        session_call!(self, "session.on-timer", call_on_timer, id)
+        session_actions!(self, "session.on-timer", call_on_timer, id)
     }
 
     pub(crate) async fn on_cancel(&mut self) -> Result<Vec<wit::Action>, Error> {
-        session_call!(self, "session.on-cancel", call_on_cancel)
+        session_actions!(self, "session.on-cancel", call_on_cancel)
     }
 
     pub(crate) async fn on_exit(
         &mut self,
         status: wit::ExitStatus,
     ) -> Result<Vec<wit::Action>, Error> {
-        session_call!(self, "session.on-exit", call_on_exit, status)
+        session_actions!(self, "session.on-exit", call_on_exit, status)
     }
 
     pub(crate) async fn finish(&mut self) -> Result<wit::Outcome, Error> {

@@ -58,7 +58,7 @@ pub use descriptor::{
 };
 pub use driver::{Driver, LoadOptions, available_drivers, driver_dirs};
 pub use engine::CompileSource;
-pub use error::{Error, FailureReason, LaunchRefusal, LoadError, RunError, StartRefusal};
+pub use error::{Error, FailureReason, LaunchRefusal, Limit, LoadError, RunError, StartRefusal};
 pub use event::{
     ApprovalResolved, Dropped, Event, EventMeta, ItemEvent, Notice, Phase, ProcessInfo,
     ProcessInfoKind, RunFinished, RunStarted, SessionStarted, TextDelta, ToolCall, ToolResult,

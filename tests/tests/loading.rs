@@ -103,3 +103,28 @@ fn descriptor_and_fingerprint_are_deterministic() {
     assert_eq!(fa, fb, "command path does not affect session compatibility");
     assert!(fa.starts_with("sha256:"));
 }
+
+fn forbidden(wat_text: &str) -> (String, String) {
+    let bytes = wat::parse_str(wat_text).expect("valid component text");
+    match Driver::from_bytes_with("audited.wasm", &bytes, &LoadOptions { cache_dir: None }) {
+        Err(Error::Load(LoadError::ForbiddenImport { driver, import })) => (driver, import),
+        other => panic!("expected ForbiddenImport, got {other:?}"),
+    }
+}
+
+#[test]
+fn imports_beyond_the_world_and_inert_wasi_are_refused_by_name() {
+    let (driver, import) = forbidden(
+        r#"(component (import "evil:backdoor/net@1.0.0" (instance (export "connect" (func)))))"#,
+    );
+    assert_eq!(driver, "audited.wasm");
+    assert_eq!(import, "evil:backdoor/net@1.0.0");
+    // WASI HTTP is not linked at all: refused by name before instantiation is attempted.
+    let (_, import) =
+        forbidden(r#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#);
+    assert_eq!(import, "wasi:http/outgoing-handler@0.2.0");
+    // The built-in drivers pass the audit (they import only the world and inert WASI).
+    for name in ["reference", "claude", "codex"] {
+        Driver::from_file(driver_path(name)).expect("built-in driver passes the audit");
+    }
+}

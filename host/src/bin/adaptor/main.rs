@@ -469,6 +469,7 @@ fn report(e: &Error) -> ExitCode {
     ExitCode::from(match e {
         Error::Run(_) => EXIT_RUN_FAILED,
         Error::DriverTrap { .. }
+        | Error::LimitExceeded { .. }
         | Error::DriverContract { .. }
         | Error::Spawn { .. }
         | Error::Lost(_) => EXIT_DRIVER_FAULT,

@@ -1,0 +1,192 @@
+//! A hostile test-only driver: it behaves exactly like the reference driver unless the prompt
+//! carries one of these directives, each one attack on the host (the hostile-driver suite in
+//! `tests/tests/hostile.rs` runs them all):
+//!
+//! - `[[endless-loop]]`: spin forever on the first stdout chunk (CPU per call);
+//! - `[[memory-bomb]]`: allocate until memory runs out (memory limit);
+//! - `[[stack-overflow]]`: recurse without end (stack);
+//! - `[[event-flood]]`: return 20 000 small events from one call (actions per call);
+//! - `[[log-flood]]`: write 5 000 log messages in one call (logs per call);
+//! - `[[huge-result]]`: return a 40 MiB reply text (data copied per call);
+//! - `[[never-finish]]`: spin forever in `finish` (CPU per call);
+//! - `[[burn-cpu]]`: use most of the per-call budget on every chunk (CPU per run);
+//! - `[[panic]]`: panic while the provider runs;
+//! - `[[spawn-ungranted]]`, `[[spawn-sh]]`, `[[cwd-parent]]`, `[[cwd-absolute]]`: ask to launch
+//!   another program, `sh -c`, or to run in `..` or `/etc`;
+//! - `[[probe-world]]`: try to read a file, the environment and the arguments and to open a
+//!   socket, then report what it got as a `hostile.probe` notice (the host grants none).
+//!
+//! It never ships as a built-in driver; `x.sh` installs it under `test-drivers/`.
+
+use adaptor_sdk::{
+    Actions, ConfigError, Descriptor, Driver, ExitStatus, Launch, Outcome, RunRequest, Session,
+    StartError,
+};
+use reference_driver::{ReferenceDriver, ReferenceSession};
+
+/// The hostile driver.
+pub struct HostileDriver;
+
+impl Driver for HostileDriver {
+    type Session = HostileSession;
+
+    fn describe() -> Descriptor {
+        let mut d = ReferenceDriver::describe();
+        d.name = "hostile".into();
+        d.display_name = "Hostile (reference plus attacks on the host)".into();
+        d
+    }
+
+    fn validate_config(config: &serde_json::Value) -> Result<(), ConfigError> {
+        ReferenceDriver::validate_config(config)
+    }
+
+    fn config_fingerprint(config: &serde_json::Value) -> Result<String, ConfigError> {
+        ReferenceDriver::config_fingerprint(config)
+    }
+}
+
+/// A reference session that attacks the host on request.
+pub struct HostileSession {
+    inner: ReferenceSession,
+    prompt: String,
+    probe: Option<String>,
+}
+
+impl HostileSession {
+    fn wants(&self, directive: &str) -> bool {
+        self.prompt.contains(&format!("[[{directive}]]"))
+    }
+}
+
+#[inline(never)]
+fn recurse(depth: u64) -> u64 {
+    // `black_box` hides that the base case is never reached.
+    if std::hint::black_box(depth) == u64::MAX {
+        return 0;
+    }
+    1 + recurse(std::hint::black_box(depth + 1))
+}
+
+fn spin() -> ! {
+    let mut x = 0u64;
+    loop {
+        x = std::hint::black_box(x.wrapping_add(1));
+    }
+}
+
+/// What the sandbox let this instance see (nothing, when the host is right).
+fn probe_world() -> String {
+    let file = std::fs::read_to_string("/etc/passwd").map(|t| t.len());
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let args: Vec<String> = std::env::args().collect();
+    let socket = std::net::TcpStream::connect("127.0.0.1:9").map(|_| ());
+    let dir = std::fs::read_dir(".").map(|d| d.count());
+    serde_json::json!({
+        "file": file.map_err(|e| e.to_string()),
+        "env": env.len(),
+        "args": args.len(),
+        "socket": socket.map_err(|e| e.to_string()),
+        "dir": dir.map_err(|e| e.to_string()),
+    })
+    .to_string()
+}
+
+impl Session for HostileSession {
+    fn new(request: RunRequest) -> Self {
+        let prompt = request.prompt.clone();
+        Self {
+            inner: ReferenceSession::new(request),
+            prompt,
+            probe: None,
+        }
+    }
+
+    fn start(&mut self) -> Result<Launch, StartError> {
+        let mut launch = self.inner.start()?;
+        if self.wants("spawn-ungranted") {
+            launch.program = "/bin/cat".into();
+        }
+        if self.wants("spawn-sh") {
+            launch.program = "sh".into();
+            launch.args = vec!["-c".into(), "echo pwned".into()];
+        }
+        if self.wants("cwd-parent") {
+            launch.cwd = Some("..".into());
+        }
+        if self.wants("cwd-absolute") {
+            launch.cwd = Some("/etc".into());
+        }
+        if self.wants("probe-world") {
+            self.probe = Some(probe_world());
+        }
+        Ok(launch)
+    }
+
+    fn on_stdout(&mut self, chunk: &[u8], out: &mut Actions) {
+        if self.wants("endless-loop") {
+            spin();
+        }
+        if self.wants("memory-bomb") {
+            let mut hoard: Vec<Vec<u8>> = Vec::new();
+            loop {
+                hoard.push(vec![1u8; 1 << 20]);
+                std::hint::black_box(&hoard);
+            }
+        }
+        if self.wants("stack-overflow") {
+            std::hint::black_box(recurse(0));
+        }
+        if self.wants("panic") {
+            panic!("hostile: panic on stdout");
+        }
+        if self.wants("event-flood") {
+            for _ in 0..20_000 {
+                out.notice("f", "", None);
+            }
+        }
+        if self.wants("log-flood") {
+            for i in 0..5_000 {
+                adaptor_sdk::log::warn(&format!("hostile log line {i}"));
+            }
+        }
+        if self.wants("burn-cpu") {
+            // About 60 ms of guest time per chunk: under the per-call budget, over a small
+            // per-run one after a few chunks.
+            let until = std::time::Instant::now() + std::time::Duration::from_millis(60);
+            while std::time::Instant::now() < until {
+                std::hint::black_box(0);
+            }
+        }
+        if let Some(probe) = self.probe.take() {
+            out.notice(
+                "hostile.probe",
+                "what the sandbox let the driver see",
+                Some(probe),
+            );
+        }
+        self.inner.on_stdout(chunk, out);
+    }
+
+    fn on_stderr(&mut self, chunk: &[u8], out: &mut Actions) {
+        self.inner.on_stderr(chunk, out);
+    }
+
+    fn on_exit(&mut self, status: &ExitStatus, out: &mut Actions) {
+        self.inner.on_exit(status, out);
+    }
+
+    fn finish(&mut self) -> Outcome {
+        if self.wants("never-finish") {
+            spin();
+        }
+        let mut outcome = self.inner.finish();
+        if self.wants("huge-result") {
+            outcome.text = "x".repeat(40 << 20);
+        }
+        outcome
+    }
+}
+
+#[cfg(target_family = "wasm")]
+adaptor_sdk::export_driver!(HostileDriver);

@@ -1,0 +1,175 @@
+//! The hostile-driver suite: one attack per run from `tests/drivers/hostile`, each stopped
+//! within its limit with the right typed error, the host healthy, and the next run of a good
+//! driver session on the same Agent successful.
+
+use std::time::{Duration, Instant};
+
+use adaptor::{Agent, Error, Event, GuestLimits, LaunchRefusal, Limit};
+use adaptor_integration_tests::*;
+
+fn hostile_agent(state: &std::path::Path, ws: &std::path::Path, limits: GuestLimits) -> Agent {
+    agent_builder(configured(&test_driver_path("hostile"), state), ws)
+        .guest_limits(limits)
+        .build()
+}
+
+async fn good_run_after(agent: &Agent, attack: &str) {
+    let r = agent
+        .run("a good prompt")
+        .await
+        .unwrap_or_else(|e| panic!("after {attack}, a good run must succeed: {e}"));
+    assert_eq!(r.text, "Reference reply: a good prompt", "after {attack}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_attack_is_stopped_by_its_limit_and_the_agent_stays_healthy() {
+    let (state, ws) = (tmp(), tmp());
+    let limits = GuestLimits::default();
+    let agent = hostile_agent(state.path(), ws.path(), limits);
+    let cases: [(&str, &str, Limit); 7] = [
+        (
+            "endless-loop",
+            "session.on-stdout",
+            Limit::CpuPerCall { ms: 100 },
+        ),
+        (
+            "never-finish",
+            "session.finish",
+            Limit::CpuPerCall { ms: 100 },
+        ),
+        (
+            "memory-bomb",
+            "session.on-stdout",
+            Limit::Memory { bytes: 64 << 20 },
+        ),
+        ("stack-overflow", "session.on-stdout", Limit::Stack),
+        (
+            "event-flood",
+            "session.on-stdout",
+            Limit::ActionsPerCall { max: 10_000 },
+        ),
+        (
+            "log-flood",
+            "session.on-stdout",
+            Limit::LogsPerCall { max: 1_000 },
+        ),
+        (
+            "huge-result",
+            "session.finish",
+            Limit::HostcallBytes { bytes: 8 << 20 },
+        ),
+    ];
+    for (attack, expected_call, expected) in cases {
+        let started = Instant::now();
+        let result = agent.run(format!("[[{attack}]] hi")).await;
+        match result {
+            Err(Error::LimitExceeded {
+                driver,
+                call,
+                limit,
+            }) => {
+                assert_eq!(driver, "hostile", "{attack}");
+                assert_eq!(call, expected_call, "{attack}");
+                assert_eq!(limit, expected, "{attack}");
+            }
+            other => panic!("{attack}: expected LimitExceeded, got {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{attack} was not stopped promptly"
+        );
+        good_run_after(&agent, attack).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_per_run_cpu_budget_stops_a_driver_that_burns_a_little_on_every_call() {
+    let (state, ws) = (tmp(), tmp());
+    let limits = GuestLimits {
+        run_cpu_ms: 150,
+        ..GuestLimits::default()
+    };
+    // With a delay between lines, each of the many `[[spam]]` lines arrives in its own chunk,
+    // so the driver burns a little guest time on each of many calls.
+    let driver = adaptor::Driver::from_file(test_driver_path("hostile"))
+        .unwrap()
+        .with_config(serde_json::json!({
+            "command": provider_path().display().to_string(),
+            "state_dir": state.path().display().to_string(),
+            "delay_ms": 20,
+        }))
+        .unwrap();
+    let agent = agent_builder(driver, ws.path())
+        .guest_limits(limits)
+        .build();
+    match agent.run("[[burn-cpu]] [[spam 20]] hi").await {
+        Err(Error::LimitExceeded { limit, .. }) => {
+            assert_eq!(limit, Limit::CpuPerRun { ms: 150 })
+        }
+        other => panic!("expected CpuPerRun, got {other:?}"),
+    }
+    good_run_after(&agent, "burn-cpu").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn panics_and_forbidden_launches_are_typed_and_spawn_nothing() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = hostile_agent(state.path(), ws.path(), GuestLimits::default());
+    match agent.run("[[panic]] hi").await {
+        Err(Error::DriverTrap {
+            driver,
+            call,
+            message,
+        }) => {
+            assert_eq!((driver.as_str(), call), ("hostile", "session.on-stdout"));
+            assert!(message.contains("hostile: panic on stdout"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    good_run_after(&agent, "panic").await;
+    for attack in ["spawn-ungranted", "spawn-sh", "cwd-parent", "cwd-absolute"] {
+        let (events, result) = collect(agent.stream(format!("[[{attack}]] hi"))).await;
+        assert!(events.is_empty(), "{attack}: nothing starts");
+        match result {
+            Err(Error::LaunchRefused { driver, refusal }) => {
+                assert_eq!(driver, "hostile");
+                match attack {
+                    "spawn-ungranted" | "spawn-sh" => assert!(
+                        matches!(refusal, LaunchRefusal::Program { .. }),
+                        "{attack}: {refusal:?}"
+                    ),
+                    _ => assert!(
+                        matches!(refusal, LaunchRefusal::Cwd { .. }),
+                        "{attack}: {refusal:?}"
+                    ),
+                }
+            }
+            other => panic!("{attack}: {other:?}"),
+        }
+        good_run_after(&agent, attack).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sandbox_grants_no_files_environment_arguments_or_network() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = hostile_agent(state.path(), ws.path(), GuestLimits::default());
+    let (events, result) = collect(agent.stream("[[probe-world]] hi")).await;
+    result.expect("the probing run itself succeeds");
+    let probe = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Notice(n) if n.notice == "hostile.probe" => n.data.clone(),
+            _ => None,
+        })
+        .expect("probe notice");
+    let probe: serde_json::Value = match probe {
+        serde_json::Value::String(s) => serde_json::from_str(&s).unwrap(),
+        other => other,
+    };
+    assert!(probe["file"]["Err"].is_string(), "no file access: {probe}");
+    assert_eq!(probe["env"], 0, "no environment: {probe}");
+    assert_eq!(probe["args"], 0, "no arguments: {probe}");
+    assert!(probe["socket"]["Err"].is_string(), "no network: {probe}");
+    assert!(probe["dir"]["Err"].is_string(), "no directory: {probe}");
+}
