@@ -4,7 +4,7 @@
 #   ./x.sh run [adaptor run flags] "PROMPT"   build everything, run a prompt (reference driver by default)
 #   ./x.sh test                                fmt check, clippy, build drivers, the whole test suite
 #   ./x.sh build-drivers                       build the WASM drivers into $TARGET/drivers
-#   ./x.sh bench                               the turn-overhead / compile benchmark (release build)
+#   ./x.sh bench                               turn-overhead / compile and 1000-run load benchmarks (release)
 #   ./x.sh reports                             regenerate the conformance report in each driver README
 #
 # CARGO_TARGET_DIR is honoured; drivers land in "$CARGO_TARGET_DIR/drivers".
@@ -144,6 +144,7 @@ PY
     build_drivers
     cargo build --release -p agent-adaptor -p reference-provider >&2
     cargo bench -p adaptor-integration-tests --bench turn_overhead
+    cargo bench -p adaptor-integration-tests --bench load
     ;;
   *)
     sed -n '2,10p' "$0"
