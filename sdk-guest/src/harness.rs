@@ -171,3 +171,112 @@ pub fn request(prompt: &str) -> RunRequest {
         metadata: Vec::new(),
     }
 }
+
+/// One fuzz case for a driver's parser: `data` is interpreted as a chunk size (first byte),
+/// an exit code (second byte), whether the caller streams (third byte) and the CLI's stdout
+/// (the rest). The session must not panic, and these properties must hold; a violation
+/// panics with what went wrong (which is what a fuzzer reports):
+///
+/// - split invariance: the stdout fed whole and fed in chunks gives the same events and the
+///   same outcome;
+/// - every text, thinking and tool lifecycle that starts also ends;
+/// - a checkpoint is never valid on a failed run, and never when the exit code is not 0.
+///
+/// Used by the cargo-fuzz targets in `tests/fuzz/` and the CI smoke run.
+pub fn fuzz_replay<S: Session>(data: &[u8]) {
+    let [chunk, code, streaming, stdout @ ..] = data else {
+        return;
+    };
+    let chunk = usize::from(*chunk).max(1);
+    let code = i32::from(*code % 4);
+    let mut req = request("fuzz");
+    req.streaming = streaming % 2 == 1;
+    let Ok(whole) = replay::<S>(req.clone(), stdout, 0, exited(code)) else {
+        return;
+    };
+    let split = replay::<S>(req, stdout, chunk, exited(code)).expect("start is deterministic");
+    assert_eq!(
+        split.events(),
+        whole.events(),
+        "events differ when stdout is split into {chunk}-byte chunks"
+    );
+    assert_eq!(
+        split.outcome, whole.outcome,
+        "outcome differs when stdout is split into {chunk}-byte chunks"
+    );
+    let mut open: Vec<(u8, String)> = Vec::new();
+    for event in whole.events() {
+        let (kind, id, phase) = match &event {
+            Event::Text(t) => (0u8, t.message_id.clone(), t.phase),
+            Event::Thinking(t) => (1, t.message_id.clone(), t.phase),
+            Event::ToolCall(t) => (2, t.id.clone(), t.phase),
+            _ => continue,
+        };
+        match phase {
+            crate::Phase::Start => open.push((kind, id)),
+            crate::Phase::End => open.retain(|o| *o != (kind, id.clone())),
+            crate::Phase::Delta => {}
+        }
+    }
+    assert!(open.is_empty(), "lifecycles left open: {open:?}");
+    if let Some(cp) = &whole.outcome.checkpoint
+        && cp.valid
+    {
+        assert!(
+            whole.outcome.failure.is_none(),
+            "a valid checkpoint on a failed run"
+        );
+        assert_eq!(code, 0, "a valid checkpoint with exit code {code}");
+    }
+}
+
+/// Deterministic fuzz inputs for [`fuzz_replay`] without a fuzzer (the CI smoke run): `count`
+/// mutations of `seeds` (recorded outputs) — bytes flipped, ranges cut or repeated, lines
+/// duplicated, random bytes inserted, seeds spliced — each prefixed with the three control
+/// bytes `fuzz_replay` reads. The same `seed` gives the same inputs.
+pub fn fuzz_inputs(seeds: &[&[u8]], count: usize, seed: u64) -> Vec<Vec<u8>> {
+    let mut state = seed | 1;
+    let mut next = move || {
+        // xorshift64*
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    let mut inputs = Vec::with_capacity(count);
+    for _ in 0..count {
+        let base = seeds[(next() as usize) % seeds.len().max(1)];
+        let mut body = base.to_vec();
+        for _ in 0..(1 + next() % 4) {
+            let len = body.len().max(1);
+            let at = (next() as usize) % len;
+            match next() % 6 {
+                0 if !body.is_empty() => body[at] ^= 1 << (next() % 8),
+                1 => body.truncate(at),
+                2 => {
+                    let end = (at + (next() as usize) % 64).min(body.len());
+                    body.drain(at.min(body.len())..end);
+                }
+                3 => {
+                    let end = (at + (next() as usize) % 256).min(body.len());
+                    let piece = body[at.min(body.len())..end].to_vec();
+                    body.splice(at.min(body.len())..at.min(body.len()), piece);
+                }
+                4 => {
+                    let junk: Vec<u8> = (0..(next() % 16)).map(|_| next() as u8).collect();
+                    body.splice(at.min(body.len())..at.min(body.len()), junk);
+                }
+                _ => {
+                    let other = seeds[(next() as usize) % seeds.len().max(1)];
+                    let cut = (next() as usize) % other.len().max(1);
+                    body.truncate(at.min(body.len()));
+                    body.extend_from_slice(&other[cut.min(other.len())..]);
+                }
+            }
+        }
+        let mut input = vec![next() as u8, next() as u8, next() as u8];
+        input.extend(body);
+        inputs.push(input);
+    }
+    inputs
+}

@@ -532,3 +532,12 @@ fn malformed_and_truncated_output_is_a_protocol_error() {
     assert_eq!(f.reason, FailureReason::ProtocolError);
     assert!(f.message.contains("truncated"), "{}", f.message);
 }
+
+#[test]
+fn fuzz_smoke_on_mutated_recordings() {
+    // The CI smoke run of the fuzz property (see tests/fuzz/ for the long run).
+    let seeds = ALL.iter().map(|(_, b, _)| *b).collect::<Vec<_>>();
+    for input in adaptor_sdk::harness::fuzz_inputs(&seeds, 1500, 0x5eed) {
+        adaptor_sdk::harness::fuzz_replay::<ClaudeSession>(&input);
+    }
+}

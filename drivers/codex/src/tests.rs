@@ -382,3 +382,16 @@ fn server_approval_requests_become_approvals_and_decisions_answers() {
         json!({"id": 0, "result": {"decision": "accept"}})
     );
 }
+
+#[test]
+fn fuzz_smoke_on_mutated_recordings() {
+    // The CI smoke run of the fuzz property (see tests/fuzz/ for the long run).
+    let seeds = EXEC
+        .iter()
+        .map(|(_, b, _)| *b)
+        .chain(APP.iter().map(|(_, b)| *b))
+        .collect::<Vec<_>>();
+    for input in adaptor_sdk::harness::fuzz_inputs(&seeds, 1500, 0x5eed) {
+        adaptor_sdk::harness::fuzz_replay::<CodexSession>(&input);
+    }
+}

@@ -285,3 +285,11 @@ fn an_interrupting_refusal_names_the_failure() {
     assert_eq!(failure.reason, FailureReason::ApprovalTimeout);
     assert!(!outcome.checkpoint.unwrap().valid);
 }
+
+#[test]
+fn fuzz_smoke_on_mutated_recordings() {
+    // The CI smoke run of the fuzz property (see tests/fuzz/ for the long run).
+    for input in adaptor_sdk::harness::fuzz_inputs(&[HAPPY, FAILURE], 1500, 0x5eed) {
+        adaptor_sdk::harness::fuzz_replay::<ReferenceSession>(&input);
+    }
+}

@@ -1,0 +1,6 @@
+//! Fuzz the codex driver's parser natively: chunking, exit code and stdout from the input.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    adaptor_sdk::harness::fuzz_replay::<codex_driver::CodexSession>(data);
+});
