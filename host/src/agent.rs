@@ -168,6 +168,7 @@ pub(crate) struct Settings {
     pub grace_period: Duration,
     pub end_turn_grace: Duration,
     pub idle_timeout: Option<Duration>,
+    pub max_output_bytes: usize,
     pub pass_env: Vec<String>,
     pub set_env: Vec<(String, String)>,
     pub program_dirs: Vec<PathBuf>,
@@ -183,6 +184,7 @@ impl Default for Settings {
             grace_period: Duration::from_secs(2),
             end_turn_grace: Duration::from_secs(10),
             idle_timeout: None,
+            max_output_bytes: 256 << 20,
             pass_env: Vec::new(),
             set_env: Vec::new(),
             program_dirs: Vec::new(),
@@ -233,6 +235,14 @@ impl AgentBuilder {
     /// (agent CLIs can think silently for minutes; set it to what your provider tolerates).
     pub fn idle_timeout(mut self, idle: Duration) -> Self {
         self.settings.idle_timeout = Some(idle);
+        self
+    }
+
+    /// Most bytes a provider may write to stdout and stderr together in one run (default
+    /// 256 MiB; the raw capture keeps them all). Beyond it the provider is stopped, the rest
+    /// is discarded (counted in a notice) and the run fails with reason `output_limit`.
+    pub fn max_output_bytes(mut self, bytes: usize) -> Self {
+        self.settings.max_output_bytes = bytes;
         self
     }
 

@@ -363,6 +363,8 @@ pub enum FailureReason {
     ProtocolError,
     /// The final output does not satisfy the requested schema.
     InvalidOutput,
+    /// The provider wrote more than the Agent's `max_output_bytes`; it was stopped.
+    OutputLimit,
     /// Another reason, named by the driver.
     Other(String),
 }
@@ -381,6 +383,7 @@ impl FailureReason {
             FailureReason::ResumeRejected => "resume_rejected",
             FailureReason::ProtocolError => "protocol_error",
             FailureReason::InvalidOutput => "invalid_output",
+            FailureReason::OutputLimit => "output_limit",
             FailureReason::Other(s) => s,
         }
     }

@@ -341,6 +341,8 @@ impl Run {
             },
             spawned_at: Instant::now(),
             idle_fired: false,
+            output_limit: self.inner.settings.max_output_bytes,
+            discarded: 0,
         };
         if let Some(stdin) = spawned.stdin.take() {
             let (tx, rx) = mpsc::unbounded_channel();
@@ -387,6 +389,12 @@ impl Run {
 
         let mut exit = exit_info(status, cancelled, timed_out);
         exit.no_output = sup.idle_fired;
+        let output_limit = (sup.discarded > 0).then(|| {
+            format!(
+                "the provider wrote more than {} bytes (max_output_bytes); {} bytes after the limit were discarded",
+                self.inner.settings.max_output_bytes, sup.discarded
+            )
+        });
         let wit_status = wit::ExitStatus {
             code: exit.code,
             signal: exit.signal,
@@ -398,7 +406,10 @@ impl Run {
         sup.apply_after_exit(actions).await?;
         let outcome = sup.session.finish().await?;
         let raw = std::mem::take(&mut sup.raw);
-        let approval = sup.asks.failure();
+        let host_failure = sup
+            .asks
+            .failure()
+            .or_else(|| output_limit.map(|message| (FailureReason::OutputLimit, message)));
         self.emitter
             .emit(Event::ProcessInfo(ProcessInfo {
                 meta: blank_meta(),
@@ -409,7 +420,7 @@ impl Run {
             }))
             .await;
         let mut notices = Vec::new();
-        let result = self.classify(outcome, raw, exit, approval, &mut notices);
+        let result = self.classify(outcome, raw, exit, host_failure, &mut notices);
         let result = match (&self.options.schema, self.mechanism) {
             (Some(schema), Some(mechanism)) => structured::apply(schema, mechanism, result),
             _ => result,
@@ -432,7 +443,7 @@ impl Run {
         outcome: wit::Outcome,
         raw: RawStreams,
         exit: ExitInfo,
-        approval: Option<(FailureReason, String)>,
+        host_failure: Option<(FailureReason, String)>,
         notices: &mut Vec<(String, String)>,
     ) -> Result<RunResult, Error> {
         classify(
@@ -443,7 +454,7 @@ impl Run {
                 timeout: self.options.timeout,
                 idle: self.inner.settings.idle_timeout,
                 started: self.started,
-                approval,
+                host_failure,
             },
             outcome,
             raw,
@@ -560,8 +571,9 @@ pub(crate) struct Classify {
     pub timeout: Option<Duration>,
     pub idle: Option<Duration>,
     pub started: Instant,
-    /// The approval outcome that ended the run (denied / timed out with `abort`, unanswered).
-    pub approval: Option<(FailureReason, String)>,
+    /// A failure the host knows of: an approval outcome that ended the run (denied or timed
+    /// out with `abort`, unanswered) or the output limit.
+    pub host_failure: Option<(FailureReason, String)>,
 }
 
 /// Turn a driver's outcome plus the process facts into the run's result: validate what the
@@ -623,7 +635,7 @@ pub(crate) fn classify(
             },
             None,
         ))
-    } else if let Some((reason, message)) = facts.approval.clone() {
+    } else if let Some((reason, message)) = facts.host_failure.clone() {
         // The host knows why the turn ended; the driver's own report stays in the transcript.
         Some((reason, message, None))
     } else if let Some(f) = outcome.failure {
@@ -706,6 +718,10 @@ struct Supervisor<'a> {
     raw: RawStreams,
     spawned_at: Instant,
     idle_fired: bool,
+    /// Most stdout + stderr bytes kept; beyond it the provider is stopped.
+    output_limit: usize,
+    /// Bytes discarded after the output limit was reached.
+    discarded: u64,
 }
 
 type LoopOutcome = Result<(Option<std::process::ExitStatus>, bool, bool), Error>;
@@ -900,6 +916,22 @@ impl Supervisor<'_> {
     }
 
     async fn on_chunk(&mut self, is_stdout: bool, chunk: &[u8]) -> Result<(), Error> {
+        let kept = self.raw.stdout.len() + self.raw.stderr.len();
+        if self.discarded > 0 || kept + chunk.len() > self.output_limit {
+            if self.discarded == 0 {
+                self.notice(
+                    "output.limit",
+                    &format!(
+                        "the provider wrote more than {} bytes (max_output_bytes); stopping it — further output is discarded",
+                        self.output_limit
+                    ),
+                )
+                .await;
+                self.terminate("output limit").await;
+            }
+            self.discarded += chunk.len() as u64;
+            return Ok(());
+        }
         let (stream, bytes) = if is_stdout {
             (StreamKind::Stdout, &mut self.raw.stdout)
         } else {

@@ -175,7 +175,7 @@ async fn drive(
             timeout: None,
             idle: None,
             started,
-            approval: None,
+            host_failure: None,
         },
         outcome,
         raw,

@@ -856,3 +856,24 @@ async fn a_graceful_stop_is_still_bounded_by_the_grace_period() {
     );
     assert!(e.result.exit.signal.is_some(), "{:?}", e.result.exit);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_writing_past_the_output_limit_is_stopped() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path())
+        .max_output_bytes(64 * 1024)
+        .build();
+    let (events, result) = collect(agent.stream("[[spam 50000]] flood")).await;
+    let e = run_error(result);
+    assert_eq!(e.reason, FailureReason::OutputLimit);
+    assert!(e.message.contains("65536"), "{}", e.message);
+    let kept = e.result.raw().stdout.len() + e.result.raw().stderr.len();
+    assert!(kept <= 64 * 1024, "kept {kept} bytes");
+    assert!(
+        events
+            .iter()
+            .any(|ev| matches!(ev, Event::Notice(n) if n.notice == "output.limit"))
+    );
+    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.valid));
+    assert_lifecycle(&events);
+}
