@@ -167,13 +167,7 @@ impl MockAnthropic {
 /// `$HOME/.cache/agent-adaptor-clis/claude/node_modules/.bin/claude` if it exists.
 /// See [`CLAUDE_INSTALL_HINT`] for how to install it.
 pub fn claude_path() -> Option<PathBuf> {
-    if let Some(bin) = std::env::var_os("ADAPTOR_CLAUDE_BIN").filter(|v| !v.is_empty()) {
-        return Some(PathBuf::from(bin));
-    }
-    let home = std::env::var_os("HOME")?;
-    let path =
-        PathBuf::from(home).join(".cache/agent-adaptor-clis/claude/node_modules/.bin/claude");
-    path.exists().then_some(path)
+    crate::mock_http::installed_cli("ADAPTOR_CLAUDE_BIN", "claude", "claude")
 }
 
 /// Environment for running the Claude Code CLI against the mock at `base_url`, with `home`

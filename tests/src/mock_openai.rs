@@ -182,12 +182,7 @@ impl MockOpenAi {
 /// that runs the native binary of `@openai/codex-linux-x64`; `node` must be on `PATH`).
 /// See [`CODEX_INSTALL_HINT`] for how to install it.
 pub fn codex_path() -> Option<PathBuf> {
-    if let Some(bin) = std::env::var_os("ADAPTOR_CODEX_BIN").filter(|v| !v.is_empty()) {
-        return Some(PathBuf::from(bin));
-    }
-    let home = std::env::var_os("HOME")?;
-    let path = PathBuf::from(home).join(".cache/agent-adaptor-clis/codex/node_modules/.bin/codex");
-    path.exists().then_some(path)
+    crate::mock_http::installed_cli("ADAPTOR_CODEX_BIN", "codex", "codex")
 }
 
 /// Writes `<dir>/config.toml`: a Codex configuration that uses the mock at `base_url` (a
