@@ -384,6 +384,23 @@ fn synthesise_in(schema: &Value, root: &Value, depth: usize) -> Value {
     }
 }
 
+/// Where a real agent CLI is installed: `$<env_var>` if set and non-empty, else
+/// `$HOME/.cache/agent-adaptor-clis/<package>/node_modules/.bin/<bin>` if it exists (where
+/// `./x.sh test` installs the pinned version; `ADAPTOR_CLI_CACHE` moves that cache, and x.sh
+/// then exports `$<env_var>`).
+pub fn installed_cli(env_var: &str, package: &str, bin: &str) -> Option<std::path::PathBuf> {
+    if let Some(path) = std::env::var_os(env_var).filter(|v| !v.is_empty()) {
+        return Some(std::path::PathBuf::from(path));
+    }
+    let home = std::env::var_os("HOME")?;
+    let path = std::path::PathBuf::from(home)
+        .join(".cache/agent-adaptor-clis")
+        .join(package)
+        .join("node_modules/.bin")
+        .join(bin);
+    path.exists().then_some(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -430,21 +447,4 @@ mod tests {
         assert_eq!(split_in_two("héllo"), vec!["hé", "llo"]);
         assert_eq!(split_in_two("x"), vec!["x"]);
     }
-}
-
-/// Where a real agent CLI is installed: `$<env_var>` if set and non-empty, else
-/// `$HOME/.cache/agent-adaptor-clis/<package>/node_modules/.bin/<bin>` if it exists (where
-/// `./x.sh test` installs the pinned version; `ADAPTOR_CLI_CACHE` moves that cache, and x.sh
-/// then exports `$<env_var>`).
-pub fn installed_cli(env_var: &str, package: &str, bin: &str) -> Option<std::path::PathBuf> {
-    if let Some(path) = std::env::var_os(env_var).filter(|v| !v.is_empty()) {
-        return Some(std::path::PathBuf::from(path));
-    }
-    let home = std::env::var_os("HOME")?;
-    let path = std::path::PathBuf::from(home)
-        .join(".cache/agent-adaptor-clis")
-        .join(package)
-        .join("node_modules/.bin")
-        .join(bin);
-    path.exists().then_some(path)
 }
