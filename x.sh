@@ -17,7 +17,7 @@ export CARGO_TARGET_DIR="$TARGET"
 # Drivers: crate name -> installed file name. Built-ins go to $TARGET/drivers (found by the
 # host), test-only drivers to $TARGET/test-drivers.
 DRIVERS=("reference-driver:reference" "claude-driver:claude" "codex-driver:codex")
-TEST_DRIVERS=("testbed-driver:testbed" "broken-driver:broken" "unstable-driver:unstable" "hostile-driver:hostile")
+TEST_DRIVERS=("testbed-driver:testbed" "broken-driver:broken" "unstable-driver:unstable" "hostile-driver:hostile" "puppet-driver:puppet")
 
 # Real agent CLIs for the end-to-end tests, pinned, installed from npm into a cache outside
 # the clone (idempotent: nothing is fetched when the pinned version is there).
