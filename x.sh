@@ -45,10 +45,13 @@ ensure_clis() {
 }
 
 ensure_wasm_target() {
-  if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
-    echo "x.sh: installing the wasm32-wasip2 target" >&2
-    rustup target add wasm32-wasip2 >&2
-  fi
+  local target
+  for target in wasm32-wasip2 wasm32-unknown-unknown; do
+    if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+      echo "x.sh: installing the $target target" >&2
+      rustup target add "$target" >&2
+    fi
+  done
 }
 
 # Build a group of driver crates and copy each one's component to "$dest/<name>.wasm".
@@ -91,6 +94,9 @@ build_drivers() {
   # `component` export feature), which one unified build would switch back on.
   build_group "$TARGET/drivers" "${DRIVERS[@]}"
   build_group "$TARGET/test-drivers" "${TEST_DRIVERS[@]}"
+  # The reference driver without WASI (a core module; the loading test turns it into a
+  # component) proves that drivers need no WASI at all.
+  cargo build --profile driver --target wasm32-unknown-unknown -p reference-driver >&2
 }
 
 build_host() {

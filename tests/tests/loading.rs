@@ -128,3 +128,38 @@ fn imports_beyond_the_world_and_inert_wasi_are_refused_by_name() {
         Driver::from_file(driver_path(name)).expect("built-in driver passes the audit");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_built_without_wasi_loads_and_runs() {
+    // `./x.sh build-drivers` builds the reference driver for wasm32-unknown-unknown too.
+    let core = target_dir().join("wasm32-unknown-unknown/driver/reference_driver.wasm");
+    let module = std::fs::read(&core)
+        .unwrap_or_else(|e| panic!("{}: {e} (run ./x.sh build-drivers)", core.display()));
+    let component = wit_component::ComponentEncoder::default()
+        .module(&module)
+        .expect("core module with its component type")
+        .validate(true)
+        .encode()
+        .expect("componentized");
+    let driver = Driver::from_bytes_with(
+        "reference-unknown.wasm",
+        &component,
+        &LoadOptions { cache_dir: None },
+    )
+    .expect("a WASI-free component loads");
+    assert_eq!(driver.name(), "reference");
+    let state = tmp();
+    let ws = tmp();
+    let driver = driver
+        .with_config(serde_json::json!({
+            "command": provider_path().display().to_string(),
+            "state_dir": state.path().display().to_string(),
+        }))
+        .unwrap();
+    let r = agent_builder(driver, ws.path())
+        .build()
+        .run("no wasi")
+        .await
+        .expect("runs");
+    assert_eq!(r.text, "Reference reply: no wasi");
+}
