@@ -169,6 +169,7 @@ pub(crate) struct Settings {
     pub end_turn_grace: Duration,
     pub idle_timeout: Option<Duration>,
     pub max_output_bytes: usize,
+    pub max_line_bytes: usize,
     pub pass_env: Vec<String>,
     pub set_env: Vec<(String, String)>,
     pub program_dirs: Vec<PathBuf>,
@@ -185,6 +186,7 @@ impl Default for Settings {
             end_turn_grace: Duration::from_secs(10),
             idle_timeout: None,
             max_output_bytes: 256 << 20,
+            max_line_bytes: 64 << 20,
             pass_env: Vec::new(),
             set_env: Vec::new(),
             program_dirs: Vec::new(),
@@ -243,6 +245,15 @@ impl AgentBuilder {
     /// is discarded (counted in a notice) and the run fails with reason `output_limit`.
     pub fn max_output_bytes(mut self, bytes: usize) -> Self {
         self.settings.max_output_bytes = bytes;
+        self
+    }
+
+    /// Longest line (bytes between newlines) a provider may write on stdout or stderr
+    /// (default 64 MiB). Beyond it the provider is stopped and the run fails with reason
+    /// `output_limit`, like [`max_output_bytes`](Self::max_output_bytes). Drivers frame lines
+    /// with their own, usually smaller, limit (a longer line is a protocol error there).
+    pub fn max_line_bytes(mut self, bytes: usize) -> Self {
+        self.settings.max_line_bytes = bytes;
         self
     }
 

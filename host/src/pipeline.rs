@@ -342,6 +342,9 @@ impl Run {
             spawned_at: Instant::now(),
             idle_fired: false,
             output_limit: self.inner.settings.max_output_bytes,
+            line_limit: self.inner.settings.max_line_bytes,
+            line_len: [0, 0],
+            overflow: None,
             discarded: 0,
         };
         if let Some(stdin) = spawned.stdin.take() {
@@ -389,10 +392,10 @@ impl Run {
 
         let mut exit = exit_info(status, cancelled, timed_out);
         exit.no_output = sup.idle_fired;
-        let output_limit = (sup.discarded > 0).then(|| {
+        let output_limit = sup.overflow.take().map(|why| {
             format!(
-                "the provider wrote more than {} bytes (max_output_bytes); {} bytes after the limit were discarded",
-                self.inner.settings.max_output_bytes, sup.discarded
+                "{why}; {} bytes after the limit were discarded",
+                sup.discarded
             )
         });
         let wit_status = wit::ExitStatus {
@@ -720,7 +723,13 @@ struct Supervisor<'a> {
     idle_fired: bool,
     /// Most stdout + stderr bytes kept; beyond it the provider is stopped.
     output_limit: usize,
-    /// Bytes discarded after the output limit was reached.
+    /// Longest line (bytes without a newline) on stdout or stderr.
+    line_limit: usize,
+    /// Length of the current, unterminated line on stdout and on stderr.
+    line_len: [usize; 2],
+    /// Which output limit stopped the provider, if one did.
+    overflow: Option<String>,
+    /// Bytes discarded after an output limit was reached.
     discarded: u64,
 }
 
@@ -916,19 +925,40 @@ impl Supervisor<'_> {
     }
 
     async fn on_chunk(&mut self, is_stdout: bool, chunk: &[u8]) -> Result<(), Error> {
-        let kept = self.raw.stdout.len() + self.raw.stderr.len();
-        if self.discarded > 0 || kept + chunk.len() > self.output_limit {
-            if self.discarded == 0 {
+        if self.overflow.is_none() {
+            let kept = self.raw.stdout.len() + self.raw.stderr.len();
+            let line = &mut self.line_len[usize::from(!is_stdout)];
+            *line = match chunk.iter().rposition(|b| *b == b'\n') {
+                Some(at) => chunk.len() - at - 1,
+                None => *line + chunk.len(),
+            };
+            let longest = chunk
+                .split(|b| *b == b'\n')
+                .map(<[u8]>::len)
+                .max()
+                .unwrap_or(0)
+                .max(*line);
+            if kept + chunk.len() > self.output_limit {
+                self.overflow = Some(format!(
+                    "the provider wrote more than {} bytes (max_output_bytes)",
+                    self.output_limit
+                ));
+            } else if longest > self.line_limit {
+                self.overflow = Some(format!(
+                    "the provider wrote a line longer than {} bytes (max_line_bytes)",
+                    self.line_limit
+                ));
+            }
+            if let Some(why) = self.overflow.clone() {
                 self.notice(
                     "output.limit",
-                    &format!(
-                        "the provider wrote more than {} bytes (max_output_bytes); stopping it — further output is discarded",
-                        self.output_limit
-                    ),
+                    &format!("{why}; stopping it — further output is discarded"),
                 )
                 .await;
                 self.terminate("output limit").await;
             }
+        }
+        if self.overflow.is_some() {
             self.discarded += chunk.len() as u64;
             return Ok(());
         }

@@ -877,3 +877,16 @@ async fn a_provider_writing_past_the_output_limit_is_stopped() {
     assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.valid));
     assert_lifecycle(&events);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_writing_an_overlong_line_is_stopped() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path())
+        .max_line_bytes(200)
+        .build();
+    let long = "y".repeat(300);
+    let e = run_error(agent.run(format!("{long} long line")).await);
+    assert_eq!(e.reason, FailureReason::OutputLimit);
+    assert!(e.message.contains("max_line_bytes"), "{}", e.message);
+    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.valid));
+}
