@@ -279,6 +279,7 @@ async fn dropping_the_agent_cancels_its_runs() {
     let e = run_error(stream.result().await);
     assert_eq!(e.reason, FailureReason::Cancelled);
     assert!(!pid_alive(provider) && !pid_alive(grandchild));
+    assert!(!group_alive(provider), "process group {provider} survived");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -290,7 +291,7 @@ async fn close_cancels_runs_and_refuses_new_ones() {
     let (provider, grandchild) = wait_for_pids(&mut stream, &mut events).await;
     agent.close().await;
     assert!(
-        !pid_alive(provider) && !pid_alive(grandchild),
+        !pid_alive(provider) && !pid_alive(grandchild) && !group_alive(provider),
         "close waits for the processes"
     );
     let e = run_error(stream.result().await);
@@ -328,7 +329,8 @@ async fn a_trap_names_the_driver_and_the_next_run_works() {
 async fn a_trap_mid_run_stops_the_provider_and_ends_the_stream() {
     let (state, ws) = (tmp(), tmp());
     let agent = agent_builder(testbed(state.path()), ws.path()).build();
-    let (events, result) = collect(agent.stream("[[driver-trap-stdout]] [[hang]]")).await;
+    let (events, result) =
+        collect(agent.stream("[[driver-trap-stdout]] [[grandchild]] [[hang]]")).await;
     assert!(
         matches!(&result, Err(Error::DriverTrap { driver, call, .. }) if driver == "testbed" && *call == "session.on-stdout"),
         "{result:?}"
@@ -549,7 +551,8 @@ async fn dropping_a_stream_cancels_its_run() {
     drop(stream);
     assert!(
         eventually(Duration::from_secs(5), || !pid_alive(provider)
-            && !pid_alive(grandchild))
+            && !pid_alive(grandchild)
+            && !group_alive(provider))
         .await,
         "processes survived a dropped stream"
     );
