@@ -535,3 +535,30 @@ async fn an_error_subtype_fails_the_run() {
     );
     assert!(!e.result.checkpoint.as_ref().unwrap().valid);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_interrupts_a_bidirectional_turn_gracefully() {
+    let c = Claude::new().await;
+    let agent = c.agent().build();
+    let mut stream = agent.stream_with("MOCK_SLOW please", ask_permission().streaming(true));
+    let mut partial = String::new();
+    while let Some(ev) = stream.next().await {
+        if let Event::TextDelta(t) = &ev
+            && t.phase == Phase::Delta
+        {
+            partial.push_str(&t.text);
+            stream.cancel();
+        }
+    }
+    let e = run_error(stream.result().await);
+    assert_eq!(e.reason, FailureReason::Cancelled);
+    assert!(!partial.is_empty());
+    let stdin = String::from_utf8_lossy(&e.result.raw().stdin).into_owned();
+    assert!(stdin.contains(r#""subtype":"interrupt""#), "{stdin}");
+    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.valid));
+    assert!(e.result.exit.cancelled);
+    // Graceful: the CLI ended the turn with its result and exited by itself.
+    let terminal: Value = serde_json::from_str(&e.result.terminal().expect("result").json).unwrap();
+    assert_eq!(terminal["subtype"], "error_during_execution", "{terminal}");
+    assert_eq!(e.result.exit.signal, None, "{:?}", e.result.exit);
+}

@@ -674,6 +674,21 @@ impl Session for ClaudeSession {
         }
     }
 
+    fn on_cancel(&mut self, out: &mut Actions) {
+        // In the SDK mode the CLI takes an interrupt on stdin and ends the turn with an error
+        // result; one-shot runs have no channel for it (the host stops the process).
+        if self.transport.bidirectional && self.terminal.is_none() {
+            write_frame(
+                out,
+                &json!({
+                    "type": "control_request",
+                    "request_id": "agent-adaptor-interrupt",
+                    "request": { "subtype": "interrupt" },
+                }),
+            );
+        }
+    }
+
     fn on_exit(&mut self, status: &ExitStatus, out: &mut Actions) {
         if let Some(rest) = self.stdout.finish() {
             if self.terminal.is_none() {
