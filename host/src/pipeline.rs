@@ -927,17 +927,17 @@ impl Supervisor<'_> {
     async fn on_chunk(&mut self, is_stdout: bool, chunk: &[u8]) -> Result<(), Error> {
         if self.overflow.is_none() {
             let kept = self.raw.stdout.len() + self.raw.stderr.len();
+            // One pass: the first piece continues the current line, the rest start new ones.
             let line = &mut self.line_len[usize::from(!is_stdout)];
-            *line = match chunk.iter().rposition(|b| *b == b'\n') {
-                Some(at) => chunk.len() - at - 1,
-                None => *line + chunk.len(),
-            };
-            let longest = chunk
-                .split(|b| *b == b'\n')
-                .map(<[u8]>::len)
-                .max()
-                .unwrap_or(0)
-                .max(*line);
+            let mut longest = 0;
+            for (i, piece) in chunk.split(|b| *b == b'\n').enumerate() {
+                *line = if i == 0 {
+                    *line + piece.len()
+                } else {
+                    piece.len()
+                };
+                longest = longest.max(*line);
+            }
             if kept + chunk.len() > self.output_limit {
                 self.overflow = Some(format!(
                     "the provider wrote more than {} bytes (max_output_bytes)",

@@ -186,3 +186,13 @@ pub fn record_cassette(name: &str, r: &adaptor::RunResult, prompt: &str) {
             .expect("cassette saved");
     }
 }
+
+/// An executable `dir/name` that prints `version_line` and exits 0: a stand-in CLI for
+/// version-range checks of Inspect.
+pub fn fake_cli(dir: &Path, name: &str, version_line: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\necho '{version_line}'\n")).expect("fake CLI");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}

@@ -452,12 +452,7 @@ async fn inspect_reports_the_installed_version_and_warns_outside_the_range() {
     assert_eq!(env.supported.verified, ["2.1.197"]);
 
     let dir = tmp();
-    let fake = dir.path().join("claude");
-    std::fs::write(&fake, "#!/bin/sh\necho '3.0.1 (Claude Code)'\n").unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    let fake = fake_cli(dir.path(), "claude", "3.0.1 (Claude Code)");
     let driver = adaptor::Driver::from_file(driver_path("claude"))
         .unwrap()
         .with_config(json!({ "command": fake.display().to_string() }))

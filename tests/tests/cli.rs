@@ -242,12 +242,7 @@ fn inspect_reports_the_environment_and_fails_without_the_cli() {
 #[test]
 fn inspect_warns_about_a_cli_version_outside_the_supported_range() {
     let dir = tempfile::tempdir().unwrap();
-    let fake = dir.path().join("future-cli");
-    std::fs::write(&fake, "#!/bin/sh\necho 'reference-provider 2.5.0'\n").unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    let fake = fake_cli(dir.path(), "future-cli", "reference-provider 2.5.0");
     let config = serde_json::json!({"command": fake.display().to_string()}).to_string();
     let out = adaptor()
         .args(["inspect", "--json", "--config", &config])

@@ -448,12 +448,7 @@ async fn inspect_reports_the_installed_version_and_warns_outside_the_range() {
     assert_eq!(report.environment.status, adaptor::CheckLevel::Pass);
 
     let dir = tmp();
-    let fake = dir.path().join("codex");
-    std::fs::write(&fake, "#!/bin/sh\necho 'codex-cli 0.180.2'\n").unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    let fake = fake_cli(dir.path(), "codex", "codex-cli 0.180.2");
     let driver = adaptor::Driver::from_file(driver_path("codex"))
         .unwrap()
         .with_config(json!({ "command": fake.display().to_string() }))

@@ -2,14 +2,17 @@
 //! within its limit with the right typed error, the host healthy, and the next run of a good
 //! driver session on the same Agent successful.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use adaptor::{Agent, Error, Event, GuestLimits, LaunchRefusal, Limit};
 use adaptor_integration_tests::*;
 
+/// A run timeout backs the limits up: an attack that a limit failed to stop ends as
+/// `Timeout`, which fails the assertions below, instead of hanging the suite.
 fn hostile_agent(state: &std::path::Path, ws: &std::path::Path, limits: GuestLimits) -> Agent {
     agent_builder(configured(&test_driver_path("hostile"), state), ws)
         .guest_limits(limits)
+        .timeout(Duration::from_secs(60))
         .build()
 }
 
@@ -60,7 +63,6 @@ async fn each_attack_is_stopped_by_its_limit_and_the_agent_stays_healthy() {
         ),
     ];
     for (attack, expected_call, expected) in cases {
-        let started = Instant::now();
         let result = agent.run(format!("[[{attack}]] hi")).await;
         match result {
             Err(Error::LimitExceeded {
@@ -74,10 +76,6 @@ async fn each_attack_is_stopped_by_its_limit_and_the_agent_stays_healthy() {
             }
             other => panic!("{attack}: expected LimitExceeded, got {other:?}"),
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "{attack} was not stopped promptly"
-        );
         good_run_after(&agent, attack).await;
     }
 }

@@ -697,10 +697,9 @@ impl Session for ClaudeSession {
                 self.handle_line(rest, out);
             }
         }
-        if let Some(Line::Complete(bytes)) = self.stderr.finish() {
-            let text = String::from_utf8_lossy(&bytes);
+        if let Some(rest) = self.stderr.finish() {
             self.transcript
-                .push(items::text(ItemKind::Stderr, &text), out);
+                .push_text_lines(ItemKind::Stderr, vec![rest], out);
         }
         // A CLI killed mid-turn leaves blocks open: close every lifecycle.
         for block in std::mem::take(&mut self.open_blocks) {

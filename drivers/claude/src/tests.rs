@@ -362,32 +362,48 @@ fn a_cli_killed_mid_turn_keeps_partial_text_and_closes_lifecycles() {
     );
 }
 
-#[test]
-fn can_use_tool_becomes_an_approval_and_the_decision_a_control_response() {
-    let bytes = fixture!("sdk_stdio_exit_plan_mode");
+/// A bidirectional session fed the recording's `control_request` line: the session, the
+/// approval it asked for, and that line.
+fn asked(
+    bytes: &[u8],
+    policy: impl FnOnce(&mut RunRequest),
+) -> (Harness<ClaudeSession>, adaptor_sdk::ApprovalRequest, String) {
     let mut req = request("prompt");
-    req.policy.plan_review = DecisionMode::Ask;
+    policy(&mut req);
     let (mut s, _) = Harness::<ClaudeSession>::start(req).unwrap();
-    let text = std::str::from_utf8(bytes).unwrap();
-    let request_line = text
+    let line = std::str::from_utf8(bytes)
+        .unwrap()
         .lines()
         .find(|l| l.contains("\"control_request\""))
-        .unwrap();
-    let actions = s.stdout(format!("{request_line}\n").as_bytes());
+        .unwrap()
+        .to_owned();
+    let actions = s.stdout(format!("{line}\n").as_bytes());
     let Some(Action::RequestApproval(req)) = actions.last() else {
         panic!("{actions:?}")
     };
+    (s, req.clone(), line)
+}
+
+/// The one frame a decision writes back.
+fn written(s: &mut Harness<ClaudeSession>, id: &str, decision: Decision) -> Value {
+    match s.decide(id, decision).as_slice() {
+        [Action::WriteStdin(bytes)] => serde_json::from_slice::<Value>(bytes).unwrap(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn can_use_tool_becomes_an_approval_and_the_decision_a_control_response() {
+    let (mut s, req, _) = asked(fixture!("sdk_stdio_exit_plan_mode"), |r| {
+        r.policy.plan_review = DecisionMode::Ask
+    });
     assert_eq!(req.kind, ApprovalKind::PlanReview);
     assert_eq!(req.tool_name.as_deref(), Some("ExitPlanMode"));
     assert_eq!(req.tool_call_id.as_deref(), Some("toolu_mock_7"));
     assert_eq!(req.details_json.as_deref(), Some(r#"{"plan":"do it"}"#));
     let id = req.id.clone();
-    let written = match s.decide(&id, Decision::Approve(None)).as_slice() {
-        [Action::WriteStdin(bytes)] => serde_json::from_slice::<Value>(bytes).unwrap(),
-        other => panic!("{other:?}"),
-    };
     assert_eq!(
-        written,
+        written(&mut s, &id, Decision::Approve(None)),
         json!({"type":"control_response","response":{"subtype":"success","request_id":id,
                "response":{"behavior":"allow","updatedInput":{"plan":"do it"},"toolUseID":"toolu_mock_7"}}})
     );
@@ -395,47 +411,26 @@ fn can_use_tool_becomes_an_approval_and_the_decision_a_control_response() {
 
 #[test]
 fn questions_carry_their_options_and_answers_go_into_updated_input() {
-    let bytes = fixture!("sdk_stdio_ask_user_question");
-    let mut req = request("prompt");
-    req.policy.question = DecisionMode::Ask;
-    let (mut s, _) = Harness::<ClaudeSession>::start(req).unwrap();
-    let text = std::str::from_utf8(bytes).unwrap();
-    let request_line = text
-        .lines()
-        .find(|l| l.contains("\"control_request\""))
-        .unwrap();
-    let actions = s.stdout(format!("{request_line}\n").as_bytes());
-    let Some(Action::RequestApproval(req)) = actions.last() else {
-        panic!("{actions:?}")
-    };
+    let (mut s, req, request_line) = asked(fixture!("sdk_stdio_ask_user_question"), |r| {
+        r.policy.question = DecisionMode::Ask
+    });
     assert_eq!(req.kind, ApprovalKind::Question);
     assert!(!req.choices.is_empty());
     let key = req.choices[0].key.clone();
     let id = req.id.clone();
     let title = req.title.clone();
-    let written = match s.decide(&id, Decision::Answer(key.clone())).as_slice() {
-        [Action::WriteStdin(bytes)] => serde_json::from_slice::<Value>(bytes).unwrap(),
-        other => panic!("{other:?}"),
-    };
-    let inner = &written["response"]["response"];
+    let answer = written(&mut s, &id, Decision::Answer(key.clone()));
+    let inner = &answer["response"]["response"];
     assert_eq!(inner["behavior"], "allow");
     assert_eq!(inner["updatedInput"]["answers"][title.as_str()], json!(key));
     assert!(inner["updatedInput"]["questions"].is_array());
     // A refusal under the default `abort` fallback interrupts the turn.
-    let (mut s, _) = Harness::<ClaudeSession>::start({
-        let mut r = request("prompt");
-        r.policy.question = DecisionMode::Ask;
-        r
-    })
-    .unwrap();
-    s.stdout(format!("{request_line}\n").as_bytes());
-    let written = match s.decide(&id, Decision::Deny("no".into())).as_slice() {
-        [Action::WriteStdin(bytes)] => serde_json::from_slice::<Value>(bytes).unwrap(),
-        other => panic!("{other:?}"),
-    };
+    let (mut s, req, _) = asked(fixture!("sdk_stdio_ask_user_question"), |r| {
+        r.policy.question = DecisionMode::Ask
+    });
     assert_eq!(
-        written["response"]["response"],
-        json!({"behavior":"deny","message":"no","interrupt":true,"toolUseID":req_tool_use_id(request_line)})
+        written(&mut s, &req.id, Decision::Deny("no".into()))["response"]["response"],
+        json!({"behavior":"deny","message":"no","interrupt":true,"toolUseID":req_tool_use_id(&request_line)})
     );
 }
 

@@ -702,10 +702,9 @@ impl Session for ReferenceSession {
                 self.handle_line(rest, out);
             }
         }
-        if let Some(Line::Complete(bytes)) = self.stderr.finish() {
-            let text = String::from_utf8_lossy(&bytes);
+        if let Some(rest) = self.stderr.finish() {
             self.transcript
-                .push(items::text(ItemKind::Stderr, &text), out);
+                .push_text_lines(ItemKind::Stderr, vec![rest], out);
         }
         // Close whatever a crash left open so every lifecycle ends.
         self.close_part(true, out);
