@@ -336,7 +336,13 @@ fn each_builtin_driver_readme_carries_its_current_report() {
             )
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "adaptertest report {name} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert_eq!(
             section,
             String::from_utf8(out.stdout).unwrap(),
