@@ -44,6 +44,7 @@ mod policy;
 mod process;
 pub mod replay;
 mod result;
+pub mod store;
 mod stream;
 mod structured;
 

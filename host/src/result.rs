@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Token usage. `None` means "not reported"; `Some(0)` means "reported as zero".
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -174,7 +174,7 @@ impl RawStreams {
 }
 
 /// A resume point.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
     /// Checkpoint encoding name (the driver's codec).
     pub codec: String,
