@@ -21,6 +21,7 @@ use crate::error::Error;
 use crate::guest::GuestLimits;
 use crate::policy::Policy;
 use crate::result::{Checkpoint, RunResult};
+use crate::store::ThreadStore;
 use crate::stream::Stream;
 use crate::structured::Schema;
 
@@ -37,6 +38,7 @@ pub struct RunOptions {
     pub(crate) policy: Option<Policy>,
     pub(crate) schema: Option<Schema>,
     pub(crate) approval_handler: Option<ApprovalHandler>,
+    pub(crate) identity: Option<String>,
 }
 
 macro_rules! shared_options {
@@ -102,6 +104,14 @@ macro_rules! shared_options {
                 self
             }
 
+            /// Who runs the agent (a tenant, user or role name). Not sent to the provider;
+            /// part of the thread fingerprint, so one identity never resumes another's
+            /// thread.
+            pub fn identity(mut self, identity: impl Into<String>) -> Self {
+                self$(.$field)?.identity = Some(identity.into());
+                self
+            }
+
             /// Ask the driver for its incremental transport (token deltas). Default: on for
             /// `stream`, on for `run` too (it is the same pipeline).
             pub fn streaming(mut self, on: bool) -> Self {
@@ -137,6 +147,7 @@ impl RunOptions {
                 .approval_handler
                 .clone()
                 .or_else(|| self.approval_handler.clone()),
+            identity: nearer.identity.clone().or_else(|| self.identity.clone()),
         }
     }
 
@@ -175,6 +186,8 @@ pub(crate) struct Settings {
     pub program_dirs: Vec<PathBuf>,
     pub limits: GuestLimits,
     pub parent_death_signal: bool,
+    pub thread_store: Option<Arc<dyn ThreadStore>>,
+    pub lease_ttl: Duration,
 }
 
 impl Default for Settings {
@@ -192,6 +205,8 @@ impl Default for Settings {
             program_dirs: Vec::new(),
             limits: GuestLimits::default(),
             parent_death_signal: true,
+            thread_store: None,
+            lease_ttl: crate::thread::DEFAULT_LEASE_TTL,
         }
     }
 }
@@ -289,6 +304,26 @@ impl AgentBuilder {
     /// Sandbox limits for driver instances.
     pub fn guest_limits(mut self, limits: GuestLimits) -> Self {
         self.settings.limits = limits;
+        self
+    }
+
+    /// Where [`Thread`](crate::Thread)s keep their sessions ([`SqliteStore`](crate::store::SqliteStore)
+    /// for one machine, [`PostgresStore`](crate::store::PostgresStore) for many hosts,
+    /// [`MemoryStore`](crate::store::MemoryStore) for one process).
+    pub fn thread_store(self, store: impl ThreadStore + 'static) -> Self {
+        self.shared_thread_store(Arc::new(store))
+    }
+
+    /// Like [`thread_store`](Self::thread_store), with a store shared with other agents.
+    pub fn shared_thread_store(mut self, store: Arc<dyn ThreadStore>) -> Self {
+        self.settings.thread_store = Some(store);
+        self
+    }
+
+    /// How long a thread run's lease lasts without renewal (default 30 s; renewed every
+    /// third of it while the run goes). A crashed host's threads become free after it.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.settings.lease_ttl = ttl;
         self
     }
 

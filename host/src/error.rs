@@ -21,6 +21,9 @@ pub enum Error {
     /// choice).
     #[error(transparent)]
     Approval(#[from] crate::approval::ApprovalError),
+    /// A thread could not run or be saved (see [`ThreadError`](crate::ThreadError)).
+    #[error(transparent)]
+    Thread(#[from] crate::thread::ThreadError),
     /// The driver rejected its configuration.
     #[error("driver `{driver}` rejected its config at `{path}`: {message}")]
     InvalidConfig {

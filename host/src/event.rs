@@ -264,6 +264,22 @@ pub struct RunFinished {
     pub message: Option<String>,
 }
 
+/// A thread run's stored session was rejected by the provider (or its driver) and the run
+/// starts a fresh session instead (continue-or-start, at most once per run). The previous
+/// record is archived only once the new checkpoint is persisted.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ThreadFallback {
+    /// Host metadata.
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// The thread key.
+    pub key: String,
+    /// The record that could not be resumed.
+    pub previous_record_id: String,
+    /// Why the resume was rejected.
+    pub reason: String,
+}
+
 /// Everything a run reports, in order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -298,6 +314,8 @@ pub enum Event {
     ApprovalRequest(ApprovalRequest),
     /// An approval request was resolved.
     ApprovalResolved(ApprovalResolved),
+    /// A thread run starts a fresh session because the stored one was rejected.
+    ThreadFallback(ThreadFallback),
     /// Last event of every started run.
     RunFinished(RunFinished),
 }
@@ -319,6 +337,7 @@ impl Event {
             Event::Dropped(e) => &e.meta,
             Event::ApprovalRequest(e) => &e.meta,
             Event::ApprovalResolved(e) => &e.meta,
+            Event::ThreadFallback(e) => &e.meta,
             Event::RunFinished(e) => &e.meta,
         }
     }
@@ -338,6 +357,7 @@ impl Event {
             Event::Dropped(e) => &mut e.meta,
             Event::ApprovalRequest(e) => &mut e.meta,
             Event::ApprovalResolved(e) => &mut e.meta,
+            Event::ThreadFallback(e) => &mut e.meta,
             Event::RunFinished(e) => &mut e.meta,
         }
     }
@@ -359,6 +379,7 @@ impl Event {
             Event::Dropped(_) => "dropped",
             Event::ApprovalRequest(_) => "approval_request",
             Event::ApprovalResolved(_) => "approval_resolved",
+            Event::ThreadFallback(_) => "thread_fallback",
             Event::RunFinished(_) => "run_finished",
         }
     }

@@ -47,6 +47,7 @@ mod result;
 pub mod store;
 mod stream;
 mod structured;
+mod thread;
 
 pub use agent::{Agent, AgentBuilder, RunOptions};
 pub use approval::{
@@ -62,8 +63,8 @@ pub use engine::CompileSource;
 pub use error::{Error, FailureReason, LaunchRefusal, Limit, LoadError, RunError, StartRefusal};
 pub use event::{
     ApprovalResolved, Dropped, Event, EventMeta, ItemEvent, Notice, Phase, ProcessInfo,
-    ProcessInfoKind, RunFinished, RunStarted, SessionStarted, TextDelta, ToolCall, ToolResult,
-    UsageUpdate, VendorEvent,
+    ProcessInfoKind, RunFinished, RunStarted, SessionStarted, TextDelta, ThreadFallback, ToolCall,
+    ToolResult, UsageUpdate, VendorEvent,
 };
 pub use guest::GuestLimits;
 pub use inspect::{Availability, Check, CheckLevel, EnvironmentReport, Inspection};
@@ -78,6 +79,7 @@ pub use stream::{Canceller, Stream};
 pub use structured::{
     Mechanism, PROMPT_SCHEMA_MARKER, Schema, StructuredOutput, run_as, run_as_with,
 };
+pub use thread::{DEFAULT_LEASE_TTL, Thread, ThreadError, ThreadInfo, ThreadStart};
 
 /// The WIT package version this host implements.
 pub const WIT_PACKAGE: &str = "adaptor:driver@0.1.0";

@@ -35,6 +35,7 @@ use crate::process::{self, DEFAULT_ENV_ALLOWLIST, PrivateDir, ProcessSpec, Sig};
 use crate::result::{ChunkRecord, ExitInfo, LaunchRecord, RawStreams, RunResult, StreamKind};
 use crate::stream::{Emitter, Stream, blank_meta};
 use crate::structured::{self, Mechanism};
+use crate::thread::{Coordinator, FingerprintInput, ThreadBinding, thread_fingerprint};
 
 /// Read size for stdout/stderr chunks.
 const CHUNK: usize = 64 * 1024;
@@ -54,6 +55,25 @@ pub(crate) fn new_run_id() -> String {
 
 /// Start a run (spawns its task) and return its stream at once.
 pub(crate) fn start(inner: &Arc<AgentInner>, prompt: String, options: RunOptions) -> Stream {
+    launch(inner, prompt, options, None)
+}
+
+/// Start a thread run: the same pipeline with the thread stage.
+pub(crate) fn start_thread(
+    inner: &Arc<AgentInner>,
+    prompt: String,
+    options: RunOptions,
+    binding: ThreadBinding,
+) -> Stream {
+    launch(inner, prompt, options, Some(binding))
+}
+
+fn launch(
+    inner: &Arc<AgentInner>,
+    prompt: String,
+    options: RunOptions,
+    thread: Option<ThreadBinding>,
+) -> Stream {
     let run_id = new_run_id();
     let (tx, rx) = mpsc::channel(inner.settings.event_buffer.max(2));
     let (result_tx, result_rx) = oneshot::channel();
@@ -79,6 +99,8 @@ pub(crate) fn start(inner: &Arc<AgentInner>, prompt: String, options: RunOptions
         cancel,
         started: Instant::now(),
         mechanism: None,
+        thread,
+        coordinator: None,
     };
     inner.tracker.spawn(
         async move {
@@ -99,6 +121,10 @@ struct Run {
     cancel: CancellationToken,
     started: Instant,
     mechanism: Option<Mechanism>,
+    /// A thread run's binding, until the thread stage takes it.
+    thread: Option<ThreadBinding>,
+    /// The thread stage of a thread run.
+    coordinator: Option<Coordinator>,
 }
 
 /// Everything resolved before the process starts.
@@ -111,7 +137,21 @@ struct Prepared {
 
 impl Run {
     async fn execute(mut self) -> Result<RunResult, Error> {
-        let prepared = self.prepare().await?;
+        if let Some(binding) = self.thread.take() {
+            self.begin_thread(binding).await?;
+        }
+        let (prepared, mut fallback) = match self.prepare_thread_aware().await {
+            Ok(p) => p,
+            Err(e) => {
+                // Before `RunStarted`: no events, and no lease left behind.
+                if let Some(mut c) = self.coordinator.take()
+                    && let Some(problem) = c.release().await
+                {
+                    tracing::warn!(key = %c.key(), %problem, "releasing the thread lease failed");
+                }
+                return Err(e);
+            }
+        };
         self.emitter
             .emit(Event::RunStarted(RunStarted {
                 meta: blank_meta(),
@@ -119,7 +159,45 @@ impl Run {
                 model: self.options.model.clone(),
             }))
             .await;
-        let result = self.supervise(prepared).await;
+        if let Some((previous, reason)) = fallback.take() {
+            self.announce_fallback(previous, reason).await;
+        }
+        if let Some(c) = self.coordinator.as_mut() {
+            c.start_renewal(self.cancel.clone());
+        }
+        let mut result = self.supervise(prepared).await;
+        // The provider rejected the stored session: one fresh attempt, announced.
+        if let Err(Error::Run(e)) = &result
+            && e.reason == FailureReason::ResumeRejected
+            && let Some(previous) = self
+                .coordinator
+                .as_mut()
+                .and_then(|c| c.fall_back(&e.message))
+        {
+            let reason = e.message.clone();
+            self.announce_fallback(previous, reason).await;
+            result = match self.prepare().await {
+                Ok(prepared) => self.supervise(prepared).await,
+                Err(e) => Err(e),
+            };
+        }
+        if let Some(mut c) = self.coordinator.take() {
+            result = c.finish(result).await;
+            if let Some(problem) = c.release().await {
+                tracing::warn!(key = %c.key(), %problem, "releasing the thread lease failed");
+                self.emitter
+                    .emit(Event::Notice(Notice {
+                        meta: blank_meta(),
+                        notice: "thread.lease_release_failed".into(),
+                        message: format!(
+                            "releasing the lease of thread {:?} failed (it lapses after its TTL): {problem}",
+                            c.key()
+                        ),
+                        data: None,
+                    }))
+                    .await;
+            }
+        }
         let finished = finished_event(&result);
         match &result {
             Ok(_) => tracing::info!(
@@ -130,6 +208,88 @@ impl Run {
         }
         self.emitter.finish(finished).await;
         result
+    }
+
+    /// The thread stage before the driver starts: fingerprint, lease, record, mode.
+    async fn begin_thread(&mut self, binding: ThreadBinding) -> Result<(), Error> {
+        self.emitter.set_thread_key(&binding.key);
+        let name = self.driver_name();
+        if self.options.resume.is_some() {
+            return Err(Error::InvalidCheckpoint {
+                driver: name,
+                reason: "a thread run resumes its thread's own checkpoint; a per-call `resume` is not allowed".into(),
+            });
+        }
+        let driver = &self.inner.driver;
+        let workspace = resolve_workspace(self.options.workspace.as_deref())?;
+        let mut instance = GuestInstance::new(
+            driver.loaded.name.clone(),
+            &driver.loaded.pre,
+            self.inner.settings.limits,
+        )
+        .await?;
+        let config_fingerprint = instance
+            .config_fingerprint(&driver.config.to_string())
+            .await?
+            .map_err(|e| Error::InvalidConfig {
+                driver: name.clone(),
+                path: e.path,
+                message: e.message,
+            })?;
+        let sessions = &driver.loaded.descriptor.sessions;
+        let fingerprint = thread_fingerprint(&FingerprintInput {
+            driver: &name,
+            codec: &sessions.codec,
+            config_fingerprint: &config_fingerprint,
+            model: self.options.model.as_deref(),
+            identity: self.options.identity.as_deref(),
+            workspace: &workspace,
+            instructions: self.options.instructions.as_deref(),
+            mcp_servers: &[],
+            skills: &[],
+            tools: &[],
+            services: &[],
+        });
+        self.coordinator = Some(Coordinator::begin(binding, fingerprint, &name, sessions).await?);
+        Ok(())
+    }
+
+    /// [`prepare`](Self::prepare); when the driver refuses the stored session before launch
+    /// and the thread may fall back, prepare a fresh session instead and say so.
+    async fn prepare_thread_aware(
+        &mut self,
+    ) -> Result<(Prepared, Option<(String, String)>), Error> {
+        match self.prepare().await {
+            Err(Error::StartRefused {
+                kind: StartRefusal::ResumeRejected,
+                message,
+                ..
+            }) if self.coordinator.is_some() => {
+                let c = self.coordinator.as_mut().expect("checked");
+                match c.fall_back(&message) {
+                    Some(previous) => Ok((self.prepare().await?, Some((previous, message)))),
+                    None => Err(c.rejected(message)),
+                }
+            }
+            other => other.map(|p| (p, None)),
+        }
+    }
+
+    async fn announce_fallback(&mut self, previous_record_id: String, reason: String) {
+        let key = self
+            .coordinator
+            .as_ref()
+            .map(|c| c.key().to_owned())
+            .unwrap_or_default();
+        tracing::info!(%key, previous = %previous_record_id, %reason, "resume rejected; starting a fresh session");
+        self.emitter
+            .emit(Event::ThreadFallback(ThreadFallback {
+                meta: blank_meta(),
+                key,
+                previous_record_id,
+                reason,
+            }))
+            .await;
     }
 
     fn driver_name(&self) -> String {
@@ -177,7 +337,7 @@ impl Run {
             detail,
         })?;
         let resume = self.resume_request()?;
-        if let Some(schema) = &self.options.schema {
+        if self.options.schema.is_some() {
             let policy = self.options.policy.unwrap_or_default();
             let asks = [policy.approvals.permission, policy.approvals.plan_review]
                 .contains(&crate::policy::DecisionMode::Ask)
@@ -187,15 +347,18 @@ impl Run {
                 self.options.streaming.unwrap_or(true),
                 asks,
             )?;
-            if mechanism == Mechanism::PromptValidate {
-                self.prompt = structured::with_instructions(&self.prompt, schema);
-            }
             self.mechanism = Some(mechanism);
         }
+        let prompt = match (&self.options.schema, self.mechanism) {
+            (Some(schema), Some(Mechanism::PromptValidate)) => {
+                structured::with_instructions(&self.prompt, schema)
+            }
+            _ => self.prompt.clone(),
+        };
         let private_dir = PrivateDir::path_for(&self.run_id);
         let request = build_request(
             &self.run_id,
-            &self.prompt,
+            &prompt,
             config_json,
             &self.options,
             self.mechanism,
@@ -241,6 +404,9 @@ impl Run {
     /// Check a caller-supplied checkpoint against the driver and turn it into the request's
     /// resume instructions.
     fn resume_request(&self) -> Result<Option<wit::Resume>, Error> {
+        if let Some(c) = &self.coordinator {
+            return Ok(c.resume());
+        }
         let Some(cp) = &self.options.resume else {
             return Ok(None);
         };
@@ -683,6 +849,7 @@ pub(crate) fn classify(
         structured_output,
         structured: None,
         exit,
+        thread: None,
         duration: facts.started.elapsed(),
         raw,
         transcript,

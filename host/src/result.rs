@@ -228,6 +228,8 @@ pub struct RunResult {
     pub structured: Option<crate::structured::StructuredOutput>,
     /// Process outcome.
     pub exit: ExitInfo,
+    /// For thread runs: the thread, its record and how the run related to it.
+    pub thread: Option<crate::thread::ThreadInfo>,
     /// Wall-clock duration of the run.
     pub duration: Duration,
     pub(crate) raw: RawStreams,

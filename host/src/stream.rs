@@ -59,6 +59,7 @@ pub(crate) struct Emitter {
     run_id: String,
     driver: String,
     sequence: u64,
+    thread_key: Option<String>,
     blocking: bool,
     dropped: DropStats,
     consumer_gone: bool,
@@ -76,14 +77,21 @@ impl Emitter {
             run_id,
             driver,
             sequence: 0,
+            thread_key: None,
             blocking,
             dropped: DropStats::default(),
             consumer_gone: false,
         }
     }
 
+    /// Stamp every later event with this thread key.
+    pub(crate) fn set_thread_key(&mut self, key: &str) {
+        self.thread_key = Some(key.to_owned());
+    }
+
     fn stamp(&mut self, event: &mut Event) {
         self.sequence = stamp(event, &self.run_id, &self.driver, self.sequence);
+        event.meta_mut().thread_key.clone_from(&self.thread_key);
     }
 
     /// Emit one event.

@@ -8,7 +8,7 @@ pub const VERSION: &str = "1.0.0";
 
 /// Usage text printed by `--help` and after a usage error.
 pub const USAGE: &str = "\
-usage: reference-provider [--model M] [--resume SESSION_ID] [--state-dir DIR] [--delay-ms N]
+usage: reference-provider [--model M] [--resume SESSION_ID [--fork-session]] [--state-dir DIR] [--delay-ms N]
                           [--sandbox read-only|workspace-write] [--web-search allow|deny]
                           [--json-schema FILE] [--approvals stdio|allow|deny]
        reference-provider --version
@@ -36,6 +36,9 @@ pub struct TurnArgs {
     pub model: Option<String>,
     /// `--resume SESSION_ID`.
     pub resume: Option<String>,
+    /// `--fork-session`: with `--resume`, continue the history in a new session id and leave
+    /// the resumed session unchanged.
+    pub fork: bool,
     /// `--state-dir DIR`; `None` means the environment-derived default.
     pub state_dir: Option<PathBuf>,
     /// `--delay-ms N`: pause between output lines.
@@ -80,6 +83,7 @@ where
         };
         match flag.as_str() {
             "--version" | "-V" if inline_value.is_none() => return Ok(Command::Version),
+            "--fork-session" if inline_value.is_none() => turn.fork = true,
             "--help" | "-h" if inline_value.is_none() => return Ok(Command::Help),
             "--model" | "--resume" | "--state-dir" | "--delay-ms" | "--sandbox"
             | "--web-search" | "--json-schema" | "--approvals" => {
@@ -133,6 +137,9 @@ where
             }
         }
     }
+    if turn.fork && turn.resume.is_none() {
+        return Err("--fork-session needs --resume SESSION_ID".to_string());
+    }
     Ok(Command::Turn(turn))
 }
 
@@ -142,6 +149,15 @@ mod tests {
 
     fn parse_strs(args: &[&str]) -> Result<Command, String> {
         parse(args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn fork_session_needs_resume() {
+        assert!(parse_strs(&["--fork-session"]).is_err());
+        assert!(matches!(
+            parse_strs(&["--resume", "ref-00", "--fork-session"]),
+            Ok(Command::Turn(TurnArgs { fork: true, .. }))
+        ));
     }
 
     #[test]

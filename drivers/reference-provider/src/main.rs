@@ -70,6 +70,7 @@ fn main() -> ExitCode {
                     .model
                     .unwrap_or_else(|| turn::DEFAULT_MODEL.to_string()),
                 resume: args.resume,
+                fork: args.fork,
                 state_dir: args.state_dir.or_else(session::default_state_dir),
                 sandbox: args.sandbox,
                 web_search: args.web_search,

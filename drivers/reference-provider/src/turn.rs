@@ -45,6 +45,8 @@ pub struct TurnConfig {
     pub model: String,
     /// Session to resume, if any.
     pub resume: Option<String>,
+    /// Fork the resumed session: same history, new session id, the old one unchanged.
+    pub fork: bool,
     /// Where session files live; `None` if no state directory could be resolved.
     pub state_dir: Option<PathBuf>,
     /// Sandbox level from `--sandbox`, echoed in the session line.
@@ -208,6 +210,7 @@ fn turn<W: Write, E: Write>(
                 Ok(None)
             };
             match loaded {
+                Ok(Some(history)) if cfg.fork => (session::new_session_id(prompt), history),
                 Ok(Some(history)) => (id.clone(), history),
                 Ok(None) => {
                     return reject_resume(out, &format!("unknown session: {id}"));
@@ -594,6 +597,7 @@ mod tests {
         TurnConfig {
             model: DEFAULT_MODEL.to_string(),
             resume: resume.map(str::to_string),
+            fork: false,
             state_dir,
             sandbox: None,
             web_search: None,
@@ -688,6 +692,35 @@ mod tests {
         assert_eq!(
             SessionStore::new(&dir).load(&id),
             Ok(Some(vec!["hello".to_string(), "again".to_string()]))
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn fork_continues_the_history_in_a_new_session_and_keeps_the_parent() {
+        let dir = temp_dir("fork");
+        let (_, lines, _) = run_in(&config(Some(dir.clone()), None), "hello");
+        let parent = json_lines(&lines)[0]["session_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let mut cfg = config(Some(dir.clone()), Some(&parent));
+        cfg.fork = true;
+        let (code, lines, _) = run_in(&cfg, "branch");
+        assert_eq!(code, 0);
+        let events = json_lines(&lines);
+        let child = events[0]["session_id"].as_str().unwrap().to_string();
+        assert_ne!(child, parent);
+        assert_eq!(events[0]["resumed"], json!(true));
+        assert_eq!(
+            events.last().unwrap()["text"],
+            json!("Reference reply (turn 2, previously: hello): branch")
+        );
+        let store = SessionStore::new(&dir);
+        assert_eq!(store.load(&parent), Ok(Some(vec!["hello".to_string()])));
+        assert_eq!(
+            store.load(&child),
+            Ok(Some(vec!["hello".to_string(), "branch".to_string()]))
         );
         fs::remove_dir_all(&dir).unwrap();
     }

@@ -54,7 +54,7 @@ impl Driver for ReferenceDriver {
             }],
             sessions: SessionCaps {
                 resume: true,
-                fork: false,
+                fork: true,
                 codec: CODEC.into(),
             },
             persistent_process: false,
@@ -612,11 +612,6 @@ impl Session for ReferenceSession {
             ));
         }
         if let Some(resume) = &self.request.resume {
-            if resume.mode == SessionMode::Fork {
-                return Err(StartError::Unsupported(
-                    "the reference provider cannot fork sessions".into(),
-                ));
-            }
             let state = &resume.state;
             let cwd = state
                 .data
@@ -632,6 +627,9 @@ impl Session for ReferenceSession {
                 )));
             }
             args.extend(["--resume".to_owned(), state.resume_id.clone()]);
+            if resume.mode == SessionMode::Fork {
+                args.push("--fork-session".to_owned());
+            }
         }
         let mut files = Vec::new();
         if let Some(schema) = &self.request.output_schema

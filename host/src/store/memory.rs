@@ -54,7 +54,10 @@ impl MemoryStore {
         Self::default()
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut State) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut State) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let mut state = self.state.lock().map_err(|_| StoreError::Backend {
             store: "memory",
             message: "the store's lock was poisoned by a panic".into(),
@@ -188,8 +191,7 @@ impl ThreadStore for MemoryStore {
 
     fn release_lease<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
         let out = self.with(|s| {
-            if s
-                .leases
+            if s.leases
                 .get(&lease.target)
                 .is_some_and(|held| held.token == lease.token)
             {

@@ -8,6 +8,7 @@
 //! (trap or contract violation) · 130 cancelled with Ctrl-C.
 
 mod approve;
+mod threads;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -45,6 +46,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Inspect and manage stored threads (`run --thread KEY` creates and continues them).
+    #[command(subcommand)]
+    Threads(threads::ThreadsCommand),
     /// List the drivers found in the driver directories.
     Drivers {
         /// Print descriptors as JSON.
@@ -54,7 +58,7 @@ enum Command {
 }
 
 #[derive(clap::Args)]
-struct RunArgs {
+pub(crate) struct RunArgs {
     /// Built-in driver name or path to a `.wasm` driver.
     #[arg(long, default_value = "reference")]
     driver: String,
@@ -87,8 +91,19 @@ struct RunArgs {
     #[arg(long, value_name = "FILE")]
     schema: Option<PathBuf>,
     /// Resume this provider session id (e.g. the `session` of an earlier run).
-    #[arg(long, value_name = "SESSION_ID")]
+    #[arg(long, value_name = "SESSION_ID", conflicts_with = "thread")]
     resume: Option<String>,
+    /// Run in the thread KEY: resume its stored session (or start one) and save the new
+    /// checkpoint, across runs and processes.
+    #[arg(long, value_name = "KEY")]
+    thread: Option<String>,
+    /// With `--thread`: fail instead of starting a new session when KEY has none.
+    #[arg(long, requires = "thread")]
+    resume_only: bool,
+    /// Thread store: a SQLite file path or a `postgres://` URL (default: the SQLite file
+    /// under your data directory, or `$ADAPTOR_THREAD_DB`).
+    #[arg(long, value_name = "PATH|URL")]
+    store: Option<String>,
     /// Save the run as a cassette `<DIR>/<run id>.json` (for `adaptertest replay`).
     #[arg(long, value_name = "DIR")]
     record: Option<PathBuf>,
@@ -122,7 +137,8 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Drivers { json } => list_drivers(json),
-        Command::Run(args) => runtime.block_on(run(*args)),
+        Command::Run(args) => runtime.block_on(run(*args, None)),
+        Command::Threads(cmd) => runtime.block_on(threads::main(cmd)),
         Command::Inspect {
             driver,
             config,
@@ -320,12 +336,20 @@ fn availability<T: std::fmt::Debug>(a: &adaptor::Availability<T>) -> String {
     }
 }
 
-async fn run(args: RunArgs) -> ExitCode {
+/// `adaptor run`, and `adaptor threads fork` (which runs the fork's first turn from `fork_from`).
+async fn run(args: RunArgs, fork_from: Option<String>) -> ExitCode {
     let driver = match load_driver(&args.driver, args.config.as_deref()) {
         Ok(d) => d,
         Err(code) => return code,
     };
-    let agent = agent_builder(driver).build();
+    let mut builder = agent_builder(driver);
+    if args.thread.is_some() || args.store.is_some() {
+        match threads::open_store(args.store.as_deref()).await {
+            Ok(store) => builder = builder.shared_thread_store(store),
+            Err(code) => return code,
+        }
+    }
+    let agent = builder.build();
     let mut options = RunOptions::new();
     if let Some(m) = &args.model {
         options = options.model(m.clone());
@@ -400,7 +424,20 @@ async fn run(args: RunArgs) -> ExitCode {
     }
     let prompt = args.prompt;
     let model = args.model;
-    let mut stream = agent.stream_with(prompt.clone(), options);
+    let mut stream = match (&args.thread, fork_from) {
+        (Some(key), Some(parent)) => agent
+            .thread(parent)
+            .fork(key.clone())
+            .stream_with(prompt.clone(), options),
+        (Some(key), None) if args.resume_only => agent
+            .thread(key.clone())
+            .resume_only()
+            .stream_with(prompt.clone(), options),
+        (Some(key), None) => agent
+            .thread(key.clone())
+            .stream_with(prompt.clone(), options),
+        (None, _) => agent.stream_with(prompt.clone(), options),
+    };
     let mut view = View::new(args.json);
     let mut interrupted = false;
     let ctrl_c = tokio::signal::ctrl_c();
@@ -566,6 +603,14 @@ impl View {
                 self.line_break();
                 eprintln!("! {}: {}", sanitize(&n.notice), sanitize(&n.message));
             }
+            Event::ThreadFallback(f) => {
+                self.line_break();
+                eprintln!(
+                    "! thread {:?}: the stored session was rejected ({}); starting a fresh one",
+                    sanitize(&f.key),
+                    sanitize(&f.reason)
+                );
+            }
             Event::ApprovalResolved(a) => {
                 self.line_break();
                 eprintln!(
@@ -619,6 +664,20 @@ impl View {
                 r.duration.as_secs_f64()
             );
             println!("{}", self.dim(&sanitize(&line)));
+            if let Some(t) = &r.thread {
+                let how = match &t.start {
+                    adaptor::ThreadStart::New => "new session".to_owned(),
+                    adaptor::ThreadStart::Resumed => "resumed".to_owned(),
+                    adaptor::ThreadStart::Forked { parent_key, .. } => {
+                        format!("forked from {parent_key:?}")
+                    }
+                    adaptor::ThreadStart::FreshAfterRejection { .. } => {
+                        "fresh session after a rejected resume".to_owned()
+                    }
+                };
+                let line = format!("— thread {:?} · record {} · {how}", t.key, t.record_id);
+                println!("{}", self.dim(&sanitize(&line)));
+            }
         }
     }
 }
@@ -635,6 +694,7 @@ fn result_json(r: &RunResult, failure: Option<serde_json::Value>) -> serde_json:
         "checkpoint": r.checkpoint,
         "structured": r.structured,
         "exit": r.exit,
+        "thread": r.thread,
         "failure": failure,
     })
 }

@@ -6,7 +6,8 @@
 //! - `[[launch-sh]]`: ask the host to launch `sh -c` instead of the granted program;
 //! - `[[launch-cwd-escape]]`: ask for the working directory `..` (outside the workspace);
 //! - `[[bad-private-file]]`: ask for a private file named `../escape`;
-//! - `[[driver-ignore-output]]`: ignore every stdout and stderr byte.
+//! - `[[driver-ignore-output]]`: ignore every stdout and stderr byte;
+//! - `[[driver-no-checkpoint]]`: succeed but report no checkpoint (a thread cannot be saved).
 //!
 //! Its descriptor declares prompt+validate structured output only (no native schema).
 //!
@@ -123,7 +124,11 @@ impl Session for TestbedSession {
     }
 
     fn finish(&mut self) -> Outcome {
-        self.inner.finish()
+        let mut outcome = self.inner.finish();
+        if self.wants("driver-no-checkpoint") {
+            outcome.checkpoint = None;
+        }
+        outcome
     }
 }
 

@@ -1,0 +1,527 @@
+//! Threads on the reference driver (and the testbed for a missing checkpoint): resume, fork,
+//! resume-only, incompatible fingerprints, resume rejected → one explicit fresh fallback,
+//! failed runs keep the healthy checkpoint, leases (busy, lost during a run), and the
+//! errors that must come before any process starts.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use adaptor::store::{
+    Finalize, Lease, ListQuery, MemoryStore, Query, RecordStatus, StoreError, StoreFuture,
+    ThreadRecord, ThreadStore, lease_target_for_key,
+};
+use adaptor::{Agent, Error, Event, FailureReason, RunOptions, ThreadError, ThreadStart};
+use adaptor_integration_tests::{agent_builder, collect, reference, testbed, tmp};
+
+fn agent(store: Arc<dyn ThreadStore>, state: &Path, workspace: &Path) -> Agent {
+    agent_builder(reference(state), workspace)
+        .shared_thread_store(store)
+        .build()
+}
+
+fn thread_error(r: Result<adaptor::RunResult, Error>) -> ThreadError {
+    match r {
+        Err(Error::Thread(e)) => e,
+        other => panic!("expected a thread error, got {other:?}"),
+    }
+}
+
+/// No event at all: the run was refused before `RunStarted` (so before any spawn).
+fn assert_refused_before_start(events: &[Event]) {
+    assert!(
+        events.is_empty(),
+        "expected no events (nothing started), got {:?}",
+        events.iter().map(Event::kind).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_run_resumes_the_first_session() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    let thread = agent.thread("ticket-42");
+    assert_eq!(thread.checkpoint().await.unwrap(), None);
+
+    let (events, first) = collect(thread.stream("hello")).await;
+    let first = first.unwrap();
+    assert_eq!(first.text, "Reference reply: hello");
+    let info = first.thread.clone().expect("thread info");
+    assert_eq!(info.key, "ticket-42");
+    assert_eq!(info.start, ThreadStart::New);
+    assert!(
+        events
+            .iter()
+            .all(|e| e.meta().thread_key.as_deref() == Some("ticket-42")),
+        "every event carries the thread key"
+    );
+    let stored = thread.checkpoint().await.unwrap().expect("saved");
+    assert_eq!(Some(&stored), first.checkpoint.as_ref());
+
+    let second = thread.run("again").await.unwrap();
+    assert_eq!(
+        second.text,
+        "Reference reply (turn 2, previously: hello): again"
+    );
+    let info2 = second.thread.unwrap();
+    assert_eq!(info2.start, ThreadStart::Resumed);
+    assert_eq!(info2.record_id, info.record_id, "same session lineage");
+    let record = thread.record().await.unwrap().unwrap();
+    assert_eq!(record.turns, 2);
+    assert_eq!(record.driver, "reference");
+    assert!(record.fingerprint.starts_with("sha256:"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_starts_from_the_parent_checkpoint_and_leaves_the_parent_alone() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    let parent = agent.thread("chat");
+    parent.run("hello").await.unwrap();
+    let parent_before = parent.record().await.unwrap().unwrap();
+
+    let child = parent.fork("chat-regenerated");
+    let forked = child.run("branch").await.unwrap();
+    assert_eq!(
+        forked.text,
+        "Reference reply (turn 2, previously: hello): branch"
+    );
+    let info = forked.thread.unwrap();
+    assert_eq!(
+        info.start,
+        ThreadStart::Forked {
+            parent_key: "chat".into(),
+            parent_record_id: parent_before.id.clone()
+        }
+    );
+    let child_record = child.record().await.unwrap().unwrap();
+    assert_eq!(child_record.parent_id.as_deref(), Some(&*parent_before.id));
+    assert_ne!(
+        child_record.checkpoint.resume_id, parent_before.checkpoint.resume_id,
+        "a fork is a new provider session"
+    );
+    assert_eq!(
+        parent.record().await.unwrap().unwrap(),
+        parent_before,
+        "the parent is unchanged"
+    );
+
+    // Each continues its own session.
+    let p2 = parent.run("p2").await.unwrap();
+    assert_eq!(p2.text, "Reference reply (turn 2, previously: hello): p2");
+    let c2 = child.run("c2").await.unwrap();
+    assert_eq!(c2.text, "Reference reply (turn 3, previously: branch): c2");
+    assert_eq!(c2.thread.unwrap().start, ThreadStart::Resumed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_onto_a_used_key_is_refused_before_anything_starts() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    agent.thread("a").run("one").await.unwrap();
+    agent.thread("b").run("two").await.unwrap();
+    let b_before = agent.thread("b").record().await.unwrap();
+    let (events, r) = collect(agent.thread("a").fork("b").stream("x")).await;
+    assert_refused_before_start(&events);
+    assert!(matches!(thread_error(r), ThreadError::AlreadyExists { key } if key == "b"));
+    assert_eq!(agent.thread("b").record().await.unwrap(), b_before);
+
+    // Forking a thread that has no checkpoint names the parent.
+    let (events, r) = collect(agent.thread("nothing").fork("c").stream("x")).await;
+    assert_refused_before_start(&events);
+    assert!(matches!(thread_error(r), ThreadError::NotFound { key } if key == "nothing"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_only_on_a_missing_key_fails_before_anything_starts() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    let (events, r) = collect(agent.thread("ghost").resume_only().stream("hi")).await;
+    assert_refused_before_start(&events);
+    assert!(matches!(thread_error(r), ThreadError::NotFound { key } if key == "ghost"));
+    // Nothing was created, and no lease is left behind.
+    assert!(
+        store
+            .list(&ListQuery {
+                include_archived: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    store
+        .acquire_lease(
+            &lease_target_for_key("ghost"),
+            "someone-else",
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("the lease was released");
+
+    // With a checkpoint, resume-only resumes.
+    agent.thread("real").run("one").await.unwrap();
+    let r = agent.thread("real").resume_only().run("two").await.unwrap();
+    assert_eq!(r.thread.unwrap().start, ThreadStart::Resumed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incompatible_thread_is_refused_before_any_process() {
+    let (state, ws, other_ws) = (tmp(), tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    agent
+        .thread("t")
+        .run_with("one", RunOptions::new().model("model-a"))
+        .await
+        .unwrap();
+    let before = agent.thread("t").record().await.unwrap();
+    for options in [
+        RunOptions::new().model("model-b"),
+        RunOptions::new()
+            .model("model-a")
+            .workspace(other_ws.path()),
+        RunOptions::new().model("model-a").instructions("be terse"),
+        RunOptions::new().model("model-a").identity("tenant-2"),
+    ] {
+        let (events, r) = collect(agent.thread("t").stream_with("two", options)).await;
+        assert_refused_before_start(&events);
+        assert!(matches!(thread_error(r), ThreadError::Incompatible { key, .. } if key == "t"));
+    }
+    assert_eq!(agent.thread("t").record().await.unwrap(), before);
+    // The same configuration still resumes.
+    let r = agent
+        .thread("t")
+        .run_with("two", RunOptions::new().model("model-a"))
+        .await
+        .unwrap();
+    assert_eq!(r.thread.unwrap().start, ThreadStart::Resumed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_resume_falls_back_once_to_a_fresh_session_explicitly() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    let thread = agent.thread("lost");
+    thread.run("hello").await.unwrap();
+    let old = thread.record().await.unwrap().unwrap();
+    // The provider forgets the session: its next resume is rejected ("unknown session").
+    std::fs::remove_dir_all(state.path()).unwrap();
+    std::fs::create_dir(state.path()).unwrap();
+
+    let (events, r) = collect(thread.stream("again")).await;
+    let r = r.unwrap();
+    assert_eq!(r.text, "Reference reply: again", "a fresh session");
+    let fallbacks: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ThreadFallback(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(fallbacks.len(), 1, "exactly one explicit fallback");
+    assert_eq!(fallbacks[0].previous_record_id, old.id);
+    assert!(
+        fallbacks[0].reason.contains("unknown session"),
+        "{:?}",
+        fallbacks[0].reason
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::RunStarted(_)))
+            .count(),
+        1
+    );
+    assert!(matches!(events.last(), Some(Event::RunFinished(f)) if !f.failed));
+    let info = r.thread.unwrap();
+    assert!(matches!(
+        &info.start,
+        ThreadStart::FreshAfterRejection { previous_record_id, .. } if *previous_record_id == old.id
+    ));
+    assert_ne!(info.record_id, old.id);
+    let archived = store
+        .resolve(&Query::Id(old.id.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(archived.status, RecordStatus::Archived);
+    assert_eq!(thread.record().await.unwrap().unwrap().id, info.record_id);
+    // And the new session continues normally.
+    let next = thread.run("more").await.unwrap();
+    assert_eq!(
+        next.text,
+        "Reference reply (turn 2, previously: again): more"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_side_rejection_before_launch_also_falls_back() {
+    // The reference driver refuses, before launch, a session whose recorded cwd differs.
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    let thread = agent.thread("moved");
+    thread.run("hello").await.unwrap();
+    let mut record = thread.record().await.unwrap().unwrap();
+    record
+        .checkpoint
+        .data
+        .insert("cwd".into(), "/somewhere/else".into());
+    let lease = store
+        .acquire_lease(
+            &lease_target_for_key("moved"),
+            "test",
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    store
+        .finalize(Finalize {
+            record: record.clone(),
+            archive_previous: None,
+            require_key_absent: false,
+            leases: vec![lease.clone()],
+        })
+        .await
+        .unwrap();
+    store.release_lease(&lease).await.unwrap();
+
+    let (events, r) = collect(thread.stream("again")).await;
+    let r = r.unwrap();
+    assert_eq!(r.text, "Reference reply: again");
+    let fallback = events.iter().find_map(|e| match e {
+        Event::ThreadFallback(f) => Some(f),
+        _ => None,
+    });
+    assert!(
+        fallback.is_some_and(|f| f.reason.contains("belongs to workspace /somewhere/else")),
+        "{fallback:?}"
+    );
+    // Resume-only does not fall back: it is a typed rejection, and the record stays.
+    let thread2 = agent.thread("moved2");
+    thread2.run("hello").await.unwrap();
+    let mut record = thread2.record().await.unwrap().unwrap();
+    record
+        .checkpoint
+        .data
+        .insert("cwd".into(), "/elsewhere".into());
+    let lease = store
+        .acquire_lease(
+            &lease_target_for_key("moved2"),
+            "test",
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    store
+        .finalize(Finalize {
+            record: record.clone(),
+            archive_previous: None,
+            require_key_absent: false,
+            leases: vec![lease.clone()],
+        })
+        .await
+        .unwrap();
+    store.release_lease(&lease).await.unwrap();
+    let (events, r) = collect(thread2.clone().resume_only().stream("again")).await;
+    assert_refused_before_start(&events);
+    assert!(matches!(thread_error(r), ThreadError::ResumeRejected { key, .. } if key == "moved2"));
+    assert_eq!(thread2.record().await.unwrap().unwrap(), record);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_only_does_not_fall_back_when_the_provider_rejects() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    let thread = agent.thread("strict");
+    thread.run("hello").await.unwrap();
+    let before = thread.record().await.unwrap();
+    std::fs::remove_dir_all(state.path()).unwrap();
+    std::fs::create_dir(state.path()).unwrap();
+    let (events, r) = collect(thread.clone().resume_only().stream("again")).await;
+    assert!(!events.iter().any(|e| matches!(e, Event::ThreadFallback(_))));
+    let e = adaptor_integration_tests::run_error(r);
+    assert_eq!(e.reason, FailureReason::ResumeRejected);
+    assert_eq!(thread.record().await.unwrap(), before, "the record stays");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_keeps_the_last_healthy_checkpoint() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    let thread = agent.thread("healthy");
+    thread.run("hello").await.unwrap();
+    let before = thread.record().await.unwrap();
+    for prompt in ["[[fail]] broken", "[[crash]] dies", "[[exit 3]] bad exit"] {
+        let r = thread.run(prompt).await;
+        assert!(matches!(r, Err(Error::Run(_))), "{prompt}: {r:?}");
+        assert_eq!(thread.record().await.unwrap(), before, "{prompt}");
+    }
+    let ok = thread.run("fine").await.unwrap();
+    assert_eq!(ok.text, "Reference reply (turn 2, previously: hello): fine");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_thread_is_busy_and_errors_come_before_any_process() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    let lease = store
+        .acquire_lease(
+            &lease_target_for_key("held"),
+            "other-host:1:x",
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    let (events, r) = collect(agent.thread("held").stream("hi")).await;
+    assert_refused_before_start(&events);
+    assert!(matches!(
+        thread_error(r),
+        ThreadError::Busy { key, holder } if key == "held" && holder == "other-host:1:x"
+    ));
+    store.release_lease(&lease).await.unwrap();
+    agent.thread("held").run("hi").await.unwrap();
+
+    // No store configured.
+    let bare = agent_builder(reference(state.path()), ws.path()).build();
+    let (events, r) = collect(bare.thread("k").stream("hi")).await;
+    assert_refused_before_start(&events);
+    assert!(matches!(thread_error(r), ThreadError::StoreRequired { .. }));
+
+    // A per-call checkpoint conflicts with the thread's own.
+    let cp = agent.thread("held").checkpoint().await.unwrap().unwrap();
+    let (events, r) = collect(
+        agent
+            .thread("held")
+            .stream_with("x", RunOptions::new().resume(cp)),
+    )
+    .await;
+    assert_refused_before_start(&events);
+    assert!(matches!(r, Err(Error::InvalidCheckpoint { .. })));
+}
+
+#[test]
+#[should_panic(expected = "a thread key must not be empty")]
+fn an_empty_key_is_a_programming_error() {
+    let state = tmp();
+    let agent = Agent::builder(reference(state.path())).build();
+    let _ = agent.thread("");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_opaque_and_compared_byte_for_byte() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    for key in ["Key", "key", "key ", "ke\u{0}y", "é", "e\u{301}"] {
+        let r = agent.thread(key).run(key).await.unwrap();
+        assert_eq!(
+            r.thread.unwrap().start,
+            ThreadStart::New,
+            "{key:?} is its own thread"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successful_run_without_a_checkpoint_is_reported_not_saved() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent_builder(testbed(state.path()), ws.path())
+        .shared_thread_store(store.clone())
+        .build();
+    let r = agent
+        .thread("nocp")
+        .run("hi [[driver-no-checkpoint]]")
+        .await;
+    match thread_error(r) {
+        ThreadError::CheckpointMissing { key, result } => {
+            assert_eq!(key, "nocp");
+            assert_eq!(result.text, "Reference reply: hi [[driver-no-checkpoint]]");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(agent.thread("nocp").record().await.unwrap(), None);
+}
+
+/// A memory store whose lease renewals fail after the first `allowed` ones: a host that
+/// lost its database connection or had its lease taken over.
+#[derive(Debug)]
+struct LosingStore {
+    inner: MemoryStore,
+    allowed: usize,
+    renewals: AtomicUsize,
+}
+
+impl ThreadStore for LosingStore {
+    fn kind(&self) -> &'static str {
+        "losing"
+    }
+    fn resolve<'a>(&'a self, query: &'a Query) -> StoreFuture<'a, Option<ThreadRecord>> {
+        self.inner.resolve(query)
+    }
+    fn list<'a>(&'a self, query: &'a ListQuery) -> StoreFuture<'a, Vec<ThreadRecord>> {
+        self.inner.list(query)
+    }
+    fn finalize(&self, request: Finalize) -> StoreFuture<'_, ()> {
+        self.inner.finalize(request)
+    }
+    fn archive<'a>(&'a self, id: &'a str, leases: &'a [Lease]) -> StoreFuture<'a, ()> {
+        self.inner.archive(id, leases)
+    }
+    fn acquire_lease<'a>(
+        &'a self,
+        target: &'a str,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Lease> {
+        self.inner.acquire_lease(target, owner, ttl)
+    }
+    fn renew_lease<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> StoreFuture<'a, Lease> {
+        if self.renewals.fetch_add(1, Ordering::SeqCst) >= self.allowed {
+            let target = lease.target.clone();
+            return Box::pin(async move { Err(StoreError::LeaseLost { target }) });
+        }
+        self.inner.renew_lease(lease, ttl)
+    }
+    fn release_lease<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
+        self.inner.release_lease(lease)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_lease_cancels_the_run_and_persists_nothing() {
+    let (state, ws) = (tmp(), tmp());
+    let losing = Arc::new(LosingStore {
+        inner: MemoryStore::new(),
+        allowed: 1,
+        renewals: AtomicUsize::new(0),
+    });
+    let agent = agent_builder(reference(state.path()), ws.path())
+        .shared_thread_store(losing.clone())
+        .lease_ttl(Duration::from_millis(300))
+        .build();
+    let thread = agent.thread("fragile");
+    // Long enough for the second renewal (at ~200 ms) to fail; the run would take 30 s.
+    let (events, r) = collect(thread.stream("[[sleep 30000]] slow")).await;
+    match thread_error(r) {
+        ThreadError::LeaseLost { key, result } => {
+            assert_eq!(key, "fragile");
+            let partial = result.expect("the stopped run's partial result");
+            assert!(partial.exit.cancelled);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(events.last(), Some(Event::RunFinished(f)) if f.failed));
+    assert_eq!(thread.record().await.unwrap(), None, "nothing persisted");
+}
