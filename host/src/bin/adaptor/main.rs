@@ -107,6 +107,13 @@ pub(crate) struct RunArgs {
     /// Save the run as a cassette `<DIR>/<run id>.json` (for `adaptertest replay`).
     #[arg(long, value_name = "DIR")]
     record: Option<PathBuf>,
+    /// Pass this variable of your environment to the provider (repeatable). By default the
+    /// provider only sees an allowlist (PATH, HOME, locale, XDG dirs…), never your secrets.
+    #[arg(long, value_name = "NAME")]
+    pass_env: Vec<String>,
+    /// Set a variable in the provider's environment (repeatable).
+    #[arg(long, value_name = "NAME=VALUE")]
+    env: Vec<String>,
     /// Print events as JSON Lines (plus a final `result` line).
     #[arg(long)]
     json: bool,
@@ -343,6 +350,21 @@ async fn run(args: RunArgs, fork_from: Option<String>) -> ExitCode {
         Err(code) => return code,
     };
     let mut builder = agent_builder(driver);
+    for name in &args.pass_env {
+        builder = builder.pass_env(name.clone());
+    }
+    for pair in &args.env {
+        match pair.split_once('=') {
+            Some((name, value)) if !name.is_empty() => builder = builder.env(name, value),
+            _ => {
+                eprintln!(
+                    "adaptor: --env expects NAME=VALUE, not `{}`",
+                    sanitize(pair)
+                );
+                return ExitCode::from(EXIT_USAGE);
+            }
+        }
+    }
     if args.thread.is_some() || args.store.is_some() {
         match threads::open_store(args.store.as_deref()).await {
             Ok(store) => builder = builder.shared_thread_store(store),
