@@ -54,7 +54,10 @@ impl MemoryStore {
         Self::default()
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut State) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut State) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let mut state = self.state.lock().map_err(|_| StoreError::Backend {
             store: "memory",
             message: "the store's lock was poisoned by a panic".into(),
@@ -105,16 +108,16 @@ impl ThreadStore for MemoryStore {
             {
                 return Err(StoreError::AlreadyExists { key: record.key });
             }
-            if let Some(prev) = &request.archive_previous {
-                if !s.records.contains_key(prev) {
-                    return Err(StoreError::NotFound { id: prev.clone() });
-                }
+            if let Some(prev) = &request.archive_previous
+                && !s.records.contains_key(prev)
+            {
+                return Err(StoreError::NotFound { id: prev.clone() });
             }
-            if let Some(prev) = &request.archive_previous {
-                if let Some(r) = s.records.get_mut(prev) {
-                    r.status = RecordStatus::Archived;
-                    r.updated_at = record.updated_at;
-                }
+            if let Some(prev) = &request.archive_previous
+                && let Some(r) = s.records.get_mut(prev)
+            {
+                r.status = RecordStatus::Archived;
+                r.updated_at = record.updated_at;
             }
             if record.status == RecordStatus::Active {
                 for r in s.records.values_mut() {
@@ -155,13 +158,14 @@ impl ThreadStore for MemoryStore {
     ) -> StoreFuture<'a, Lease> {
         let out = self.with(|s| {
             let now = SystemTime::now();
-            if let Some(held) = s.leases.get(target) {
-                if held.owner != owner && held.expires_at > now {
-                    return Err(StoreError::Busy {
-                        target: target.to_owned(),
-                        holder: held.owner.clone(),
-                    });
-                }
+            if let Some(held) = s.leases.get(target)
+                && held.owner != owner
+                && held.expires_at > now
+            {
+                return Err(StoreError::Busy {
+                    target: target.to_owned(),
+                    holder: held.owner.clone(),
+                });
             }
             let lease = Lease {
                 target: target.to_owned(),
@@ -188,8 +192,7 @@ impl ThreadStore for MemoryStore {
 
     fn release_lease<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
         let out = self.with(|s| {
-            if s
-                .leases
+            if s.leases
                 .get(&lease.target)
                 .is_some_and(|held| held.token == lease.token)
             {
