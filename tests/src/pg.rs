@@ -170,11 +170,43 @@ fn chown(path: &Path, identity: Option<(u32, u32)>) -> Result<(), String> {
     }
 }
 
+/// Cluster directories are `<tmp>/adaptor-test-pg-<pid of the test binary>-<random>`.
+const CLUSTER_PREFIX: &str = "adaptor-test-pg-";
+
+/// Remove the directories of clusters whose test binary was killed (SIGKILL skips the
+/// `atexit` handler; the server itself died with it through its death signal).
+fn sweep_abandoned_clusters() {
+    let tmp = std::env::temp_dir();
+    let Ok(entries) = std::fs::read_dir(&tmp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(CLUSTER_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists()
+            && let Err(e) = std::fs::remove_dir_all(entry.path())
+        {
+            eprintln!(
+                "pg.rs: removing the abandoned cluster {}: {e}",
+                entry.path().display()
+            );
+        }
+    }
+}
+
 fn start_private_cluster() -> Result<Server, String> {
     let (initdb, postgres) = find_binaries(Path::new("/usr/lib/postgresql"))?;
     let identity = server_identity()?;
+    sweep_abandoned_clusters();
     let dir = tempfile::Builder::new()
-        .prefix("adaptor-test-pg-")
+        .prefix(&format!("{CLUSTER_PREFIX}{}-", std::process::id()))
         .tempdir()
         .map_err(|e| format!("creating the cluster directory: {e}"))?
         .keep();
@@ -574,6 +606,26 @@ mod tests {
         let (initdb, postgres) = find_binaries(root.path()).unwrap();
         assert_eq!(initdb, root.path().join("15/bin/initdb"));
         assert_eq!(postgres, root.path().join("15/bin/postgres"));
+    }
+
+    #[test]
+    fn abandoned_cluster_directories_are_swept() {
+        let mut exited = Command::new("true").spawn().unwrap();
+        let dead = exited.id();
+        exited.wait().unwrap();
+        let abandoned = std::env::temp_dir().join(format!("{CLUSTER_PREFIX}{dead}-test"));
+        let ours =
+            std::env::temp_dir().join(format!("{CLUSTER_PREFIX}{}-test", std::process::id()));
+        for dir in [&abandoned, &ours] {
+            std::fs::create_dir_all(dir.join("data")).unwrap();
+        }
+        sweep_abandoned_clusters();
+        assert!(
+            !abandoned.exists(),
+            "the dead binary's directory is removed"
+        );
+        assert!(ours.exists(), "a live binary's directory is kept");
+        std::fs::remove_dir_all(&ours).unwrap();
     }
 
     #[test]

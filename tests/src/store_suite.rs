@@ -1199,6 +1199,13 @@ pub async fn assert_race(
         .flat_map(|r| &r.sections)
         .filter(|s| s.finalized)
         .count() as u64;
+    let busy: u64 = reports.iter().map(|r| r.busy).sum();
+    eprintln!(
+        "{}: race: {} sections ({landed} finalized), {busy} acquisitions refused as Busy, \
+         {excused} excused overlaps",
+        store.kind(),
+        sections.len()
+    );
     let final_record = by_key(store, &config.key)
         .await
         .expect("the counter record");

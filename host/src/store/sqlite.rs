@@ -15,6 +15,8 @@
 //! - **`BEGIN IMMEDIATE`** for every read-modify-write: the write lock is taken before
 //!   anything is read, so two processes never both read a free lease and both take it (a
 //!   deferred transaction would fail on upgrade instead of waiting).
+//! - **Cancellation**: dropping an operation's future does not stop it once it runs on the
+//!   blocking pool; it still commits or rolls back as a whole.
 //! - **Lease time** is this process's wall clock in Unix milliseconds; every process sharing
 //!   the file runs on the same machine, so it reads the same clock.
 
@@ -178,9 +180,26 @@ fn backend(path: &Path, what: &str, e: impl std::fmt::Display) -> StoreError {
 fn configure(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     conn.busy_timeout(BUSY_TIMEOUT)
         .map_err(|e| backend(path, "setting the busy timeout", e))?;
-    let mode: String = conn
-        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
-        .map_err(|e| backend(path, "switching to WAL mode", e))?;
+    // Switching a new file to WAL needs an exclusive lock, and SQLite reports SQLITE_BUSY
+    // at once (without the busy handler) when another process opening the same new file
+    // holds a lock: retry for as long as the busy timeout would have waited.
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    let mode: String = loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)) {
+            Ok(mode) => break mode,
+            Err(e)
+                if matches!(
+                    e.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(
+                    5 + u64::from(std::process::id() % 16),
+                ));
+            }
+            Err(e) => return Err(backend(path, "switching to WAL mode", e)),
+        }
+    };
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(backend(
             path,
