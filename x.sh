@@ -44,6 +44,18 @@ ensure_clis() {
   export ADAPTOR_CODEX_BIN="$dir/node_modules/.bin/codex"
 }
 
+# PostgreSQL server binaries for the PostgreSQL thread-store tests (tests/src/pg.rs starts
+# a private cluster from /usr/lib/postgresql/<version>/bin). Installed only when missing.
+ensure_postgres() {
+  local initdb
+  for initdb in /usr/lib/postgresql/*/bin/initdb; do
+    [[ -x "$initdb" ]] && return 0
+  done
+  echo "x.sh: installing Debian's postgresql (server binaries for the store tests)" >&2
+  apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >&2
+}
+
 ensure_wasm_target() {
   local target
   for target in wasm32-wasip2 wasm32-unknown-unknown; do
@@ -114,6 +126,7 @@ case "$cmd" in
   test)
     cargo fmt --all --check
     ensure_clis
+    ensure_postgres
     build_drivers
     build_host
     cargo clippy --workspace --all-targets -- -D warnings

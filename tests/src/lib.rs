@@ -11,6 +11,8 @@ use adaptor::{Agent, AgentBuilder, Driver};
 pub mod mock_anthropic;
 pub mod mock_http;
 pub mod mock_openai;
+pub mod pg;
+pub mod store_suite;
 
 /// The cargo target directory these tests were built into.
 pub fn target_dir() -> PathBuf {

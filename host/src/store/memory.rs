@@ -108,16 +108,16 @@ impl ThreadStore for MemoryStore {
             {
                 return Err(StoreError::AlreadyExists { key: record.key });
             }
-            if let Some(prev) = &request.archive_previous {
-                if !s.records.contains_key(prev) {
-                    return Err(StoreError::NotFound { id: prev.clone() });
-                }
+            if let Some(prev) = &request.archive_previous
+                && !s.records.contains_key(prev)
+            {
+                return Err(StoreError::NotFound { id: prev.clone() });
             }
-            if let Some(prev) = &request.archive_previous {
-                if let Some(r) = s.records.get_mut(prev) {
-                    r.status = RecordStatus::Archived;
-                    r.updated_at = record.updated_at;
-                }
+            if let Some(prev) = &request.archive_previous
+                && let Some(r) = s.records.get_mut(prev)
+            {
+                r.status = RecordStatus::Archived;
+                r.updated_at = record.updated_at;
             }
             if record.status == RecordStatus::Active {
                 for r in s.records.values_mut() {
@@ -158,13 +158,14 @@ impl ThreadStore for MemoryStore {
     ) -> StoreFuture<'a, Lease> {
         let out = self.with(|s| {
             let now = SystemTime::now();
-            if let Some(held) = s.leases.get(target) {
-                if held.owner != owner && held.expires_at > now {
-                    return Err(StoreError::Busy {
-                        target: target.to_owned(),
-                        holder: held.owner.clone(),
-                    });
-                }
+            if let Some(held) = s.leases.get(target)
+                && held.owner != owner
+                && held.expires_at > now
+            {
+                return Err(StoreError::Busy {
+                    target: target.to_owned(),
+                    holder: held.owner.clone(),
+                });
             }
             let lease = Lease {
                 target: target.to_owned(),
