@@ -26,7 +26,8 @@
 //!   and bind the key (archiving any other active record of that key). Either all of it
 //!   happens or none of it; a crash mid-way leaves the old state.
 //! - **Time** for leases is the store's clock: the process clock for memory and SQLite (one
-//!   machine), the database server's `now()` for PostgreSQL (many hosts).
+//!   machine), the database server's `clock_timestamp()` for PostgreSQL (many hosts; not
+//!   `now()`, which is frozen at the start of a transaction that may have waited for a lock).
 
 mod memory;
 mod postgres;
