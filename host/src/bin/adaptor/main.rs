@@ -527,6 +527,15 @@ fn report(e: &Error) -> ExitCode {
     eprintln!("adaptor: {}", sanitize(&e.to_string()));
     ExitCode::from(match e {
         Error::Run(_) => EXIT_RUN_FAILED,
+        // The thread could not be run or saved now (someone else holds it, the lease or the
+        // store failed, no checkpoint came back): the run failed. Other thread errors
+        // (missing, incompatible, unsupported…) are setup errors.
+        Error::Thread(
+            adaptor::ThreadError::Busy { .. }
+            | adaptor::ThreadError::LeaseLost { .. }
+            | adaptor::ThreadError::CheckpointMissing { .. }
+            | adaptor::ThreadError::Store { .. },
+        ) => EXIT_RUN_FAILED,
         Error::DriverTrap { .. }
         | Error::LimitExceeded { .. }
         | Error::DriverContract { .. }
