@@ -170,6 +170,7 @@ mod tests {
         let expected = Command::Turn(TurnArgs {
             model: Some("m".into()),
             resume: Some("ref-00".into()),
+            fork: false,
             state_dir: Some(PathBuf::from("/tmp/x")),
             delay_ms: 5,
             sandbox: None,
