@@ -147,6 +147,42 @@ pub fn assert_exit(out: &std::process::Output, code: i32) {
     );
 }
 
+/// The built `adaptor` CLI (`cargo build -p agent-adaptor`) with stdin closed, looking up
+/// built-in drivers (`--driver claude`) in this build's `drivers/` directory only.
+pub fn adaptor_cli() -> std::process::Command {
+    let exe = bin_dir().join("adaptor");
+    assert!(
+        exe.is_file(),
+        "{} is missing: build it first (`cargo build -p agent-adaptor`)",
+        exe.display()
+    );
+    let mut cmd = std::process::Command::new(exe);
+    cmd.stdin(std::process::Stdio::null())
+        .env("ADAPTOR_DRIVER_PATH", target_dir().join("drivers"));
+    cmd
+}
+
+/// The stdout lines of a finished `adaptor … --json` command that exited 0, each parsed as
+/// JSON (panics, showing the output, on another exit code or a line that is not JSON).
+pub fn json_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
+    assert_exit(out, 0);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect()
+}
+
+/// The command line of the provider process a run spawned: the `text` of the one
+/// `process_info` `spawn` event among `adaptor run --json` lines.
+pub fn spawned_command(lines: &[serde_json::Value]) -> String {
+    let spawns: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["kind"] == "process_info" && l["process"] == "spawn")
+        .collect();
+    assert_eq!(spawns.len(), 1, "one spawn event: {spawns:?}");
+    spawns[0]["text"].as_str().expect("spawn text").to_owned()
+}
+
 /// A fresh temporary directory.
 pub fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use adaptor::store::SqliteStore;
 use adaptor::{
     Agent, ApprovalKind, ApprovalPolicy, ApprovalRequest, DecisionMode, Error, Event,
-    FailureReason, ItemKind, Phase, Policy, RunOptions, RunResult, Schema,
+    FailureReason, ItemKind, Phase, Policy, RunOptions, RunResult, Schema, ThreadStart,
 };
 use adaptor_integration_tests::mock_anthropic::*;
 use adaptor_integration_tests::*;
@@ -261,6 +262,134 @@ async fn resume_carries_the_first_turn() {
         history.contains("first turn"),
         "the second request carries the first turn"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thread_in_a_sqlite_store_resumes_the_session() {
+    let c = Claude::new().await;
+    let db = tmp();
+    let store = SqliteStore::open(db.path().join("threads.sqlite3")).expect("sqlite store");
+    let agent = c.agent().thread_store(store).build();
+    let thread = agent.thread("claude-e2e");
+
+    let first = thread.run("first turn").await.expect("first");
+    assert_eq!(
+        first.text,
+        "Hello from mock-anthropic! user_msgs=1 you said: first turn"
+    );
+    let session = valid_checkpoint(&first);
+    let info = first.thread.clone().expect("thread info");
+    assert_eq!(info.key, "claude-e2e");
+    assert_eq!(info.start, ThreadStart::New);
+    assert_eq!(
+        thread.checkpoint().await.unwrap().as_ref(),
+        first.checkpoint.as_ref(),
+        "the first checkpoint is stored"
+    );
+
+    let second = thread.run("second turn").await.expect("second");
+    assert_eq!(
+        second.text,
+        "Hello from mock-anthropic! user_msgs=2 you said: second turn"
+    );
+    let info2 = second.thread.clone().expect("thread info");
+    assert_eq!(info2.start, ThreadStart::Resumed);
+    assert_eq!(info2.record_id, info.record_id, "same record");
+    assert_eq!(valid_checkpoint(&second), session, "same session");
+    let args = second.raw().launch.as_ref().unwrap().args.clone();
+    assert!(args.windows(2).any(|w| w == ["--resume", session.as_str()]));
+
+    let sent = c.mock.requests();
+    assert_eq!(sent.len(), 2);
+    let history = sent[1]["messages"].to_string();
+    assert!(
+        history.contains("first turn"),
+        "the second request carries the first turn: {history}"
+    );
+    let record = thread.record().await.unwrap().expect("active record");
+    assert_eq!(record.id, info.record_id);
+    assert_eq!(record.turns, 2);
+    assert_eq!(record.driver, "claude");
+    assert_eq!(record.checkpoint.resume_id, session);
+}
+
+#[test]
+fn thread_continues_across_two_cli_processes() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let c = runtime.block_on(Claude::new());
+    let claude = claude_path()
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| panic!("the Claude Code CLI is missing: {CLAUDE_INSTALL_HINT}"));
+    let db = tmp();
+    let store = db.path().join("threads.sqlite3").display().to_string();
+    let config = json!({ "command": claude.display().to_string() }).to_string();
+    let env: Vec<String> = claude_env(c.home.path(), &c.mock.base_url())
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let run = |prompt: &str| {
+        let mut cmd = adaptor_cli();
+        cmd.args(["run", "--thread", "claude-cli", "--store", &store])
+            .args(["--driver", "claude", "--config", &config, "--cwd"])
+            .arg(c.ws());
+        for pair in &env {
+            cmd.args(["--env", pair]);
+        }
+        let out = cmd.args(["--json", prompt]).output().expect("adaptor runs");
+        let lines = json_lines(&out);
+        let result = lines.last().expect("a result line").clone();
+        assert_eq!(result["kind"], "result", "{result}");
+        (spawned_command(&lines), result)
+    };
+
+    let (launched, first) = run("first turn");
+    assert!(!launched.contains("--resume"), "{launched}");
+    assert_eq!(
+        first["text"],
+        "Hello from mock-anthropic! user_msgs=1 you said: first turn"
+    );
+    assert_eq!(first["thread"]["key"], "claude-cli");
+    assert_eq!(first["thread"]["start"]["kind"], "new", "{first}");
+    assert_eq!(first["checkpoint"]["valid"], true);
+    assert_eq!(first["checkpoint"]["codec"], "claude/session/v1");
+    let record_id = first["thread"]["record_id"].as_str().expect("record id");
+    let session = first["checkpoint"]["resume_id"].as_str().expect("session");
+
+    let (launched, second) = run("second turn");
+    let words: Vec<&str> = launched.split(' ').collect();
+    assert!(
+        words.windows(2).any(|w| w == ["--resume", session]),
+        "{launched}"
+    );
+    assert_eq!(
+        second["text"],
+        "Hello from mock-anthropic! user_msgs=2 you said: second turn"
+    );
+    assert_eq!(second["thread"]["start"]["kind"], "resumed", "{second}");
+    assert_eq!(second["thread"]["record_id"], record_id);
+    assert_eq!(second["checkpoint"]["valid"], true);
+    assert_eq!(second["checkpoint"]["resume_id"], session, "same session");
+    let sent = c.mock.requests();
+    assert_eq!(sent.len(), 2);
+    let history = sent[1]["messages"].to_string();
+    assert!(
+        history.contains("first turn"),
+        "the second process's request carries the first turn: {history}"
+    );
+
+    let out = adaptor_cli()
+        .args(["threads", "show", "claude-cli", "--store", &store, "--json"])
+        .output()
+        .expect("adaptor runs");
+    let records = json_lines(&out);
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = &records[0];
+    assert_eq!(record["id"], record_id);
+    assert_eq!(record["key"], "claude-cli");
+    assert_eq!(record["status"], "active");
+    assert_eq!(record["driver"], "claude");
+    assert_eq!(record["turns"], 2);
+    assert_eq!(record["checkpoint"]["resume_id"], session);
 }
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]

@@ -7,9 +7,10 @@
 use std::path::Path;
 use std::time::Duration;
 
+use adaptor::store::SqliteStore;
 use adaptor::{
     Agent, ApprovalKind, ApprovalPolicy, DecisionMode, Error, Event, FailureReason, ItemKind,
-    Phase, Policy, RunOptions, RunResult, Sandbox, Schema,
+    Phase, Policy, RunOptions, RunResult, Sandbox, Schema, ThreadStart,
 };
 use adaptor_integration_tests::mock_openai::*;
 use adaptor_integration_tests::*;
@@ -275,6 +276,161 @@ async fn resume_continues_the_thread() {
             "{name}: {}",
             e.message
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thread_in_a_sqlite_store_resumes_the_thread_on_both_transports() {
+    for (name, streaming) in TRANSPORTS {
+        let c = Codex::new().await;
+        let db = tmp();
+        let store = SqliteStore::open(db.path().join("threads.sqlite3")).expect("sqlite store");
+        let agent = c.agent().thread_store(store).build();
+        let thread = agent.thread("codex-e2e");
+
+        let first = thread
+            .run_with("first turn", options(streaming))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(transport_of(&first), name);
+        assert_eq!(
+            first.text, "Hello from mock-openai! user_msgs=1 you said: first turn",
+            "{name}"
+        );
+        let thread_id = valid_checkpoint(&first);
+        assert_eq!(first.session_id(), Some(thread_id.as_str()), "{name}");
+        let info = first.thread.clone().expect("thread info");
+        assert_eq!(info.key, "codex-e2e");
+        assert_eq!(info.start, ThreadStart::New, "{name}");
+        assert_eq!(
+            thread.checkpoint().await.unwrap().as_ref(),
+            first.checkpoint.as_ref(),
+            "{name}: the first checkpoint is stored"
+        );
+
+        let second = thread
+            .run_with("second turn", options(streaming))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(transport_of(&second), name);
+        assert_eq!(
+            second.text, "Hello from mock-openai! user_msgs=2 you said: second turn",
+            "{name}"
+        );
+        let info2 = second.thread.clone().expect("thread info");
+        assert_eq!(info2.start, ThreadStart::Resumed, "{name}");
+        assert_eq!(info2.record_id, info.record_id, "{name}: same record");
+        assert_eq!(valid_checkpoint(&second), thread_id, "{name}: same thread");
+
+        let sent = c.mock.requests();
+        assert_eq!(sent.len(), 2, "{name}");
+        let input = sent[1]["input"].to_string();
+        assert!(
+            input.contains("first turn"),
+            "{name}: the second request's input carries the first turn: {input}"
+        );
+        let record = thread.record().await.unwrap().expect("active record");
+        assert_eq!(record.id, info.record_id, "{name}");
+        assert_eq!(record.turns, 2, "{name}");
+        assert_eq!(record.driver, "codex");
+        assert_eq!(record.checkpoint.resume_id, thread_id, "{name}");
+    }
+}
+
+#[test]
+fn thread_continues_across_two_cli_processes_on_both_transports() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let codex = codex_path()
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| panic!("the Codex CLI is missing: {CODEX_INSTALL_HINT}"));
+    for (name, _) in TRANSPORTS {
+        let c = runtime.block_on(Codex::new());
+        let db = tmp();
+        let store = db.path().join("threads.sqlite3").display().to_string();
+        // The CLI always streams (app-server by default): pin each transport in the config.
+        let config =
+            json!({ "command": codex.display().to_string(), "transport": name }).to_string();
+        let env: Vec<String> = codex_env(c.codex_home.path(), c.home.path())
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let run = |prompt: &str| {
+            let mut cmd = adaptor_cli();
+            cmd.args(["run", "--thread", "codex-cli", "--store", &store])
+                .args(["--driver", "codex", "--config", &config, "--cwd"])
+                .arg(c.ws());
+            for pair in &env {
+                cmd.args(["--env", pair]);
+            }
+            let out = cmd.args(["--json", prompt]).output().expect("adaptor runs");
+            let lines = json_lines(&out);
+            let result = lines.last().expect("a result line").clone();
+            assert_eq!(result["kind"], "result", "{name}: {result}");
+            (spawned_command(&lines), result)
+        };
+
+        let (launched, first) = run("first turn");
+        let exec_line = format!("{} exec --json --skip-git-repo-check", codex.display());
+        let app_server_line = format!("{} app-server", codex.display());
+        if name == "exec" {
+            assert_eq!(launched, format!("{exec_line} -"));
+        } else {
+            assert_eq!(launched, app_server_line);
+        }
+        assert_eq!(
+            first["text"], "Hello from mock-openai! user_msgs=1 you said: first turn",
+            "{name}"
+        );
+        assert_eq!(first["thread"]["key"], "codex-cli");
+        assert_eq!(first["thread"]["start"]["kind"], "new", "{name}: {first}");
+        assert_eq!(first["checkpoint"]["valid"], true, "{name}");
+        assert_eq!(first["checkpoint"]["codec"], "codex/thread/v1");
+        let record_id = first["thread"]["record_id"].as_str().expect("record id");
+        let thread_id = first["checkpoint"]["resume_id"]
+            .as_str()
+            .expect("thread id");
+
+        let (launched, second) = run("second turn");
+        if name == "exec" {
+            assert_eq!(launched, format!("{exec_line} resume {thread_id} -"));
+        } else {
+            assert_eq!(launched, app_server_line);
+        }
+        assert_eq!(
+            second["text"], "Hello from mock-openai! user_msgs=2 you said: second turn",
+            "{name}"
+        );
+        assert_eq!(
+            second["thread"]["start"]["kind"], "resumed",
+            "{name}: {second}"
+        );
+        assert_eq!(second["thread"]["record_id"], record_id, "{name}");
+        assert_eq!(second["checkpoint"]["valid"], true, "{name}");
+        assert_eq!(
+            second["checkpoint"]["resume_id"], thread_id,
+            "{name}: same thread"
+        );
+        let sent = c.mock.requests();
+        assert_eq!(sent.len(), 2, "{name}");
+        let input = sent[1]["input"].to_string();
+        assert!(
+            input.contains("first turn"),
+            "{name}: the second process's request carries the first turn: {input}"
+        );
+
+        let out = adaptor_cli()
+            .args(["threads", "show", "codex-cli", "--store", &store, "--json"])
+            .output()
+            .expect("adaptor runs");
+        let records = json_lines(&out);
+        assert_eq!(records.len(), 1, "{name}: {records:?}");
+        let record = &records[0];
+        assert_eq!(record["id"], record_id, "{name}");
+        assert_eq!(record["key"], "codex-cli");
+        assert_eq!(record["status"], "active", "{name}");
+        assert_eq!(record["driver"], "codex");
+        assert_eq!(record["turns"], 2, "{name}");
+        assert_eq!(record["checkpoint"]["resume_id"], thread_id, "{name}");
     }
 }
 
