@@ -171,6 +171,20 @@ impl RunOptions {
 
 shared_options!(RunOptions);
 
+/// What runs prompts: an [`Agent`] or a [`Thread`](crate::Thread). Generic code (such as
+/// [`run_as`](crate::run_as)) takes either; both also have `run`, `run_with`, `stream` and
+/// `stream_with` as inherent methods, so callers need not import this trait.
+pub trait Runner {
+    /// Start a run with per-call options and return its stream (what `stream_with` does).
+    fn start(&self, prompt: String, options: RunOptions) -> Stream;
+}
+
+impl Runner for Agent {
+    fn start(&self, prompt: String, options: RunOptions) -> Stream {
+        self.stream_with(prompt, options)
+    }
+}
+
 /// Construction-only settings.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {

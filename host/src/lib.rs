@@ -49,7 +49,7 @@ mod stream;
 mod structured;
 mod thread;
 
-pub use agent::{Agent, AgentBuilder, RunOptions};
+pub use agent::{Agent, AgentBuilder, RunOptions, Runner};
 pub use approval::{
     ApprovalError, ApprovalFuture, ApprovalHandler, ApprovalKind, ApprovalRequest, Choice,
     Resolution,

@@ -222,12 +222,7 @@ impl Run {
         }
         let driver = &self.inner.driver;
         let workspace = resolve_workspace(self.options.workspace.as_deref())?;
-        let mut instance = GuestInstance::new(
-            driver.loaded.name.clone(),
-            &driver.loaded.pre,
-            self.inner.settings.limits,
-        )
-        .await?;
+        let mut instance = self.fresh_instance().await?;
         let config_fingerprint = instance
             .config_fingerprint(&driver.config.to_string())
             .await?
@@ -292,6 +287,17 @@ impl Run {
             .await;
     }
 
+    /// A new sandboxed instance of the driver (every run, and every attempt, gets its own).
+    async fn fresh_instance(&self) -> Result<GuestInstance, Error> {
+        let driver = &self.inner.driver;
+        GuestInstance::new(
+            driver.loaded.name.clone(),
+            &driver.loaded.pre,
+            self.inner.settings.limits,
+        )
+        .await
+    }
+
     fn driver_name(&self) -> String {
         self.inner.driver.name().to_owned()
     }
@@ -304,12 +310,7 @@ impl Run {
             .unwrap_or_default()
             .check(&driver.loaded.descriptor)?;
         let workspace = resolve_workspace(self.options.workspace.as_deref())?;
-        let mut instance = GuestInstance::new(
-            driver.loaded.name.clone(),
-            &driver.loaded.pre,
-            self.inner.settings.limits,
-        )
-        .await?;
+        let mut instance = self.fresh_instance().await?;
         let config_json = driver.config.to_string();
         if let Err(e) = instance.validate_config(&config_json).await? {
             return Err(Error::InvalidConfig {

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use crate::agent::{Agent, RunOptions};
+use crate::agent::{RunOptions, Runner};
 use crate::descriptor::Descriptor;
 use crate::error::Error;
 use crate::result::RunResult;
@@ -352,18 +352,19 @@ impl RunResult {
     }
 }
 
-/// Run `prompt` with the schema of `T` and decode the answer.
+/// Run `prompt` on `runner` (an [`Agent`](crate::Agent) or a [`Thread`](crate::Thread)) with the schema
+/// of `T` and decode the answer.
 pub async fn run_as<T: DeserializeOwned + schemars::JsonSchema>(
-    agent: &Agent,
+    runner: &impl Runner,
     prompt: impl Into<String>,
 ) -> Result<(T, RunResult), Error> {
-    run_as_with(agent, prompt, RunOptions::new()).await
+    run_as_with(runner, prompt, RunOptions::new()).await
 }
 
 /// [`run_as`] with per-call options. A schema already in `options` (e.g. with
 /// `return_invalid` or a name) is used as given; otherwise the schema of `T`.
 pub async fn run_as_with<T: DeserializeOwned + schemars::JsonSchema>(
-    agent: &Agent,
+    runner: &impl Runner,
     prompt: impl Into<String>,
     options: RunOptions,
 ) -> Result<(T, RunResult), Error> {
@@ -372,7 +373,7 @@ pub async fn run_as_with<T: DeserializeOwned + schemars::JsonSchema>(
     } else {
         options.schema(Schema::of::<T>()?)
     };
-    let result = agent.run_with(prompt, options).await?;
+    let result = runner.start(prompt.into(), options).result().await?;
     let value = result.decode::<T>()?;
     Ok((value, result))
 }

@@ -297,6 +297,12 @@ impl Thread {
     }
 }
 
+impl crate::agent::Runner for Thread {
+    fn start(&self, prompt: String, options: RunOptions) -> Stream {
+        self.stream_with(prompt, options)
+    }
+}
+
 /// What the pipeline needs to coordinate one thread run.
 #[derive(Debug, Clone)]
 pub(crate) struct ThreadBinding {

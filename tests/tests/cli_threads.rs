@@ -281,3 +281,49 @@ fn the_readable_view_says_how_the_run_related_to_the_thread() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+#[test]
+fn a_host_killed_mid_run_frees_its_thread_after_the_lease_and_keeps_the_healthy_checkpoint() {
+    let f = Fixture::new();
+    let (out, first) = f.run("crash", &[], "first");
+    assert_exit(&out, 0);
+    // A second host process starts a long turn, then dies with SIGKILL (no cleanup at all).
+    let mut doomed = f
+        .adaptor()
+        .arg("run")
+        .args(["--thread", "crash", "--lease-ttl", "1"])
+        .args(f.run_args())
+        .arg("[[sleep 60000]] never finishes")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until it is running: its first JSON line is `run_started` (so it holds the lease).
+    let mut reader = std::io::BufReader::new(doomed.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+    assert!(line.contains("\"run_started\""), "{line}");
+    // While it holds the lease, another host is refused at once (exit 1, busy).
+    let (out, _) = f.run("crash", &["--lease-ttl", "1"], "meanwhile");
+    assert_exit(&out, 1);
+    assert!(stderr(&out).contains("is busy"), "{}", stderr(&out));
+    unsafe { libc::kill(doomed.id() as i32, libc::SIGKILL) };
+    doomed.wait().unwrap();
+    // Once the lease lapses the thread runs again and resumes the last healthy checkpoint.
+    let mut attempts = 0;
+    let resumed = loop {
+        attempts += 1;
+        let (out, result) = f.run("crash", &[], "after the crash");
+        if out.status.code() == Some(0) {
+            break result;
+        }
+        assert!(stderr(&out).contains("is busy"), "{}", stderr(&out));
+        assert!(attempts < 200, "the lease never lapsed");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(resumed["thread"]["start"]["kind"], "resumed");
+    assert_eq!(resumed["thread"]["record_id"], first["thread"]["record_id"]);
+    assert_eq!(
+        resumed["text"],
+        "Reference reply (turn 2, previously: first): after the crash"
+    );
+}

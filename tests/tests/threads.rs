@@ -261,25 +261,17 @@ async fn a_rejected_resume_falls_back_once_to_a_fresh_session_explicitly() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_driver_side_rejection_before_launch_also_falls_back() {
-    // The reference driver refuses, before launch, a session whose recorded cwd differs.
-    let (state, ws) = (tmp(), tmp());
-    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
-    let agent = agent(store.clone(), state.path(), ws.path());
-    let thread = agent.thread("moved");
-    thread.run("hello").await.unwrap();
-    let mut record = thread.record().await.unwrap().unwrap();
-    record
-        .checkpoint
-        .data
-        .insert("cwd".into(), "/somewhere/else".into());
+/// Make the active record of `key` claim another workspace (as if the project moved), under
+/// the key's lease; returns the rewritten record.
+async fn rewrite_cwd(store: &dyn ThreadStore, key: &str, cwd: &str) -> ThreadRecord {
+    let mut record = store
+        .resolve(&Query::Key(key.to_owned()))
+        .await
+        .unwrap()
+        .expect("an active record");
+    record.checkpoint.data.insert("cwd".into(), cwd.into());
     let lease = store
-        .acquire_lease(
-            &lease_target_for_key("moved"),
-            "test",
-            Duration::from_secs(5),
-        )
+        .acquire_lease(&lease_target_for_key(key), "test", Duration::from_secs(5))
         .await
         .unwrap();
     store
@@ -292,6 +284,18 @@ async fn a_driver_side_rejection_before_launch_also_falls_back() {
         .await
         .unwrap();
     store.release_lease(&lease).await.unwrap();
+    record
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_side_rejection_before_launch_also_falls_back() {
+    // The reference driver refuses, before launch, a session whose recorded cwd differs.
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    let thread = agent.thread("moved");
+    thread.run("hello").await.unwrap();
+    rewrite_cwd(&*store, "moved", "/somewhere/else").await;
 
     let (events, r) = collect(thread.stream("again")).await;
     let r = r.unwrap();
@@ -307,29 +311,7 @@ async fn a_driver_side_rejection_before_launch_also_falls_back() {
     // Resume-only does not fall back: it is a typed rejection, and the record stays.
     let thread2 = agent.thread("moved2");
     thread2.run("hello").await.unwrap();
-    let mut record = thread2.record().await.unwrap().unwrap();
-    record
-        .checkpoint
-        .data
-        .insert("cwd".into(), "/elsewhere".into());
-    let lease = store
-        .acquire_lease(
-            &lease_target_for_key("moved2"),
-            "test",
-            Duration::from_secs(5),
-        )
-        .await
-        .unwrap();
-    store
-        .finalize(Finalize {
-            record: record.clone(),
-            archive_previous: None,
-            require_key_absent: false,
-            leases: vec![lease.clone()],
-        })
-        .await
-        .unwrap();
-    store.release_lease(&lease).await.unwrap();
+    let record = rewrite_cwd(&*store, "moved2", "/elsewhere").await;
     let (events, r) = collect(thread2.clone().resume_only().stream("again")).await;
     assert_refused_before_start(&events);
     assert!(matches!(thread_error(r), ThreadError::ResumeRejected { key, .. } if key == "moved2"));
@@ -524,4 +506,23 @@ async fn losing_the_lease_cancels_the_run_and_persists_nothing() {
     }
     assert!(matches!(events.last(), Some(Event::RunFinished(f)) if f.failed));
     assert_eq!(thread.record().await.unwrap(), None, "nothing persisted");
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+struct Verdict {
+    verdict: String,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_as_works_on_a_thread_too() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    let thread = agent.thread("typed");
+    thread.run("hello").await.unwrap();
+    let (_verdict, result) = adaptor::run_as::<Verdict>(&thread, "judge").await.unwrap();
+    assert!(result.structured.as_ref().is_some_and(|s| s.valid));
+    assert_eq!(result.thread.unwrap().start, ThreadStart::Resumed);
+    assert_eq!(thread.record().await.unwrap().unwrap().turns, 2);
 }

@@ -100,6 +100,10 @@ pub(crate) struct RunArgs {
     /// With `--thread`: fail instead of starting a new session when KEY has none.
     #[arg(long, requires = "thread")]
     resume_only: bool,
+    /// With `--thread`: the lease's time-to-live in seconds (default 30; renewed every third
+    /// of it). After a crash, the thread is free again once it lapses.
+    #[arg(long, value_name = "SECONDS", requires = "thread")]
+    lease_ttl: Option<f64>,
     /// Thread store: a SQLite file path or a `postgres://` URL (default: the SQLite file
     /// under your data directory, or `$ADAPTOR_THREAD_DB`).
     #[arg(long, value_name = "PATH|URL")]
@@ -364,6 +368,13 @@ async fn run(args: RunArgs, fork_from: Option<String>) -> ExitCode {
                 return ExitCode::from(EXIT_USAGE);
             }
         }
+    }
+    if let Some(secs) = args.lease_ttl {
+        if !(secs.is_finite() && secs > 0.0) {
+            eprintln!("adaptor: --lease-ttl must be a positive number of seconds");
+            return ExitCode::from(EXIT_USAGE);
+        }
+        builder = builder.lease_ttl(Duration::from_secs_f64(secs));
     }
     if args.thread.is_some() || args.store.is_some() {
         match threads::open_store(args.store.as_deref()).await {
