@@ -526,3 +526,83 @@ async fn run_as_works_on_a_thread_too() {
     assert_eq!(result.thread.unwrap().start, ThreadStart::Resumed);
     assert_eq!(thread.record().await.unwrap().unwrap().turns, 2);
 }
+
+/// The pipeline's thread stage over the persistent stores: resume, fork, the explicit
+/// fallback, and a second agent on the same store (another host) refused while a run holds
+/// the key.
+async fn thread_lifecycle_on(store: Arc<dyn ThreadStore>) {
+    let kind = store.kind();
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    let t = agent.thread("persisted");
+    assert_eq!(
+        t.run("hello").await.unwrap().thread.unwrap().start,
+        ThreadStart::New
+    );
+    let second = t.run("again").await.unwrap();
+    assert_eq!(
+        second.text, "Reference reply (turn 2, previously: hello): again",
+        "{kind}"
+    );
+    let forked = t.fork("persisted-fork").run("branch").await.unwrap();
+    assert!(
+        matches!(forked.thread.unwrap().start, ThreadStart::Forked { .. }),
+        "{kind}"
+    );
+
+    // Another agent (as another host would) on the same store while a run holds the key.
+    let other = agent_builder(reference(state.path()), ws.path())
+        .shared_thread_store(store.clone())
+        .build();
+    let mut slow = t.stream("[[sleep 1500]] slow");
+    // Wait for RunStarted: the lease is held from before it.
+    loop {
+        match futures::StreamExt::next(&mut slow).await {
+            Some(Event::RunStarted(_)) => break,
+            Some(_) => {}
+            None => panic!("{kind}: the slow run ended early"),
+        }
+    }
+    let busy = other.thread("persisted").run("meanwhile").await;
+    assert!(
+        matches!(thread_error(busy), ThreadError::Busy { .. }),
+        "{kind}"
+    );
+    assert_eq!(
+        slow.result().await.unwrap().thread.unwrap().start,
+        ThreadStart::Resumed
+    );
+
+    // The provider forgets the session: one explicit fresh fallback, old record archived.
+    let old = t.record().await.unwrap().unwrap();
+    std::fs::remove_dir_all(state.path()).unwrap();
+    std::fs::create_dir(state.path()).unwrap();
+    let fresh = other.thread("persisted").run("after").await.unwrap();
+    assert!(
+        matches!(&fresh.thread.as_ref().unwrap().start, ThreadStart::FreshAfterRejection { previous_record_id, .. } if *previous_record_id == old.id),
+        "{kind}"
+    );
+    let archived = store.resolve(&Query::Id(old.id)).await.unwrap().unwrap();
+    assert_eq!(archived.status, RecordStatus::Archived, "{kind}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_on_the_sqlite_store() {
+    let dir = tmp();
+    let store = adaptor::store::SqliteStore::open(dir.path().join("t.sqlite3")).unwrap();
+    thread_lifecycle_on(Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_on_the_postgres_store() {
+    let db = adaptor_integration_tests::pg::test_database().await;
+    let store = adaptor::store::PostgresStore::connect(db.url())
+        .await
+        .unwrap();
+    thread_lifecycle_on(Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_on_the_memory_store() {
+    thread_lifecycle_on(Arc::new(MemoryStore::new())).await;
+}
