@@ -39,6 +39,19 @@ pub struct RunOptions {
     pub(crate) schema: Option<Schema>,
     pub(crate) approval_handler: Option<ApprovalHandler>,
     pub(crate) identity: Option<String>,
+    pub(crate) spawn: Option<Spawn>,
+}
+
+/// Whether a thread run may use the thread's resident provider process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Spawn {
+    /// Reuse the thread's resident process when the driver supports it (the default), and
+    /// keep the process for the next turn.
+    #[default]
+    Reuse,
+    /// Start a one-shot process for this run (it resumes the stored session and exits at
+    /// the end of the turn). A resident process of the thread is stopped first.
+    OneShot,
 }
 
 macro_rules! shared_options {
@@ -112,6 +125,14 @@ macro_rules! shared_options {
                 self
             }
 
+            /// Whether a thread run may reuse (and keep) the thread's resident provider
+            /// process, for drivers that declare `persistent_process` (default
+            /// [`Spawn::Reuse`]). Plain `Agent` runs are always one-shot.
+            pub fn spawn(mut self, spawn: Spawn) -> Self {
+                self$(.$field)?.spawn = Some(spawn);
+                self
+            }
+
             /// Ask the driver for its incremental transport (token deltas). Default: on for
             /// `stream`, on for `run` too (it is the same pipeline).
             pub fn streaming(mut self, on: bool) -> Self {
@@ -148,6 +169,7 @@ impl RunOptions {
                 .clone()
                 .or_else(|| self.approval_handler.clone()),
             identity: nearer.identity.clone().or_else(|| self.identity.clone()),
+            spawn: nearer.spawn.or(self.spawn),
         }
     }
 
@@ -202,6 +224,7 @@ pub(crate) struct Settings {
     pub parent_death_signal: bool,
     pub thread_store: Option<Arc<dyn ThreadStore>>,
     pub lease_ttl: Duration,
+    pub resident_idle: Duration,
 }
 
 impl Default for Settings {
@@ -221,6 +244,7 @@ impl Default for Settings {
             parent_death_signal: true,
             thread_store: None,
             lease_ttl: crate::thread::DEFAULT_LEASE_TTL,
+            resident_idle: Duration::from_secs(300),
         }
     }
 }
@@ -341,6 +365,13 @@ impl AgentBuilder {
         self
     }
 
+    /// How long a thread's resident provider process may stay idle before it is stopped
+    /// (default 5 minutes). See [`Spawn`].
+    pub fn resident_idle(mut self, idle: Duration) -> Self {
+        self.settings.resident_idle = idle;
+        self
+    }
+
     /// Build the agent.
     pub fn build(self) -> Agent {
         let cancel = CancellationToken::new();
@@ -352,6 +383,7 @@ impl AgentBuilder {
                 closed: AtomicBool::new(false),
                 cancel: cancel.clone(),
                 tracker: TaskTracker::new(),
+                residents: Arc::new(crate::resident::ResidentPool::default()),
             }),
             _life: Arc::new(Life(cancel)),
         }
@@ -365,6 +397,7 @@ pub(crate) struct AgentInner {
     pub closed: AtomicBool,
     pub cancel: CancellationToken,
     pub tracker: TaskTracker,
+    pub residents: Arc<crate::resident::ResidentPool>,
 }
 
 /// Cancels every run of the agent when the last `Agent` handle is dropped.
@@ -438,13 +471,18 @@ impl Agent {
         )
     }
 
-    /// Cancel every running run, wait for them to finish (their processes are gone when this
-    /// returns) and refuse new runs with [`Error::AgentClosed`]. Idempotent.
+    /// Cancel every running run, wait for them to finish, stop every resident thread process
+    /// (all their processes are gone when this returns) and refuse new runs with
+    /// [`Error::AgentClosed`]. Idempotent.
     pub async fn close(&self) {
         self.inner.closed.store(true, Ordering::SeqCst);
         self.inner.tracker.close();
         self.inner.cancel.cancel();
         self.inner.tracker.wait().await;
+        self.inner
+            .residents
+            .close(self.inner.settings.grace_period)
+            .await;
     }
 
     /// True after [`Agent::close`].

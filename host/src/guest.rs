@@ -497,4 +497,19 @@ impl GuestSession {
     pub(crate) async fn finish(&mut self) -> Result<wit::Outcome, Error> {
         session_call!(self, "session.finish", call_finish)
     }
+
+    /// Another turn on a resident process. The per-run CPU budget starts again: it bounds a
+    /// turn, not the life of the process.
+    pub(crate) async fn next_turn(
+        &mut self,
+        request: &wit::RunRequest,
+    ) -> Result<Result<Vec<wit::Action>, wit::StartError>, Error> {
+        self.instance.guest_time = Duration::ZERO;
+        match session_call!(self, "session.next-turn", call_next_turn, request)? {
+            Ok(actions) => Ok(Ok(self
+                .instance
+                .check_actions("session.next-turn", actions)?)),
+            Err(e) => Ok(Err(e)),
+        }
+    }
 }

@@ -43,13 +43,14 @@ mod pipeline;
 mod policy;
 mod process;
 pub mod replay;
+mod resident;
 mod result;
 pub mod store;
 mod stream;
 mod structured;
 mod thread;
 
-pub use agent::{Agent, AgentBuilder, RunOptions, Runner};
+pub use agent::{Agent, AgentBuilder, RunOptions, Runner, Spawn};
 pub use approval::{
     ApprovalError, ApprovalFuture, ApprovalHandler, ApprovalKind, ApprovalRequest, Choice,
     Resolution,

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::agent::{AgentInner, RunOptions};
+use crate::agent::{AgentInner, RunOptions, Spawn};
 use crate::approval::Resolution;
 use crate::bindings::wit;
 use crate::convert;
@@ -32,6 +32,7 @@ use crate::event::*;
 use crate::grant::Grant;
 use crate::guest::{GuestInstance, GuestSession};
 use crate::process::{self, DEFAULT_ENV_ALLOWLIST, PrivateDir, ProcessSpec, Sig};
+use crate::resident::{self, Resident};
 use crate::result::{ChunkRecord, ExitInfo, LaunchRecord, RawStreams, RunResult, StreamKind};
 use crate::stream::{Emitter, Stream, blank_meta};
 use crate::structured::{self, Mechanism};
@@ -101,6 +102,8 @@ fn launch(
         mechanism: None,
         thread,
         coordinator: None,
+        resident_signature: None,
+        kept: None,
     };
     inner.tracker.spawn(
         async move {
@@ -125,6 +128,26 @@ struct Run {
     thread: Option<ThreadBinding>,
     /// The thread stage of a thread run.
     coordinator: Option<Coordinator>,
+    /// A thread run: what a resident process must have been started for to be reused.
+    resident_signature: Option<String>,
+    /// The process of this turn, kept alive for the thread's next turn.
+    kept: Option<Resident>,
+}
+
+/// How a turn gets its process.
+enum Attach {
+    /// Spawn what `session.start` asked for.
+    Spawn(Box<Prepared>),
+    /// Continue on the thread's resident process; `next-turn` returned these actions.
+    Reuse(Box<Resident>, Vec<wit::Action>),
+}
+
+/// What starts the turn once the process is attached.
+enum Initial {
+    /// A new process: the launch's stdin bytes, and whether stdin stays open.
+    Launch { stdin: Vec<u8>, keep_open: bool },
+    /// A resident process: the driver's `next-turn` actions (typically a stdin frame).
+    Actions(Vec<wit::Action>),
 }
 
 /// Everything resolved before the process starts.
@@ -140,7 +163,7 @@ impl Run {
         if let Some(binding) = self.thread.take() {
             self.begin_thread(binding).await?;
         }
-        let (prepared, mut fallback) = match self.prepare_thread_aware().await {
+        let (attach, mut fallback) = match self.attach().await {
             Ok(p) => p,
             Err(e) => {
                 // Before `RunStarted`: no events, and no lease left behind.
@@ -152,10 +175,14 @@ impl Run {
                 return Err(e);
             }
         };
+        let program = match &attach {
+            Attach::Spawn(p) => p.spec.program.display().to_string(),
+            Attach::Reuse(r, _) => r.launch.resolved.display().to_string(),
+        };
         self.emitter
             .emit(Event::RunStarted(RunStarted {
                 meta: blank_meta(),
-                program: prepared.spec.program.display().to_string(),
+                program,
                 model: self.options.model.clone(),
             }))
             .await;
@@ -165,7 +192,7 @@ impl Run {
         if let Some(c) = self.coordinator.as_mut() {
             c.start_renewal(self.cancel.clone());
         }
-        let mut result = self.supervise(prepared).await;
+        let mut result = self.supervise(attach).await;
         // The provider rejected the stored session: one fresh attempt, announced.
         if let Err(Error::Run(e)) = &result
             && e.reason == FailureReason::ResumeRejected
@@ -176,13 +203,35 @@ impl Run {
         {
             let reason = e.message.clone();
             self.announce_fallback(previous, reason).await;
+            if let Some(stale) = self.kept.take() {
+                resident::stop(stale, self.inner.settings.grace_period).await;
+            }
             result = match self.prepare().await {
-                Ok(prepared) => self.supervise(prepared).await,
+                Ok(prepared) => self.supervise(Attach::Spawn(Box::new(prepared))).await,
                 Err(e) => Err(e),
             };
         }
         if let Some(mut c) = self.coordinator.take() {
             result = c.finish(result).await;
+            if let Some(mut kept) = self.kept.take() {
+                match (&result, c.persisted()) {
+                    (Ok(r), Some((record_id, turns))) => {
+                        kept.record_id = record_id;
+                        kept.turns = turns;
+                        let key = r
+                            .thread
+                            .as_ref()
+                            .map_or_else(|| c.key().to_owned(), |t| t.key.clone());
+                        self.inner.residents.park(
+                            key,
+                            kept,
+                            self.inner.settings.resident_idle,
+                            self.inner.settings.grace_period,
+                        );
+                    }
+                    _ => resident::stop(kept, self.inner.settings.grace_period).await,
+                }
+            }
             if let Some(problem) = c.release().await {
                 tracing::warn!(key = %c.key(), %problem, "releasing the thread lease failed");
                 self.emitter
@@ -245,8 +294,90 @@ impl Run {
             tools: &[],
             services: &[],
         });
+        let policy = self.options.policy.unwrap_or_default();
+        self.resident_signature = Some(crate::engine::sha256_hex(
+            format!(
+                "{fingerprint}\n{policy:?}\n{:?}",
+                self.options.streaming.unwrap_or(true)
+            )
+            .as_bytes(),
+        ));
         self.coordinator = Some(Coordinator::begin(binding, fingerprint, &name, sessions).await?);
         Ok(())
+    }
+
+    /// The process for this turn: the thread's resident process when it can serve it,
+    /// otherwise a prepared launch (see [`prepare_thread_aware`](Self::prepare_thread_aware)).
+    async fn attach(&mut self) -> Result<(Attach, Option<(String, String)>), Error> {
+        if let Some((resident, actions)) = self.reuse_resident().await? {
+            return Ok((Attach::Reuse(resident, actions), None));
+        }
+        let (prepared, fallback) = self.prepare_thread_aware().await?;
+        Ok((Attach::Spawn(Box::new(prepared)), fallback))
+    }
+
+    /// Whether this run may keep its process for the thread's next turn: a thread run, a
+    /// driver that declares resident processes, a launch that keeps stdin open, no one-shot
+    /// request and no output schema (a schema is fixed on the command line of a process).
+    fn may_keep(&self, launch: &wit::Launch) -> bool {
+        self.coordinator.is_some()
+            && self.inner.driver.loaded.descriptor.persistent_process
+            && launch.keep_stdin_open
+            && self.options.spawn.unwrap_or_default() == Spawn::Reuse
+            && self.options.schema.is_none()
+    }
+
+    /// Take the thread's resident process if it can serve this turn and hand it the turn
+    /// (`next-turn`). A process that cannot (other signature, the store moved on, it
+    /// exited, one-shot requested, the driver refuses) is stopped — before anything is
+    /// written to it, so no prompt can reach a process that is then replaced.
+    async fn reuse_resident(&mut self) -> Result<Option<(Box<Resident>, Vec<wit::Action>)>, Error> {
+        let Some(c) = &self.coordinator else {
+            return Ok(None);
+        };
+        let Some(mut r) = self.inner.residents.take(c.key()) else {
+            return Ok(None);
+        };
+        let grace = self.inner.settings.grace_period;
+        let current = c.continued_record();
+        let usable = self.options.spawn.unwrap_or_default() == Spawn::Reuse
+            && self.options.schema.is_none()
+            && self.resident_signature.as_deref() == Some(r.signature.as_str())
+            && current.is_some_and(|rec| rec.id == r.record_id && rec.turns == r.turns)
+            && r.alive();
+        if !usable {
+            tracing::info!(key = %c.key(), pid = r.spawned.pid, "the thread's resident process cannot serve this turn; replacing it");
+            resident::stop(r, grace).await;
+            return Ok(None);
+        }
+        let resume = c.resume();
+        let workspace = resolve_workspace(self.options.workspace.as_deref())?;
+        let request = build_request(
+            &self.run_id,
+            &self.prompt,
+            self.inner.driver.config.to_string(),
+            &self.options,
+            None,
+            &workspace,
+            r.private_dir.path(),
+            resume,
+        );
+        match r.session.next_turn(&request).await {
+            Ok(Ok(actions)) => Ok(Some((Box::new(r), actions))),
+            Ok(Err(refusal)) => {
+                tracing::info!(
+                    pid = r.spawned.pid,
+                    ?refusal,
+                    "the driver refused a next turn on the resident process; starting a new one"
+                );
+                resident::stop(r, grace).await;
+                Ok(None)
+            }
+            Err(e) => {
+                resident::stop(r, grace).await;
+                Err(e)
+            }
+        }
     }
 
     /// [`prepare`](Self::prepare); when the driver refuses the stored session before launch
@@ -288,14 +419,21 @@ impl Run {
     }
 
     /// A new sandboxed instance of the driver (every run, and every attempt, gets its own).
-    async fn fresh_instance(&self) -> Result<GuestInstance, Error> {
-        let driver = &self.inner.driver;
-        GuestInstance::new(
-            driver.loaded.name.clone(),
-            &driver.loaded.pre,
-            self.inner.settings.limits,
-        )
-        .await
+    /// (Borrows nothing of the run across the await: a run holding a resident process is
+    /// `Send` but not `Sync`.)
+    fn fresh_instance(
+        &self,
+    ) -> impl std::future::Future<Output = Result<GuestInstance, Error>> + Send + 'static {
+        let inner = self.inner.clone();
+        async move {
+            let driver = &inner.driver;
+            GuestInstance::new(
+                driver.loaded.name.clone(),
+                &driver.loaded.pre,
+                inner.settings.limits,
+            )
+            .await
+        }
     }
 
     fn driver_name(&self) -> String {
@@ -446,37 +584,89 @@ impl Run {
         }))
     }
 
-    async fn supervise(&mut self, prepared: Prepared) -> Result<RunResult, Error> {
-        let Prepared {
-            mut session,
-            launch,
-            spec,
-            private_dir,
-        } = prepared;
+    async fn supervise(&mut self, attach: Attach) -> Result<RunResult, Error> {
         let name = self.driver_name();
-        let mut spawned = process::spawn(&spec).map_err(|source| Error::Spawn {
-            driver: name.clone(),
-            program: spec.program.display().to_string(),
-            source,
-        })?;
+        let (mut session, mut spawned, launch_record, private_dir, initial, keep_alive, pipe) =
+            match attach {
+                Attach::Spawn(prepared) => {
+                    let Prepared {
+                        session,
+                        launch,
+                        spec,
+                        private_dir,
+                    } = *prepared;
+                    let spawned = process::spawn(&spec).map_err(|source| Error::Spawn {
+                        driver: name.clone(),
+                        program: spec.program.display().to_string(),
+                        source,
+                    })?;
+                    tracing::info!(
+                        pid = spawned.pid,
+                        program = %spec.program.display(),
+                        args = ?spec.args,
+                        cwd = %spec.cwd.display(),
+                        "launched provider process"
+                    );
+                    self.emitter
+                        .emit(Event::ProcessInfo(ProcessInfo {
+                            meta: blank_meta(),
+                            process: ProcessInfoKind::Spawn,
+                            pid: Some(spawned.pid),
+                            text: format!("{} {}", spec.program.display(), spec.args.join(" ")),
+                            bytes: 0,
+                        }))
+                        .await;
+                    let keep_alive = self.may_keep(&launch);
+                    let record = LaunchRecord {
+                        program: launch.program.clone(),
+                        resolved: spec.program.clone(),
+                        args: spec.args.clone(),
+                        cwd: spec.cwd.clone(),
+                    };
+                    let initial = Initial::Launch {
+                        stdin: launch.stdin,
+                        keep_open: launch.keep_stdin_open,
+                    };
+                    (
+                        session,
+                        spawned,
+                        record,
+                        private_dir,
+                        initial,
+                        keep_alive,
+                        None,
+                    )
+                }
+                Attach::Reuse(resident, actions) => {
+                    let r = *resident;
+                    tracing::info!(
+                        pid = r.spawned.pid,
+                        "next turn on the thread's resident provider process"
+                    );
+                    self.emitter
+                        .emit(Event::Notice(Notice {
+                            meta: blank_meta(),
+                            notice: "process.reused".into(),
+                            message: format!(
+                                "this turn runs on the thread's resident provider process (pid {})",
+                                r.spawned.pid
+                            ),
+                            data: Some(serde_json::json!({ "pid": r.spawned.pid })),
+                        }))
+                        .await;
+                    (
+                        r.session,
+                        r.spawned,
+                        r.launch,
+                        r.private_dir,
+                        Initial::Actions(actions),
+                        true,
+                        Some((r.stdin, r.stdin_writer)),
+                    )
+                }
+            };
         let pid = spawned.pid;
         let pgid = spawned.guard.pgid();
-        tracing::info!(
-            pid,
-            program = %spec.program.display(),
-            args = ?spec.args,
-            cwd = %spec.cwd.display(),
-            "launched provider process"
-        );
-        self.emitter
-            .emit(Event::ProcessInfo(ProcessInfo {
-                meta: blank_meta(),
-                process: ProcessInfoKind::Spawn,
-                pid: Some(pid),
-                text: format!("{} {}", spec.program.display(), spec.args.join(" ")),
-                bytes: 0,
-            }))
-            .await;
 
         let mut sup = Supervisor {
             session: &mut session,
@@ -498,12 +688,7 @@ impl Run {
             kill_at: None,
             turn_ended: false,
             raw: RawStreams {
-                launch: Some(LaunchRecord {
-                    program: launch.program.clone(),
-                    resolved: spec.program.clone(),
-                    args: spec.args.clone(),
-                    cwd: spec.cwd.clone(),
-                }),
+                launch: Some(launch_record.clone()),
                 ..RawStreams::default()
             },
             spawned_at: Instant::now(),
@@ -514,17 +699,29 @@ impl Run {
             overflow: None,
             discarded: 0,
         };
-        if let Some(stdin) = spawned.stdin.take() {
-            let (tx, rx) = mpsc::unbounded_channel();
-            sup.stdin_writer = Some(tokio::spawn(write_stdin(stdin, rx)));
-            sup.stdin = Some(tx);
+        match pipe {
+            Some((tx, writer)) => {
+                sup.stdin = Some(tx);
+                sup.stdin_writer = writer;
+            }
+            None => {
+                if let Some(stdin) = spawned.stdin.take() {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    sup.stdin_writer = Some(tokio::spawn(write_stdin(stdin, rx)));
+                    sup.stdin = Some(tx);
+                }
+            }
         }
-        let initial = launch.stdin;
-        if !initial.is_empty() {
-            sup.write_stdin(initial).await;
-        }
-        if !launch.keep_stdin_open {
-            sup.stdin = None;
+        match initial {
+            Initial::Launch { stdin, keep_open } => {
+                if !stdin.is_empty() {
+                    sup.write_stdin(stdin).await;
+                }
+                if !keep_open {
+                    sup.stdin = None;
+                }
+            }
+            Initial::Actions(actions) => sup.apply(actions).await?,
         }
 
         let outcome = sup
@@ -534,8 +731,48 @@ impl Run {
                 self.options.timeout,
                 self.inner.settings.end_turn_grace,
                 self.inner.settings.idle_timeout,
+                keep_alive,
             )
             .await;
+        if let Ok((_, _, _, true)) = &outcome {
+            // The turn ended and the process lives on for the thread's next turn.
+            let outcome = sup.session.finish().await?;
+            let raw = std::mem::take(&mut sup.raw);
+            let host_failure = sup.asks.failure();
+            let exit = ExitInfo {
+                kept_alive: true,
+                ..ExitInfo::default()
+            };
+            let stdin = sup.stdin.take();
+            let stdin_writer = sup.stdin_writer.take();
+            drop(sup);
+            let mut notices = Vec::new();
+            let result = self.classify(outcome, raw, exit, host_failure, &mut notices);
+            for (kind, message) in notices {
+                self.emitter
+                    .emit(Event::Notice(Notice {
+                        meta: blank_meta(),
+                        notice: kind,
+                        message,
+                        data: None,
+                    }))
+                    .await;
+            }
+            if let Some(stdin) = stdin {
+                self.kept = Some(Resident {
+                    session,
+                    spawned,
+                    stdin,
+                    stdin_writer,
+                    launch: launch_record,
+                    private_dir,
+                    signature: self.resident_signature.clone().unwrap_or_default(),
+                    record_id: String::new(),
+                    turns: 0,
+                });
+            }
+            return result;
+        }
         // Whatever happened, no process of this run survives it.
         let reap = reap_group(pgid, self.inner.settings.grace_period).await;
         match reap {
@@ -544,7 +781,7 @@ impl Run {
                 tracing::error!(pgid, error = %e, "could not confirm the provider process group is gone")
             }
         }
-        let (status, cancelled, timed_out) = outcome?;
+        let (status, cancelled, timed_out, _) = outcome?;
         let stdin_error = sup
             .close_stdin_and_join(self.inner.settings.grace_period)
             .await;
@@ -812,7 +1049,7 @@ pub(crate) fn classify(
         let details =
             convert::json_field("failure details-json", f.details_json).map_err(contract)?;
         Some((convert::failure_reason(f.reason), f.message, details))
-    } else if exit.code != Some(0) || exit.signal.is_some() {
+    } else if !exit.kept_alive && (exit.code != Some(0) || exit.signal.is_some()) {
         Some((
             FailureReason::AgentError,
             format!(
@@ -901,7 +1138,8 @@ struct Supervisor<'a> {
     discarded: u64,
 }
 
-type LoopOutcome = Result<(Option<std::process::ExitStatus>, bool, bool), Error>;
+/// (exit status, cancelled, timed out, kept alive for the thread's next turn).
+type LoopOutcome = Result<(Option<std::process::ExitStatus>, bool, bool, bool), Error>;
 
 impl Supervisor<'_> {
     async fn run_loop(
@@ -911,6 +1149,7 @@ impl Supervisor<'_> {
         timeout: Option<Duration>,
         end_turn_grace: Duration,
         idle: Option<Duration>,
+        keep_alive: bool,
     ) -> LoopOutcome {
         let mut stdout = spawned.stdout.take();
         let mut stderr = spawned.stderr.take();
@@ -934,6 +1173,21 @@ impl Supervisor<'_> {
                 // An approval outcome ended the run: the driver was told; the process gets the
                 // end-of-turn grace to stop by itself.
                 self.turn_ended = true;
+            }
+            if self.turn_ended
+                && !end_turn_seen
+                && keep_alive
+                && status.is_none()
+                && self.stdin.is_some()
+                && !self.stopping
+                && !self.asks.aborting()
+            {
+                // A resident turn is complete: the process stays for the next one.
+                self.close_approvals(Resolution::Withdrawn).await;
+                self.asks.abort_handlers();
+                spawned.stdout = stdout;
+                spawned.stderr = stderr;
+                return Ok((None, false, false, true));
             }
             if self.turn_ended && !end_turn_seen {
                 end_turn_seen = true;
@@ -1035,7 +1289,7 @@ impl Supervisor<'_> {
         }
         self.close_approvals(Resolution::Withdrawn).await;
         self.asks.abort_handlers();
-        Ok((status, cancelled, timed_out))
+        Ok((status, cancelled, timed_out, false))
     }
 
     /// Resolve every pending approval request (the run is ending) and report it.
@@ -1482,10 +1736,14 @@ fn exit_info(
         timed_out,
         cancelled,
         no_output: false,
+        kept_alive: false,
     }
 }
 
 fn describe_exit(exit: &ExitInfo) -> String {
+    if exit.kept_alive {
+        return "still running (kept for the thread's next turn)".into();
+    }
     match (exit.code, exit.signal) {
         (Some(c), _) => format!("exit code {c}"),
         (None, Some(s)) => format!("killed by signal {s}"),

@@ -201,6 +201,8 @@ pub struct ExitInfo {
     pub cancelled: bool,
     /// The timeout was the idle watchdog: no output for too long.
     pub no_output: bool,
+    /// The process did not exit: the turn ended and a thread kept it for its next turn.
+    pub kept_alive: bool,
 }
 
 /// What a run produced.

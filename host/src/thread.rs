@@ -391,9 +391,25 @@ pub(crate) struct Coordinator {
     /// Fork parent (key, record).
     parent: Option<(String, ThreadRecord)>,
     fell_back: Option<String>,
+    /// The record this run persisted and its turn count.
+    persisted: Option<(String, u64)>,
 }
 
 impl Coordinator {
+    /// The active record a plain continue of this run resumes (none for a fork, a fallback
+    /// or a new thread).
+    pub(crate) fn continued_record(&self) -> Option<&ThreadRecord> {
+        if self.parent.is_some() || self.fell_back.is_some() {
+            return None;
+        }
+        self.current.as_ref()
+    }
+
+    /// The record this run persisted (id, turns), once [`finish`](Self::finish) saved it.
+    pub(crate) fn persisted(&self) -> Option<(String, u64)> {
+        self.persisted.clone()
+    }
+
     /// Acquire the lease and decide what to resume. Errors here come before any process
     /// and leave no lease behind.
     pub(crate) async fn begin(
@@ -453,6 +469,7 @@ impl Coordinator {
             current: None,
             parent: None,
             fell_back: None,
+            persisted: None,
         };
         match coordinator.resolve(fork_parent).await {
             Ok(()) => Ok(coordinator),
@@ -685,6 +702,7 @@ impl Coordinator {
             }
             .into());
         }
+        self.persisted = Some((record.id.clone(), record.turns));
         if self.parent.is_some() {
             // The fork has happened: later runs continue the new thread's own session.
             *self.fork_from.lock().map_err(|_| poisoned(&self.key))? = None;

@@ -71,9 +71,7 @@ fn exit(code: u8) -> ExitInfo {
     ExitInfo {
         code: Some(i32::from(code % 3)),
         signal: None,
-        timed_out: false,
-        cancelled: false,
-        no_output: false,
+        ..ExitInfo::default()
     }
 }
 

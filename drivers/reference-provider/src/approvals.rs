@@ -120,6 +120,19 @@ impl<'a> Approver<'a> {
         }
         Ok(parse_response(&id, &text))
     }
+
+    /// `stdio` mode: the next turn's prompt frame, or `None` at end of input.
+    pub fn next_prompt(&mut self) -> Result<Option<String>, String> {
+        let Some(input) = self.input.as_mut() else {
+            return Ok(None);
+        };
+        let mut line = String::new();
+        match input.read_line(&mut line) {
+            Ok(0) => Ok(None),
+            Ok(_) => parse_prompt_frame(&line).map(Some),
+            Err(e) => Err(format!("cannot read the next prompt frame from stdin: {e}")),
+        }
+    }
 }
 
 /// Parses one `approval_response` line for request `id`.
@@ -163,6 +176,11 @@ pub fn read_prompt_frame(input: &mut dyn BufRead) -> Result<String, String> {
     input
         .read_line(&mut line)
         .map_err(|e| format!("cannot read the prompt frame from stdin: {e}"))?;
+    parse_prompt_frame(&line)
+}
+
+/// Parses one `{"type":"user","text":…}` line.
+fn parse_prompt_frame(line: &str) -> Result<String, String> {
     let frame: Value = serde_json::from_str(line.trim())
         .map_err(|e| format!("the first stdin line is not a JSON prompt frame: {e}"))?;
     match (
@@ -170,7 +188,7 @@ pub fn read_prompt_frame(input: &mut dyn BufRead) -> Result<String, String> {
         frame.get("text").and_then(Value::as_str),
     ) {
         (Some("user"), Some(text)) => Ok(text.to_owned()),
-        _ => Err("the first stdin line must be {\"type\":\"user\",\"text\":…}".into()),
+        _ => Err("a prompt line must be {\"type\":\"user\",\"text\":…}".into()),
     }
 }
 

@@ -125,6 +125,9 @@ pub struct Emitter<W: Write> {
     delay: Duration,
     /// Whether a line has been written yet.
     started: bool,
+    /// The session id of the last `session` line written (the next turn of a `stdio`
+    /// provider continues it).
+    pub last_session: Option<String>,
 }
 
 impl<W: Write> Emitter<W> {
@@ -134,11 +137,15 @@ impl<W: Write> Emitter<W> {
             out,
             delay,
             started: false,
+            last_session: None,
         }
     }
 
     /// Writes one event as a JSON line.
     pub fn event(&mut self, event: &Event<'_>) -> io::Result<()> {
+        if let Event::Session { session_id, .. } = event {
+            self.last_session = Some((*session_id).to_owned());
+        }
         let line = serde_json::to_string(event).map_err(io::Error::other)?;
         self.line(&line)
     }

@@ -64,8 +64,9 @@ fn main() -> ExitCode {
                 approvals::Mode::Stdio => Some(&mut stdin),
                 _ => None,
             };
+            let stdio = args.approvals == approvals::Mode::Stdio;
             let mut approver = approvals::Approver::new(args.approvals, input);
-            let config = TurnConfig {
+            let mut config = TurnConfig {
                 model: args
                     .model
                     .unwrap_or_else(|| turn::DEFAULT_MODEL.to_string()),
@@ -77,14 +78,28 @@ fn main() -> ExitCode {
                 json_schema: args.json_schema,
             };
             let mut out = Emitter::new(io::stdout().lock(), Duration::from_millis(args.delay_ms));
-            let code = turn::run(
-                &config,
-                &prompt,
-                &mut out,
-                &mut io::stderr().lock(),
-                &mut approver,
-            );
-            ExitCode::from(code)
+            let mut prompt = prompt;
+            loop {
+                let code = turn::run(
+                    &config,
+                    &prompt,
+                    &mut out,
+                    &mut io::stderr().lock(),
+                    &mut approver,
+                );
+                // In `stdio` mode the process serves further turns of the same session: each
+                // next `{"type":"user"}` line is a turn; end of input ends the process.
+                if !stdio || code != 0 {
+                    return ExitCode::from(code);
+                }
+                prompt = match approver.next_prompt() {
+                    Ok(Some(next)) => next,
+                    Ok(None) => return ExitCode::from(code),
+                    Err(message) => return usage_error(&message),
+                };
+                config.resume = out.last_session.clone();
+                config.fork = false;
+            }
         }
     }
 }

@@ -28,6 +28,7 @@ const CONFIG_FIELDS: &[(&str, &str)] = &[
     ("state_dir", "string"),
     ("delay_ms", "integer"),
     ("extra_args", "array-of-strings"),
+    ("transport", "string"),
 ];
 
 /// The reference driver.
@@ -57,7 +58,7 @@ impl Driver for ReferenceDriver {
                 fork: true,
                 codec: CODEC.into(),
             },
-            persistent_process: false,
+            persistent_process: true,
             structured_output: StructuredOutputCaps {
                 native: true,
                 prompt_validate: true,
@@ -97,7 +98,8 @@ impl Driver for ReferenceDriver {
     }
 
     fn validate_config(config: &Value) -> Result<(), ConfigError> {
-        check_fields(config, CONFIG_FIELDS)
+        check_fields(config, CONFIG_FIELDS)?;
+        json::check_one_of(config, "transport", &["one-shot", "stdio"])
     }
 
     fn config_fingerprint(config: &Value) -> Result<String, ConfigError> {
@@ -126,7 +128,8 @@ fn config_schema() -> Value {
             "model": {"type": "string", "description": "Model name reported by the provider (default reference-1)."},
             "state_dir": {"type": "string", "description": "Directory where the provider keeps sessions."},
             "delay_ms": {"type": "integer", "minimum": 0, "description": "Pause between output lines, in milliseconds."},
-            "extra_args": {"type": "array", "items": {"type": "string"}, "description": "Arguments appended to the command line."}
+            "extra_args": {"type": "array", "items": {"type": "string"}, "description": "Arguments appended to the command line."},
+            "transport": {"type": "string", "enum": ["one-shot", "stdio"], "description": "`stdio`: the prompt travels as a JSON frame and stdin stays open, so a thread can keep the provider for its next turns (resident process). Default `one-shot`: the prompt is stdin itself, except when approvals are asked (then `stdio`)."}
         }
     })
 }
@@ -162,6 +165,9 @@ pub struct ReferenceSession {
     structured: Option<String>,
     /// The provider asks over stdin (`--approvals stdio`).
     asks: bool,
+    /// The prompt travels as a stdin frame and stdin stays open: the process can serve more
+    /// turns (`next-turn`).
+    stdio: bool,
     /// Why the last interrupting refusal was sent (names the failure if the turn ends on it).
     refusal: Option<FailureReason>,
 }
@@ -538,6 +544,8 @@ impl ReferenceSession {
         }
         match status {
             Some(s) if s.code == Some(0) && s.signal.is_none() => None,
+            // A resident turn: the result frame ended it and the process lives on.
+            None => None,
             other => fail(
                 FailureReason::AgentError,
                 format!("the provider {}", describe_exit(other)),
@@ -571,8 +579,36 @@ impl Session for ReferenceSession {
             status: None,
             structured: None,
             asks: false,
+            stdio: false,
             refusal: None,
         }
+    }
+
+    fn next_turn(&mut self, request: RunRequest, out: &mut Actions) -> Result<(), StartError> {
+        if !self.stdio {
+            return Err(StartError::Unsupported(
+                "this provider process was started with the one-shot transport".into(),
+            ));
+        }
+        if self.status.is_some() {
+            return Err(StartError::InvalidRequest(
+                "the provider process has already exited".into(),
+            ));
+        }
+        // A fresh turn state on the same process; partial output lines carry over.
+        let mut next = ReferenceSession::new(request);
+        std::mem::swap(&mut next.stdout, &mut self.stdout);
+        std::mem::swap(&mut next.stderr, &mut self.stderr);
+        let policy = &next.request.policy;
+        next.asks = [policy.permission, policy.plan_review, policy.question]
+            .iter()
+            .any(|m| *m != DecisionMode::Inherit);
+        next.stdio = true;
+        let mut frame = json!({"type": "user", "text": next.request.prompt}).to_string();
+        frame.push('\n');
+        *self = next;
+        out.write_stdin(frame.into_bytes());
+        Ok(())
     }
 
     fn start(&mut self) -> Result<Launch, StartError> {
@@ -651,7 +687,9 @@ impl Session for ReferenceSession {
         self.asks = [policy.permission, policy.plan_review, policy.question]
             .iter()
             .any(|m| *m != DecisionMode::Inherit);
-        let stdin = if self.asks {
+        let stdio = self.asks || str_field(cfg, "transport") == Some("stdio");
+        self.stdio = stdio;
+        let stdin = if stdio {
             // The provider asks over stdin; the prompt travels as the first frame.
             args.extend(["--approvals".to_owned(), "stdio".to_owned()]);
             let mut frame = json!({"type": "user", "text": self.request.prompt}).to_string();
@@ -669,7 +707,7 @@ impl Session for ReferenceSession {
             env: Vec::new(),
             cwd: None,
             stdin,
-            keep_stdin_open: self.asks,
+            keep_stdin_open: stdio,
             files,
         })
     }

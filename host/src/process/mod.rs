@@ -136,6 +136,11 @@ impl PrivateDir {
         std::env::temp_dir().join(format!("adaptor-{run_id}"))
     }
 
+    /// Where it is (it may not exist when the launch asked for no files).
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
     pub(crate) fn create(
         path: PathBuf,
         files: &[crate::bindings::wit::PrivateFile],

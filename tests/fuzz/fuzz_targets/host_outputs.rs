@@ -37,9 +37,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let exit = ExitInfo {
         code: Some(i32::from(code % 3)),
         signal: None,
-        timed_out: false,
-        cancelled: false,
-        no_output: false,
+        ..ExitInfo::default()
     };
     let replay = futures::executor::block_on(replay_session(
         puppet(),

@@ -1,0 +1,206 @@
+//! Resident provider processes: a thread keeps its provider process between turns (reference
+//! driver with `"transport": "stdio"`), one per thread, replaced only once stopped, evicted
+//! when idle, never fed a prompt after it may be stale, and reaped by `Agent::close` and by
+//! dropping the agent.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use adaptor::store::{MemoryStore, ThreadStore};
+use adaptor::{Agent, AgentBuilder, Event, ProcessInfoKind, RunOptions, Spawn, ThreadStart};
+use adaptor_integration_tests::*;
+
+fn stdio_reference(state: &Path) -> adaptor::Driver {
+    adaptor::Driver::from_file(driver_path("reference"))
+        .unwrap()
+        .with_config(serde_json::json!({
+            "command": provider_path().display().to_string(),
+            "state_dir": state.display().to_string(),
+            "transport": "stdio",
+        }))
+        .unwrap()
+}
+
+fn builder(store: Arc<dyn ThreadStore>, state: &Path, ws: &Path) -> AgentBuilder {
+    agent_builder(stdio_reference(state), ws).shared_thread_store(store)
+}
+
+fn spawned_pid(events: &[Event]) -> Option<u32> {
+    events.iter().find_map(|e| match e {
+        Event::ProcessInfo(p) if p.process == ProcessInfoKind::Spawn => p.pid,
+        _ => None,
+    })
+}
+
+fn reused_pid(events: &[Event]) -> Option<u64> {
+    events.iter().find_map(|e| match e {
+        Event::Notice(n) if n.notice == "process.reused" => {
+            n.data.as_ref().and_then(|d| d["pid"].as_u64())
+        }
+        _ => None,
+    })
+}
+
+/// Wait (bounded) until `pid` is gone; false if it never went.
+async fn gone(pid: u32) -> bool {
+    for _ in 0..500 {
+        if !pid_alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_keeps_its_process_across_turns() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = builder(Arc::new(MemoryStore::new()), state.path(), ws.path()).build();
+    let t = agent.thread("resident");
+    let (events, first) = collect(t.stream("hello")).await;
+    let first = first.unwrap();
+    assert!(first.exit.kept_alive, "the process outlives the turn");
+    let pid = spawned_pid(&events).expect("a spawn");
+    assert!(pid_alive(pid));
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, Event::ProcessInfo(p) if p.process == ProcessInfoKind::Exit))
+    );
+
+    let (events, second) = collect(t.stream("again")).await;
+    let second = second.unwrap();
+    assert_eq!(
+        second.text,
+        "Reference reply (turn 2, previously: hello): again"
+    );
+    assert_eq!(second.thread.as_ref().unwrap().start, ThreadStart::Resumed);
+    assert_eq!(spawned_pid(&events), None, "no new process");
+    assert_eq!(reused_pid(&events), Some(pid as u64));
+    assert_eq!(second.checkpoint, t.checkpoint().await.unwrap());
+    let third = t.run("third").await.unwrap();
+    assert_eq!(
+        third.text,
+        "Reference reply (turn 3, previously: again): third"
+    );
+
+    agent.close().await;
+    assert!(!pid_alive(pid), "Agent::close reaps resident processes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_shot_plain_and_idle_runs_do_not_keep_processes() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = builder(Arc::new(MemoryStore::new()), state.path(), ws.path())
+        .resident_idle(Duration::from_millis(300))
+        .build();
+    // A plain run with the same transport: stdin is closed at the end of the turn.
+    let plain = agent.run("plain").await.unwrap();
+    assert!(!plain.exit.kept_alive);
+    assert_eq!(plain.exit.code, Some(0));
+
+    let t = agent.thread("idle");
+    let (events, r) = collect(t.stream("hello")).await;
+    assert!(r.unwrap().exit.kept_alive);
+    let pid = spawned_pid(&events).unwrap();
+    // Spawn::OneShot stops the resident first and runs a process of its own.
+    let (events, r) = collect(t.stream_with("once", RunOptions::new().spawn(Spawn::OneShot))).await;
+    let r = r.unwrap();
+    assert!(!r.exit.kept_alive);
+    assert_eq!(r.exit.code, Some(0));
+    assert_eq!(r.text, "Reference reply (turn 2, previously: hello): once");
+    assert!(
+        !pid_alive(pid),
+        "the resident was stopped before the one-shot run"
+    );
+    assert_ne!(spawned_pid(&events), Some(pid));
+
+    // Idle eviction.
+    let (events, r) = collect(t.stream("kept")).await;
+    assert!(r.unwrap().exit.kept_alive);
+    let pid = spawned_pid(&events).unwrap();
+    assert!(
+        gone(pid).await,
+        "an idle resident is stopped after resident_idle"
+    );
+    let r = t.run("after idle").await.unwrap();
+    assert_eq!(
+        r.text,
+        "Reference reply (turn 4, previously: kept): after idle"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_or_dead_resident_is_replaced_and_never_fed() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = builder(store.clone(), state.path(), ws.path()).build();
+    let t = agent.thread("shared");
+    let (events, r) = collect(t.stream("one")).await;
+    r.unwrap();
+    let pid = spawned_pid(&events).unwrap();
+
+    // Another host runs the thread meanwhile: our resident process is now stale.
+    let other = builder(store.clone(), state.path(), ws.path()).build();
+    let o = other
+        .thread("shared")
+        .run_with("elsewhere", RunOptions::new().spawn(Spawn::OneShot))
+        .await
+        .unwrap();
+    assert_eq!(
+        o.text,
+        "Reference reply (turn 2, previously: one): elsewhere"
+    );
+    let (events, r) = collect(t.stream("back")).await;
+    let r = r.unwrap();
+    assert_eq!(
+        r.text, "Reference reply (turn 3, previously: elsewhere): back",
+        "the stale process was not used"
+    );
+    assert!(!pid_alive(pid), "the stale process was stopped");
+    let pid = spawned_pid(&events).expect("a new process");
+
+    // The resident dies while parked: the next turn starts a new process (nothing was sent).
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    assert!(gone(pid).await);
+    let (events, r) = collect(t.stream("after death")).await;
+    assert_eq!(
+        r.unwrap().text,
+        "Reference reply (turn 4, previously: back): after death"
+    );
+    let pid = spawned_pid(&events).expect("a new process");
+
+    // The resident dies during a turn: the run fails, the prompt is not re-sent anywhere,
+    // and the thread keeps its last healthy checkpoint.
+    let before = t.record().await.unwrap();
+    let (events, r) = collect(t.stream("[[crash]] dies")).await;
+    assert_eq!(reused_pid(&events), Some(pid as u64));
+    let e = run_error(r);
+    assert!(!e.result.exit.kept_alive);
+    assert_eq!(t.record().await.unwrap(), before);
+    assert!(gone(pid).await);
+    let r = t.run("recovered").await.unwrap();
+    assert_eq!(
+        r.text,
+        "Reference reply (turn 5, previously: after death): recovered"
+    );
+}
+
+#[test]
+fn dropping_the_agent_kills_its_resident_processes() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (state, ws) = (tmp(), tmp());
+    let pid = rt.block_on(async {
+        let agent: Agent = builder(Arc::new(MemoryStore::new()), state.path(), ws.path()).build();
+        let (events, r) = collect(agent.thread("dropped").stream("hello")).await;
+        assert!(r.unwrap().exit.kept_alive);
+        spawned_pid(&events).unwrap()
+    });
+    // The agent is gone: its resident's process group was killed on drop.
+    rt.block_on(async { assert!(gone(pid).await, "no resident outlives its agent") });
+}
