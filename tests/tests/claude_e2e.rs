@@ -35,12 +35,18 @@ impl Claude {
     }
 
     fn agent(&self) -> adaptor::AgentBuilder {
+        self.agent_with(json!({}))
+    }
+
+    /// [`agent`](Self::agent) with more driver config fields.
+    fn agent_with(&self, mut config: Value) -> adaptor::AgentBuilder {
         let claude = claude_path()
             .filter(|p| p.exists())
             .unwrap_or_else(|| panic!("the Claude Code CLI is missing: {CLAUDE_INSTALL_HINT}"));
+        config["command"] = json!(claude.display().to_string());
         let driver = adaptor::Driver::from_file(driver_path("claude"))
             .expect("claude.wasm (./x.sh build-drivers)")
-            .with_config(json!({ "command": claude.display().to_string() }))
+            .with_config(config)
             .expect("config");
         let mut builder = Agent::builder(driver)
             .workspace(self.ws.path())
@@ -685,4 +691,68 @@ async fn cancel_interrupts_a_bidirectional_turn_gracefully() {
     let terminal: Value = serde_json::from_str(&e.result.terminal().expect("result").json).unwrap();
     assert_eq!(terminal["subtype"], "error_during_execution", "{terminal}");
     assert_eq!(e.result.exit.signal, None, "{:?}", e.result.exit);
+}
+
+fn reused_pid(events: &[Event]) -> Option<u64> {
+    events.iter().find_map(|e| match e {
+        Event::Notice(n) if n.notice == "process.reused" => {
+            n.data.as_ref().and_then(|d| d["pid"].as_u64())
+        }
+        _ => None,
+    })
+}
+
+fn spawned_pid(events: &[Event]) -> Option<u32> {
+    events.iter().find_map(|e| match e {
+        Event::ProcessInfo(p) if p.process == adaptor::ProcessInfoKind::Spawn => p.pid,
+        _ => None,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_keeps_one_claude_process_across_turns() {
+    let c = Claude::new().await;
+    let agent = c
+        .agent_with(json!({ "transport": "stream-json" }))
+        .thread_store(adaptor::store::MemoryStore::new())
+        .build();
+    let thread = agent.thread("claude-resident");
+    let (events, first) = collect(thread.stream("first turn")).await;
+    let first = first.expect("first");
+    assert_eq!(
+        first.text,
+        "Hello from mock-anthropic! user_msgs=1 you said: first turn"
+    );
+    assert!(first.exit.kept_alive, "the CLI stays for the next turn");
+    let session = valid_checkpoint(&first);
+    let pid = spawned_pid(&events).expect("spawned");
+    let args = first.raw().launch.as_ref().unwrap().args.clone();
+    assert!(
+        args.windows(2)
+            .any(|w| w == ["--input-format", "stream-json"])
+    );
+    assert!(!args.iter().any(|a| a == "--permission-prompt-tool"));
+
+    let (events, second) = collect(thread.stream("second turn")).await;
+    let second = second.expect("second");
+    assert_eq!(
+        second.text,
+        "Hello from mock-anthropic! user_msgs=2 you said: second turn"
+    );
+    assert_eq!(spawned_pid(&events), None, "no new process");
+    assert_eq!(reused_pid(&events), Some(u64::from(pid)));
+    assert_eq!(valid_checkpoint(&second), session, "same session");
+    assert_eq!(second.thread.unwrap().start, ThreadStart::Resumed);
+    served_usage(&second, 1);
+    let sent = c.mock.requests();
+    assert_eq!(sent.len(), 2);
+    assert!(sent[1]["messages"].to_string().contains("first turn"));
+
+    let third = thread.run("third turn").await.expect("third");
+    assert_eq!(
+        third.text,
+        "Hello from mock-anthropic! user_msgs=3 you said: third turn"
+    );
+    agent.close().await;
+    assert!(!pid_alive(pid), "Agent::close stops the resident CLI");
 }

@@ -618,3 +618,62 @@ async fn inspect_reports_the_installed_version_and_warns_outside_the_range() {
     assert_eq!(report.environment.cli_version.as_deref(), Some("0.180.2"));
     assert_eq!(report.environment.status, adaptor::CheckLevel::Warn);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_keeps_one_app_server_across_turns() {
+    let c = Codex::new().await;
+    let agent = c
+        .agent()
+        .thread_store(adaptor::store::MemoryStore::new())
+        .build();
+    let thread = agent.thread("codex-resident");
+    let (events, first) = collect(thread.stream_with("first turn", options(true))).await;
+    let first = first.expect("first");
+    assert_eq!(transport_of(&first), "app-server");
+    assert_eq!(
+        first.text,
+        "Hello from mock-openai! user_msgs=1 you said: first turn"
+    );
+    assert!(
+        first.exit.kept_alive,
+        "the app-server stays for the next turn"
+    );
+    let thread_id = valid_checkpoint(&first);
+    let pid = events
+        .iter()
+        .find_map(|e| match e {
+            Event::ProcessInfo(p) if p.process == adaptor::ProcessInfoKind::Spawn => p.pid,
+            _ => None,
+        })
+        .expect("spawned");
+
+    let (events, second) = collect(thread.stream_with("second turn", options(true))).await;
+    let second = second.expect("second");
+    assert_eq!(
+        second.text,
+        "Hello from mock-openai! user_msgs=2 you said: second turn"
+    );
+    assert!(
+        !events.iter().any(
+            |e| matches!(e, Event::ProcessInfo(p) if p.process == adaptor::ProcessInfoKind::Spawn)
+        ),
+        "no new process"
+    );
+    assert!(events.iter().any(
+        |e| matches!(e, Event::Notice(n) if n.notice == "process.reused"
+        && n.data.as_ref().is_some_and(|d| d["pid"] == pid))
+    ));
+    assert_eq!(valid_checkpoint(&second), thread_id, "same thread");
+    // Usage is this turn's own (the thread total minus the first turn's).
+    let u = second.usage.as_ref().expect("usage");
+    assert_eq!(u.input_tokens, Some(INPUT_TOKENS));
+    assert_eq!(u.output_tokens, Some(OUTPUT_TOKENS));
+    let sent = c.mock.requests();
+    assert_eq!(sent.len(), 2);
+    assert!(sent[1]["input"].to_string().contains("first turn"));
+    agent.close().await;
+    assert!(
+        !pid_alive(pid),
+        "Agent::close stops the resident app-server"
+    );
+}

@@ -39,6 +39,7 @@ const CONFIG_FIELDS: &[(&str, &str)] = &[
     ("effort", "string"),
     ("max_turns", "integer"),
     ("extra_args", "array-of-strings"),
+    ("transport", "string"),
 ];
 
 /// Effort levels the CLI accepts (`--effort`).
@@ -104,7 +105,7 @@ impl Driver for ClaudeDriver {
                 fork: false,
                 codec: CODEC.into(),
             },
-            persistent_process: false,
+            persistent_process: true,
             structured_output: StructuredOutputCaps {
                 native: true,
                 prompt_validate: true,
@@ -147,6 +148,7 @@ impl Driver for ClaudeDriver {
             message,
         };
         json::check_one_of(config, "effort", EFFORTS)?;
+        json::check_one_of(config, "transport", &["auto", "stream-json"])?;
         if config.get("max_turns").is_some() && u64_field(config, "max_turns").unwrap_or(0) == 0 {
             return Err(bad("/max_turns", "`max_turns` must be at least 1".into()));
         }
@@ -194,7 +196,8 @@ fn config_schema() -> Value {
             "model": {"type": "string", "description": "Model or alias (`--model`); a per-run model wins."},
             "effort": {"enum": EFFORTS, "description": "Reasoning effort (`--effort`)."},
             "max_turns": {"type": "integer", "minimum": 1, "description": "Agentic turn limit per run (`--max-turns`)."},
-            "extra_args": {"type": "array", "items": {"type": "string"}, "description": "Arguments appended to the command line; flags the driver sets from the request are refused."}
+            "extra_args": {"type": "array", "items": {"type": "string"}, "description": "Arguments appended to the command line; flags the driver sets from the request are refused."},
+            "transport": {"type": "string", "enum": ["auto", "stream-json"], "description": "`stream-json`: always send the prompt as an SDK `user` frame with stdin kept open (`--input-format stream-json`), so a thread can keep the CLI for its next turns (resident process). Default `auto`: the prompt is stdin text, except when approvals are asked."}
         }
     })
 }
@@ -276,6 +279,9 @@ fn clean_schema(schema: &mut Value) {
 pub(crate) struct Transport {
     /// `--input-format stream-json --permission-prompt-tool stdio`: the CLI asks the host.
     pub bidirectional: bool,
+    /// `--input-format stream-json`: the prompt is a `user` frame and stdin stays open, so
+    /// the process can serve further turns (always when `bidirectional`).
+    pub stream_input: bool,
     /// `--include-partial-messages`: token deltas as `stream_event` frames.
     pub partial: bool,
 }
@@ -302,8 +308,10 @@ pub(crate) fn launch(
     let bidirectional = modes
         .iter()
         .any(|m| matches!(m, DecisionMode::Ask | DecisionMode::AutoDeny));
+    let stream_input = bidirectional || str_field(config, "transport") == Some("stream-json");
     let transport = Transport {
         bidirectional,
+        stream_input,
         partial: request.streaming,
     };
     let mut args: Vec<String> = ["-p", "--output-format", "stream-json", "--verbose"]
@@ -325,7 +333,10 @@ pub(crate) fn launch(
             .iter()
             .map(|s| (*s).to_owned()),
         );
-    } else if policy.permission == DecisionMode::AutoApprove {
+    } else if stream_input {
+        args.extend(["--input-format".to_owned(), "stream-json".to_owned()]);
+    }
+    if !bidirectional && policy.permission == DecisionMode::AutoApprove {
         args.push("--dangerously-skip-permissions".into());
         // The CLI refuses to bypass permissions as root unless it is told it runs sandboxed.
         env.push(("IS_SANDBOX".to_owned(), "1".to_owned()));
@@ -372,7 +383,7 @@ pub(crate) fn launch(
     if let Some(extra) = config.get("extra_args").and_then(Value::as_array) {
         args.extend(extra.iter().filter_map(Value::as_str).map(str::to_owned));
     }
-    let stdin = if bidirectional {
+    let stdin = if stream_input {
         let mut frame = json!({
             "type": "user",
             "session_id": "",
@@ -393,7 +404,7 @@ pub(crate) fn launch(
             env,
             cwd: None,
             stdin,
-            keep_stdin_open: bidirectional,
+            keep_stdin_open: stream_input,
             files,
         },
         transport,

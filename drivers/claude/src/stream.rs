@@ -578,6 +578,8 @@ impl ClaudeSession {
         }
         match status {
             Some(s) if s.code == Some(0) && s.signal.is_none() => None,
+            // A resident turn: the result frame ended it and the CLI waits for the next one.
+            None => None,
             other => fail(
                 FailureReason::AgentError,
                 format!("Claude Code {}", describe_exit(other)),
@@ -621,6 +623,7 @@ impl Session for ClaudeSession {
             config,
             transport: Transport {
                 bidirectional: false,
+                stream_input: false,
                 partial: false,
             },
             stdout: LineFramer::default(),
@@ -645,6 +648,39 @@ impl Session for ClaudeSession {
             malformed: None,
             status: None,
         }
+    }
+
+    fn next_turn(&mut self, request: RunRequest, out: &mut Actions) -> Result<(), StartError> {
+        if !self.transport.stream_input {
+            return Err(StartError::Unsupported(
+                "this Claude Code process reads its prompt as plain stdin (one turn only)".into(),
+            ));
+        }
+        if self.status.is_some() {
+            return Err(StartError::InvalidRequest(
+                "the Claude Code process has already exited".into(),
+            ));
+        }
+        // A fresh turn state on the same process and session; partial lines carry over.
+        let mut next = ClaudeSession::new(request);
+        std::mem::swap(&mut next.stdout, &mut self.stdout);
+        std::mem::swap(&mut next.stderr, &mut self.stderr);
+        next.transport = Transport {
+            partial: next.request.streaming,
+            ..self.transport
+        };
+        next.session_id = self.session_id.take();
+        *self = next;
+        write_frame(
+            out,
+            &json!({
+                "type": "user",
+                "session_id": "",
+                "parent_tool_use_id": null,
+                "message": {"role": "user", "content": self.request.prompt},
+            }),
+        );
+        Ok(())
     }
 
     fn start(&mut self) -> Result<Launch, StartError> {
@@ -739,6 +775,10 @@ impl Session for ClaudeSession {
             outcome
                 .metadata
                 .push(("transport".into(), "stream-json-bidirectional".into()));
+        } else if self.transport.stream_input {
+            outcome
+                .metadata
+                .push(("transport".into(), "stream-json".into()));
         }
         outcome
     }

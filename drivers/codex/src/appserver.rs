@@ -36,7 +36,8 @@ enum Call {
 /// JSON-RPC client state of one run.
 #[derive(Default)]
 pub(crate) struct AppServer {
-    next_id: u64,
+    /// Request ids keep counting across the turns of one process.
+    pub(crate) next_id: u64,
     calls: HashMap<u64, Call>,
     turn_id: Option<String>,
     /// Host approval id → the server request's JSON-RPC id.
@@ -69,6 +70,15 @@ impl CodexSession {
         let id = self.app.next_id;
         self.app.calls.insert(id, call);
         line(&json!({ "id": id, "method": method, "params": params }))
+    }
+
+    /// Another turn on the same app-server process and thread: `turn/start` only (the
+    /// process is initialised and the thread is loaded).
+    pub(crate) fn app_next_turn(&mut self, thread_id: &str) -> Result<Vec<u8>, StartError> {
+        let params = self
+            .turn_params(thread_id)
+            .map_err(StartError::InvalidRequest)?;
+        Ok(self.call(Call::TurnStart, "turn/start", params))
     }
 
     pub(crate) fn app_launch(&mut self) -> Result<Launch, StartError> {

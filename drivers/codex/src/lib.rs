@@ -104,7 +104,7 @@ impl Driver for CodexDriver {
                 fork: false,
                 codec: CODEC.into(),
             },
-            persistent_process: false,
+            persistent_process: true,
             structured_output: StructuredOutputCaps {
                 native: true,
                 prompt_validate: true,

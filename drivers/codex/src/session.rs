@@ -202,6 +202,8 @@ impl CodexSession {
         }
         match status {
             Some(s) if s.code == Some(0) && s.signal.is_none() => None,
+            // A resident turn: `turn/completed` ended it and the app-server lives on.
+            None => None,
             other => fail(
                 FailureReason::AgentError,
                 format!("Codex {}", describe_exit(other)),
@@ -236,6 +238,38 @@ impl Session for CodexSession {
             app: AppServer::default(),
             status: None,
         }
+    }
+
+    fn next_turn(&mut self, request: RunRequest, out: &mut Actions) -> Result<(), StartError> {
+        if self.transport != Transport::AppServer {
+            return Err(StartError::Unsupported(
+                "only the app-server transport serves several turns".into(),
+            ));
+        }
+        if self.status.is_some() {
+            return Err(StartError::InvalidRequest(
+                "the app-server has already exited".into(),
+            ));
+        }
+        let Some(thread_id) = self.thread_id.clone() else {
+            return Err(StartError::InvalidRequest(
+                "the app-server has no thread yet".into(),
+            ));
+        };
+        // A fresh turn state on the same process and thread: partial lines carry over, the
+        // thread's usage total so far is this turn's baseline, request ids keep counting.
+        let mut next = CodexSession::new(request);
+        next.transport = Transport::AppServer;
+        std::mem::swap(&mut next.stdout, &mut self.stdout);
+        std::mem::swap(&mut next.stderr, &mut self.stderr);
+        next.thread_id = Some(thread_id.clone());
+        next.baseline = self.total;
+        next.total = self.total;
+        next.app.next_id = self.app.next_id;
+        *self = next;
+        let frame = self.app_next_turn(&thread_id)?;
+        out.write_stdin(frame);
+        Ok(())
     }
 
     fn start(&mut self) -> Result<Launch, StartError> {

@@ -455,6 +455,9 @@ async fn run(args: RunArgs, fork_from: Option<String>) -> ExitCode {
             valid: true,
         });
     }
+    // One invocation is one turn: nothing would use a kept process (the next turn is another
+    // `adaptor` process), so thread runs start one-shot CLIs that exit cleanly at the end.
+    options = options.spawn(adaptor::Spawn::OneShot);
     let prompt = args.prompt;
     let model = args.model;
     let mut stream = match (&args.thread, fork_from) {
