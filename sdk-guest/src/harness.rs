@@ -95,6 +95,21 @@ impl<S: Session> Harness<S> {
         self.record(|s, out| s.on_timer(id, out))
     }
 
+    /// A resident turn ended (the driver emitted `end-turn`) and the process lives on:
+    /// collect the turn's outcome without an exit, as the host does.
+    pub fn finish_turn(&mut self) -> Outcome {
+        self.session.finish()
+    }
+
+    /// Start another turn on the same (resident) process: `next-turn`'s actions.
+    pub fn next_turn(&mut self, request: RunRequest) -> Result<Vec<Action>, StartError> {
+        let mut out = Actions::new();
+        self.session.next_turn(request, &mut out)?;
+        let out = out.into_vec();
+        self.actions.extend(out.iter().cloned());
+        Ok(out)
+    }
+
     /// Report the exit and collect the outcome.
     pub fn exit(mut self, status: ExitStatus) -> (Vec<Action>, Outcome) {
         self.record(|s, out| s.on_exit(&status, out));

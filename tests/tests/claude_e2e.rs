@@ -742,7 +742,7 @@ async fn a_thread_keeps_one_claude_process_across_turns() {
     assert_eq!(spawned_pid(&events), None, "no new process");
     assert_eq!(reused_pid(&events), Some(u64::from(pid)));
     assert_eq!(valid_checkpoint(&second), session, "same session");
-    assert_eq!(second.thread.unwrap().start, ThreadStart::Resumed);
+    assert_eq!(second.thread.as_ref().unwrap().start, ThreadStart::Resumed);
     served_usage(&second, 1);
     let sent = c.mock.requests();
     assert_eq!(sent.len(), 2);

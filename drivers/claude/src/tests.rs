@@ -536,3 +536,54 @@ fn fuzz_smoke_on_mutated_recordings() {
         adaptor_sdk::harness::fuzz_replay::<ClaudeSession>(&input);
     }
 }
+
+#[test]
+fn the_stream_json_transport_serves_further_turns_on_one_process() {
+    use adaptor_sdk::Action;
+    let mut req = request("hello");
+    req.config_json = json!({"transport": "stream-json"}).to_string();
+    let (mut h, launch) = Harness::<ClaudeSession>::start(req.clone()).expect("start");
+    assert!(launch.keep_stdin_open);
+    assert!(
+        launch
+            .args
+            .windows(2)
+            .any(|w| w == ["--input-format", "stream-json"])
+    );
+    assert!(!launch.args.iter().any(|a| a == "--permission-prompt-tool"));
+    let frame: Value = serde_json::from_slice(&launch.stdin).unwrap();
+    assert_eq!(frame["message"]["content"], "hello");
+    h.stdout(fixture!("plain_text"));
+    assert!(h.actions.iter().any(|a| matches!(a, Action::EndTurn)));
+    let first = h.finish_turn();
+    assert!(
+        first.failure.is_none(),
+        "a resident turn ends without an exit"
+    );
+    let session = first.checkpoint.clone().expect("checkpoint");
+    assert!(session.valid);
+
+    let mut next = req;
+    next.prompt = "again".into();
+    let actions = h.next_turn(next).expect("next turn");
+    let [Action::WriteStdin(bytes)] = actions.as_slice() else {
+        panic!("one stdin frame: {actions:?}")
+    };
+    let frame: Value = serde_json::from_slice(bytes).unwrap();
+    assert_eq!(frame["type"], "user");
+    assert_eq!(frame["message"]["content"], "again");
+    h.stdout(fixture!("plain_text"));
+    let second = h.finish_turn();
+    assert_eq!(
+        second.checkpoint.map(|c| c.state.resume_id),
+        Some(session.state.resume_id)
+    );
+    assert_eq!(second.text, first.text, "the turn state was reset");
+
+    // The default transport reads the prompt as plain stdin: one turn only.
+    let (mut one_shot, _) = Harness::<ClaudeSession>::start(request("x")).expect("start");
+    assert!(matches!(
+        one_shot.next_turn(request("y")),
+        Err(StartError::Unsupported(_))
+    ));
+}

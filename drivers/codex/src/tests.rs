@@ -4,7 +4,7 @@
 
 use super::*;
 use adaptor_sdk::harness::{Harness, request};
-use adaptor_sdk::{Decision, Launch, RunRequest};
+use adaptor_sdk::{Decision, Launch, RunRequest, StartError};
 
 fn start(req: RunRequest) -> Launch {
     Harness::<CodexSession>::start(req).expect("start").1
@@ -394,4 +394,37 @@ fn fuzz_smoke_on_mutated_recordings() {
     for input in adaptor_sdk::harness::fuzz_inputs(&seeds, 1500, 0x5eed) {
         adaptor_sdk::harness::fuzz_replay::<CodexSession>(&input);
     }
+}
+
+#[test]
+fn the_app_server_takes_a_next_turn_on_the_same_thread() {
+    use adaptor_sdk::Action;
+    let mut req = request("hello");
+    req.streaming = true;
+    let (mut h, launch) = Harness::<CodexSession>::start(req.clone()).expect("start");
+    assert_eq!(launch.args[0], "app-server");
+    // Without a thread yet there is nothing to continue.
+    assert!(matches!(
+        h.next_turn(req.clone()),
+        Err(StartError::InvalidRequest(_))
+    ));
+    let (mut h, _) = Harness::<CodexSession>::start(req.clone()).expect("start");
+    h.stdout(b"{\"method\":\"thread/started\",\"params\":{\"thread\":{\"id\":\"thr-1\"}}}\n");
+    let mut next = req;
+    next.prompt = "again".into();
+    let actions = h.next_turn(next).expect("next turn");
+    let [Action::WriteStdin(bytes)] = actions.as_slice() else {
+        panic!("one stdin frame: {actions:?}")
+    };
+    let frame: Value = serde_json::from_slice(bytes).unwrap();
+    assert_eq!(frame["method"], "turn/start");
+    assert_eq!(frame["params"]["threadId"], "thr-1");
+    assert_eq!(frame["params"]["input"][0]["text"], "again");
+    assert_eq!(frame["id"], 2, "request ids keep counting on one process");
+
+    // exec runs one turn per process.
+    let mut exec = request("x");
+    exec.streaming = false;
+    let (mut h, _) = Harness::<CodexSession>::start(exec.clone()).expect("start");
+    assert!(matches!(h.next_turn(exec), Err(StartError::Unsupported(_))));
 }

@@ -293,3 +293,45 @@ fn fuzz_smoke_on_mutated_recordings() {
         adaptor_sdk::harness::fuzz_replay::<ReferenceSession>(&input);
     }
 }
+
+#[test]
+fn the_stdio_transport_serves_further_turns_on_one_process() {
+    use adaptor_sdk::Action;
+    use adaptor_sdk::harness::Harness;
+    let mut req = request("hello");
+    req.config_json = json!({"transport": "stdio"}).to_string();
+    let (mut h, launch) = Harness::<ReferenceSession>::start(req.clone()).expect("start");
+    assert!(launch.keep_stdin_open);
+    assert_eq!(launch.stdin, b"{\"text\":\"hello\",\"type\":\"user\"}\n");
+    h.stdout(HAPPY);
+    assert!(h.actions.iter().any(|a| matches!(a, Action::EndTurn)));
+    let first = h.finish_turn();
+    assert!(
+        first.failure.is_none(),
+        "a resident turn ends without an exit"
+    );
+    assert!(first.checkpoint.as_ref().is_some_and(|c| c.valid));
+
+    let mut next = req;
+    next.prompt = "again".into();
+    let actions = h.next_turn(next).expect("next turn");
+    assert_eq!(
+        actions,
+        vec![Action::WriteStdin(
+            b"{\"text\":\"again\",\"type\":\"user\"}\n".to_vec()
+        )]
+    );
+    h.stdout(HAPPY);
+    let second = h.finish_turn();
+    assert_eq!(
+        second.text, "Reference reply: hello",
+        "the turn state was reset"
+    );
+
+    // The one-shot transport cannot take another turn.
+    let (mut one_shot, _) = Harness::<ReferenceSession>::start(request("x")).expect("start");
+    assert!(matches!(
+        one_shot.next_turn(request("y")),
+        Err(StartError::Unsupported(_))
+    ));
+}
