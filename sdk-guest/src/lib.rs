@@ -119,10 +119,15 @@ pub trait Session: Sized + 'static {
     /// The process ended (stdout and stderr are at EOF).
     fn on_exit(&mut self, status: &ExitStatus, out: &mut Actions);
 
-    /// The turn's outcome.
+    /// The turn's outcome. On a resident process (the host kept it after `end-turn`) this is
+    /// called without `on_exit`: a turn that reached its terminal frame with no exit status
+    /// is a success.
     fn finish(&mut self) -> Outcome;
 
-    /// Start another turn on a resident process. Default: unsupported.
+    /// Start another turn on a resident process (declare `persistent_process`, and launch
+    /// with `keep_stdin_open`). Reset the per-turn state, keep what belongs to the process
+    /// (line framers, ids, the session), and return the frame that submits the prompt.
+    /// `Harness::finish_turn` / `Harness::next_turn` test it natively. Default: unsupported.
     fn next_turn(&mut self, _request: RunRequest, _out: &mut Actions) -> Result<(), StartError> {
         Err(StartError::Unsupported(
             "this driver runs one turn per process".into(),
