@@ -746,18 +746,7 @@ impl Run {
             let stdin = sup.stdin.take();
             let stdin_writer = sup.stdin_writer.take();
             drop(sup);
-            let mut notices = Vec::new();
-            let result = self.classify(outcome, raw, exit, host_failure, &mut notices);
-            for (kind, message) in notices {
-                self.emitter
-                    .emit(Event::Notice(Notice {
-                        meta: blank_meta(),
-                        notice: kind,
-                        message,
-                        data: None,
-                    }))
-                    .await;
-            }
+            let result = self.conclude(outcome, raw, exit, host_failure).await;
             if let Some(stdin) = stdin {
                 self.kept = Some(Resident {
                     session,
@@ -826,6 +815,18 @@ impl Run {
                 bytes: 0,
             }))
             .await;
+        self.conclude(outcome, raw, exit, host_failure).await
+    }
+
+    /// The turn's result from the driver's outcome and the process facts: classify, apply
+    /// the structured-output check, and report the host's corrections as notices.
+    async fn conclude(
+        &mut self,
+        outcome: wit::Outcome,
+        raw: RawStreams,
+        exit: ExitInfo,
+        host_failure: Option<(FailureReason, String)>,
+    ) -> Result<RunResult, Error> {
         let mut notices = Vec::new();
         let result = self.classify(outcome, raw, exit, host_failure, &mut notices);
         let result = match (&self.options.schema, self.mechanism) {
