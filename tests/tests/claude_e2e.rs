@@ -756,3 +756,47 @@ async fn a_thread_keeps_one_claude_process_across_turns() {
     agent.close().await;
     assert!(!pid_alive(pid), "Agent::close stops the resident CLI");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forked_thread_starts_a_new_session_from_the_parent() {
+    let c = Claude::new().await;
+    let agent = c
+        .agent()
+        .thread_store(adaptor::store::MemoryStore::new())
+        .build();
+    let parent = agent.thread("claude-parent");
+    let first = parent.run("first turn").await.expect("first");
+    let parent_session = valid_checkpoint(&first);
+
+    let child = parent.fork("claude-child");
+    let forked = child.run("branch turn").await.expect("fork");
+    assert_eq!(
+        forked.text,
+        "Hello from mock-anthropic! user_msgs=2 you said: branch turn"
+    );
+    let child_session = valid_checkpoint(&forked);
+    assert_ne!(child_session, parent_session, "a fork is a new session");
+    assert!(matches!(
+        forked.thread.as_ref().unwrap().start,
+        ThreadStart::Forked { .. }
+    ));
+    let args = forked.raw().launch.as_ref().unwrap().args.clone();
+    assert!(
+        args.windows(3)
+            .any(|w| w == ["--resume", parent_session.as_str(), "--fork-session"])
+    );
+    assert!(
+        c.mock.requests()[1]["messages"]
+            .to_string()
+            .contains("first turn")
+    );
+
+    // The parent continues its own session, without the branch.
+    let second = parent.run("parent again").await.expect("parent");
+    assert_eq!(valid_checkpoint(&second), parent_session);
+    let history = c.mock.requests()[2]["messages"].to_string();
+    assert!(
+        history.contains("first turn") && !history.contains("branch turn"),
+        "{history}"
+    );
+}

@@ -102,7 +102,7 @@ impl Driver for ClaudeDriver {
                 .collect(),
             sessions: SessionCaps {
                 resume: true,
-                fork: false,
+                fork: true,
                 codec: CODEC.into(),
             },
             persistent_process: true,
@@ -347,12 +347,11 @@ pub(crate) fn launch(
         Toggle::Deny => args.push("--no-chrome".into()),
     }
     if let Some(resume) = &request.resume {
-        if resume.mode == SessionMode::Fork {
-            return Err(StartError::Unsupported(
-                "forking Claude Code sessions is not supported by this driver".into(),
-            ));
-        }
         args.extend(["--resume".to_owned(), resume.state.resume_id.clone()]);
+        if resume.mode == SessionMode::Fork {
+            // A new session id with the parent's history; the parent session is unchanged.
+            args.push("--fork-session".to_owned());
+        }
     }
     if let Some(model) = json::requested_model(request, config) {
         args.extend(["--model".to_owned(), model]);

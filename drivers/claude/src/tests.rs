@@ -587,3 +587,23 @@ fn the_stream_json_transport_serves_further_turns_on_one_process() {
         Err(StartError::Unsupported(_))
     ));
 }
+
+#[test]
+fn fork_resumes_the_parent_into_a_new_session() {
+    let mut req = request("branch");
+    req.resume = Some(adaptor_sdk::Resume {
+        mode: SessionMode::Fork,
+        state: adaptor_sdk::SessionState {
+            resume_id: "parent-session".into(),
+            display_id: None,
+            data: Vec::new(),
+        },
+    });
+    let launch = start(req);
+    assert!(
+        launch
+            .args
+            .windows(3)
+            .any(|w| w == ["--resume", "parent-session", "--fork-session"])
+    );
+}
