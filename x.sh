@@ -132,7 +132,7 @@ case "$cmd" in
     cargo clippy --workspace --all-targets -- -D warnings
     cargo test --workspace "$@"
     # The examples must run, not only compile (the provider on PATH, like a real CLI).
-    for example in quickstart streaming approvals; do
+    for example in quickstart streaming approvals threads; do
       PATH="$TARGET/debug:$PATH" cargo run -q -p agent-adaptor --example "$example" >/dev/null
     done
     echo "x.sh: examples ran"
