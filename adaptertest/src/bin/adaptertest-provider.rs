@@ -3,7 +3,11 @@
 //! Reads the cassette named by `ADAPTERTEST_CASSETTE`, drains its stdin (appending it to
 //! `ADAPTERTEST_STDIN_LOG` when set), writes the recorded stdout/stderr chunks in order — with
 //! the recorded timing, scaled by `ADAPTERTEST_TIMING` (`recorded` = 1.0, the default; `fast`
-//! = 0; or a factor) — and ends with the recorded exit code or signal. Its own arguments are
+//! = 0; or a factor) — and ends with the recorded exit code or signal. A cassette that ends
+//! with exit code 0 ends like a CLI that finished its turn: it first reads its input until the
+//! host closes it (at the end of the turn) or stdin has been quiet for 2 s (at most 10 s in
+//! all), so the frames the driver writes in answer to the output are delivered rather than
+//! lost to a broken pipe. Its own arguments are
 //! ignored: they are whatever the driver under test builds. Exit code 120 means the cassette
 //! could not be used (the message is on stderr).
 
@@ -33,7 +37,11 @@ fn main() {
             .unwrap_or_else(|| fail("ADAPTERTEST_TIMING must be `recorded`, `fast` or a factor")),
     };
     let stdin_log = std::env::var_os("ADAPTERTEST_STDIN_LOG");
-    std::thread::spawn(move || {
+    let start = Instant::now();
+    // Milliseconds since `start` of the last stdin activity.
+    let last_input = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = last_input.clone();
+    let drain = std::thread::spawn(move || {
         let mut log = stdin_log.and_then(|p| {
             std::fs::OpenOptions::new()
                 .create(true)
@@ -47,12 +55,15 @@ fn main() {
             if n == 0 {
                 break;
             }
+            seen.store(
+                start.elapsed().as_millis() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
             if let Some(f) = log.as_mut() {
                 let _ = f.write_all(&buf[..n]);
             }
         }
     });
-    let start = Instant::now();
     let mut stdout = std::io::stdout().lock();
     let mut stderr = std::io::stderr().lock();
     for chunk in &cassette.chunks {
@@ -69,6 +80,19 @@ fn main() {
         if written.is_err() {
             // The reader went away (the host stopped us): end like a killed CLI.
             std::process::exit(141);
+        }
+    }
+    if cassette.exit.signal.is_none() && cassette.exit.code == Some(0) {
+        let output_done = start.elapsed();
+        let cap = output_done + Duration::from_secs(10);
+        loop {
+            let now = start.elapsed();
+            let last = Duration::from_millis(last_input.load(std::sync::atomic::Ordering::Relaxed))
+                .max(output_done);
+            if drain.is_finished() || now >= cap || now - last >= Duration::from_secs(2) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
     if let Some(signal) = cassette.exit.signal {
