@@ -554,7 +554,8 @@ async fn thread_lifecycle_on(store: Arc<dyn ThreadStore>) {
     let other = agent_builder(reference(state.path()), ws.path())
         .shared_thread_store(store.clone())
         .build();
-    let mut slow = t.stream("[[sleep 1500]] slow");
+    // A run that holds the key until it is cancelled (no timing involved).
+    let mut slow = t.stream("[[sleep 60000]] slow");
     // Wait for RunStarted: the lease is held from before it.
     loop {
         match futures::StreamExt::next(&mut slow).await {
@@ -568,10 +569,9 @@ async fn thread_lifecycle_on(store: Arc<dyn ThreadStore>) {
         matches!(thread_error(busy), ThreadError::Busy { .. }),
         "{kind}"
     );
-    assert_eq!(
-        slow.result().await.unwrap().thread.unwrap().start,
-        ThreadStart::Resumed
-    );
+    slow.cancel();
+    let cancelled = adaptor_integration_tests::run_error(slow.result().await);
+    assert_eq!(cancelled.reason, FailureReason::Cancelled, "{kind}");
 
     // The provider forgets the session: one explicit fresh fallback, old record archived.
     let old = t.record().await.unwrap().unwrap();
