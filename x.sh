@@ -52,8 +52,10 @@ ensure_postgres() {
     [[ -x "$initdb" ]] && return 0
   done
   echo "x.sh: installing Debian's postgresql (server binaries for the store tests)" >&2
-  apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >&2
+  local sudo=()
+  [[ "$(id -u)" -eq 0 ]] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq >&2
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >&2
 }
 
 ensure_wasm_target() {
