@@ -204,3 +204,47 @@ fn dropping_the_agent_kills_its_resident_processes() {
     // The agent is gone: its resident's process group was killed on drop.
     rt.block_on(async { assert!(gone(pid).await, "no resident outlives its agent") });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_work_on_every_turn_of_a_resident_process() {
+    use adaptor::{ApprovalPolicy, DecisionMode, Policy};
+    let (state, ws) = (tmp(), tmp());
+    let agent = builder(Arc::new(MemoryStore::new()), state.path(), ws.path())
+        .policy(Policy {
+            approvals: ApprovalPolicy {
+                permission: DecisionMode::Ask,
+                ..ApprovalPolicy::default()
+            },
+            ..Policy::default()
+        })
+        .on_approval(|req| async move {
+            req.approve().expect("first answer");
+        })
+        .build();
+    let t = agent.thread("asking");
+    let mut pid = None;
+    for (turn, prompt) in ["[[ask-permission]] one", "[[ask-permission]] two"]
+        .into_iter()
+        .enumerate()
+    {
+        let (events, r) = collect(t.stream(prompt)).await;
+        let r = r.unwrap_or_else(|e| panic!("turn {turn}: {e}"));
+        assert!(r.exit.kept_alive, "turn {turn}");
+        let asked = events
+            .iter()
+            .filter(|e| matches!(e, Event::ApprovalRequest(_)))
+            .count();
+        assert_eq!(asked, 1, "turn {turn}: one approval request");
+        assert!(
+            events.iter().any(|e| matches!(e, Event::ApprovalResolved(a)
+                if a.resolution == adaptor::Resolution::Approved { updated_input: None })),
+            "turn {turn}: approved"
+        );
+        match pid {
+            None => pid = spawned_pid(&events),
+            Some(p) => assert_eq!(reused_pid(&events), Some(u64::from(p)), "turn {turn}"),
+        }
+    }
+    agent.close().await;
+    assert!(pid.is_some_and(|p| !pid_alive(p)));
+}
