@@ -3,11 +3,16 @@
 #
 #   ./x.sh run [adaptor run flags] "PROMPT"   build everything, run a prompt (reference driver by default)
 #   ./x.sh test                                fmt check, clippy, build drivers, the whole test suite
+#   ./x.sh install [--prefix DIR] [--profile release|dev]
+#                                              install adaptor, adaptertest, reference-provider and the
+#                                              built-in drivers under DIR (default ~/.local)
 #   ./x.sh build-drivers                       build the WASM drivers into $TARGET/drivers
 #   ./x.sh bench                               turn-overhead / compile and 1000-run load benchmarks (release)
 #   ./x.sh reports                             regenerate the conformance report in each driver README
 #
 # CARGO_TARGET_DIR is honoured; drivers land in "$CARGO_TARGET_DIR/drivers".
+# `run` and `test` build with one and the same cargo invocation (build_workspace), so they
+# share every compiled crate: wasmtime is built once, whichever command comes first.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -113,8 +118,55 @@ build_drivers() {
   cargo build --profile driver --target wasm32-unknown-unknown -p reference-driver >&2
 }
 
-build_host() {
-  cargo build -p agent-adaptor -p reference-provider -p adaptertest >&2
+# The one native build. `run` and `test` both use it: the same package and target selection
+# gives the same feature resolution, so nothing (wasmtime above all) is compiled twice. A
+# narrower selection (`-p agent-adaptor`) or dropping `--all-targets` would unify other
+# features (dev-dependencies, the tests crate's) and rebuild wasmtime — measured: 6 min.
+build_workspace() {
+  cargo build --workspace --all-targets >&2
+}
+
+# Copy the installable files into a prefix: bin/{adaptor,adaptertest,adaptertest-provider,
+# reference-provider} and share/agent-adaptor/drivers/*.wasm (where `adaptor` looks,
+# relative to its own bin/). Files are replaced atomically (copy, then rename).
+install_into() {
+  local prefix="$1" bin_src="$2"
+  mkdir -p "$prefix/bin" "$prefix/share/agent-adaptor/drivers"
+  local exe
+  for exe in adaptor adaptertest adaptertest-provider reference-provider; do
+    install -m 0755 "$bin_src/$exe" "$prefix/bin/.$exe.tmp"
+    mv "$prefix/bin/.$exe.tmp" "$prefix/bin/$exe"
+  done
+  local entry name
+  for entry in "${DRIVERS[@]}"; do
+    name="${entry##*:}"
+    install -m 0644 "$TARGET/drivers/$name.wasm" "$prefix/share/agent-adaptor/drivers/.$name.wasm.tmp"
+    mv "$prefix/share/agent-adaptor/drivers/.$name.wasm.tmp" "$prefix/share/agent-adaptor/drivers/$name.wasm"
+  done
+  echo "x.sh: installed adaptor, adaptertest, reference-provider and ${#DRIVERS[@]} drivers under $prefix" >&2
+  case ":$PATH:" in
+    *":$prefix/bin:"*) ;;
+    *) echo "x.sh: add $prefix/bin to your PATH to run \`adaptor\` from anywhere" >&2 ;;
+  esac
+}
+
+# The installed layout works from anywhere: a scratch HOME (so no user drivers or config
+# count), a working directory outside the clone, a PATH without the build tree.
+install_smoke_test() {
+  local scratch
+  scratch="$(mktemp -d)"
+  install_into "$scratch/prefix" "$TARGET/debug" 2>/dev/null
+  mkdir -p "$scratch/home" "$scratch/elsewhere"
+  local out
+  out="$(cd "$scratch/elsewhere" && env -i HOME="$scratch/home" PATH="$scratch/prefix/bin:/usr/bin:/bin" \
+      adaptor run "installed hello")"
+  rm -rf "$scratch"
+  if [[ "$out" != *"Reference reply: installed hello"* ]]; then
+    echo "x.sh: the installed adaptor did not answer from outside the clone:" >&2
+    echo "$out" >&2
+    exit 1
+  fi
+  echo "x.sh: the installed adaptor ran a prompt from outside the clone"
 }
 
 cmd="${1:-help}"
@@ -122,7 +174,7 @@ shift || true
 case "$cmd" in
   run)
     build_drivers
-    build_host
+    build_workspace
     exec "$TARGET/debug/adaptor" run "$@"
     ;;
   test)
@@ -130,26 +182,47 @@ case "$cmd" in
     ensure_clis
     ensure_postgres
     build_drivers
-    # Build every target (bins included) in one invocation with the same feature resolution
-    # as `cargo test --workspace`, so the test step reuses it instead of rebuilding wasmtime
-    # with other unified features (measured: ≈ 8 min of a cold run).
-    cargo build --workspace --all-targets >&2
+    build_workspace
     cargo clippy --workspace --all-targets -- -D warnings
     cargo test --workspace "$@"
-    # The examples must run, not only compile (the provider on PATH, like a real CLI).
-    # They were built above with the workspace's features; `cargo run -p` would rebuild
-    # wasmtime with the host crate's own feature set.
+    # The examples must run, not only compile. They run as an application would: in a
+    # scratch workspace outside the clone, with the provider on PATH like a real CLI (a PATH
+    # entry inside the workspace is never trusted). They were built above with the
+    # workspace's features; `cargo run -p` would rebuild wasmtime with another feature set.
+    scratch="$(mktemp -d)"
     for example in quickstart streaming approvals threads; do
-      PATH="$TARGET/debug:$PATH" "$TARGET/debug/examples/$example" >/dev/null
+      (cd "$scratch" && PATH="$TARGET/debug:$PATH" "$TARGET/debug/examples/$example" >/dev/null)
     done
+    rm -rf "$scratch"
     echo "x.sh: examples ran"
+    install_smoke_test
+    ;;
+  install)
+    prefix="$HOME/.local" profile=release
+    while [[ $# -gt 0 ]]; do
+      case "$1" in
+        --prefix) prefix="${2:?--prefix needs a directory}"; shift 2 ;;
+        --profile) profile="${2:?--profile needs release or dev}"; shift 2 ;;
+        *) echo "x.sh install: unknown argument $1 (use --prefix DIR, --profile release|dev)" >&2; exit 2 ;;
+      esac
+    done
+    build_drivers
+    case "$profile" in
+      release)
+        cargo build --release -p adaptor-cli -p adaptertest -p reference-provider >&2
+        install_into "$prefix" "$TARGET/release" ;;
+      dev)
+        build_workspace
+        install_into "$prefix" "$TARGET/debug" ;;
+      *) echo "x.sh install: --profile must be release or dev" >&2; exit 2 ;;
+    esac
     ;;
   build-drivers)
     build_drivers
     ;;
   reports)
     build_drivers
-    build_host
+    build_workspace
     for entry in "${DRIVERS[@]}"; do
       crate="${entry%%:*}" name="${entry##*:}"
       dir="drivers/$name"
@@ -168,7 +241,7 @@ PY
     ;;
   bench)
     build_drivers
-    cargo build --release -p agent-adaptor -p reference-provider >&2
+    cargo build --release -p adaptor-cli -p reference-provider >&2
     cargo bench -p adaptor-integration-tests --bench turn_overhead
     cargo bench -p adaptor-integration-tests --bench load
     ;;

@@ -323,7 +323,14 @@ impl AgentBuilder {
         self
     }
 
-    /// An extra directory searched for the provider program after PATH.
+    /// An extra directory searched for the provider program after PATH (a bare program
+    /// name only; a configured absolute `command` is used as it is).
+    ///
+    /// `PATH` entries that are relative or lie inside the run's workspace are skipped, so a
+    /// checked-out repository cannot plant a fake CLI. A directory named here is the host's
+    /// own choice and is searched wherever it lies — also inside the workspace (the `adaptor`
+    /// CLI names its own directory, which is `./target/debug` when run from a clone).
+    /// A relative directory is ignored.
     pub fn program_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.settings.program_dirs.push(dir.into());
         self

@@ -262,7 +262,9 @@ impl Driver {
 /// 1. each entry of `$ADAPTOR_DRIVER_PATH` (`:`-separated);
 /// 2. `drivers/` beside the running executable, and in its parent and grandparent
 ///    directories (so `target/debug/adaptor` finds `target/drivers/`);
-/// 3. the user data directory (`~/.local/share/agent-adaptor/drivers`).
+/// 3. `share/agent-adaptor/drivers` under the executable's prefix (`PREFIX/bin/adaptor`
+///    finds `PREFIX/share/agent-adaptor/drivers`, where `./x.sh install` puts them);
+/// 4. the user data directory (`~/.local/share/agent-adaptor/drivers`).
 ///
 /// Only directories that exist are returned.
 pub fn driver_dirs() -> Vec<PathBuf> {
@@ -276,6 +278,9 @@ pub fn driver_dirs() -> Vec<PathBuf> {
             let Some(d) = dir else { break };
             dirs.push(d.join("drivers"));
             dir = d.parent().map(Path::to_path_buf);
+        }
+        if let Some(prefix) = exe.parent().and_then(Path::parent) {
+            dirs.push(prefix.join("share").join("agent-adaptor").join("drivers"));
         }
     }
     if let Some(data) = dirs::data_dir() {

@@ -147,19 +147,32 @@ pub fn assert_exit(out: &std::process::Output, code: i32) {
     );
 }
 
-/// The built `adaptor` CLI (`cargo build -p agent-adaptor`) with stdin closed, looking up
-/// built-in drivers (`--driver claude`) in this build's `drivers/` directory only.
+/// The built `adaptor` CLI (`cargo build -p adaptor-cli`) with stdin closed, looking up
+/// built-in drivers (`--driver claude`) in this build's `drivers/` directory only, and
+/// reading no config file (the developer's own `~/.config/agent-adaptor/config.toml` must not
+/// change what a test runs).
 pub fn adaptor_cli() -> std::process::Command {
+    let exe = adaptor_exe();
+    let mut cmd = std::process::Command::new(exe);
+    cmd.stdin(std::process::Stdio::null())
+        .env("ADAPTOR_DRIVER_PATH", target_dir().join("drivers"))
+        .env("XDG_CONFIG_HOME", NO_CONFIG_DIR)
+        .env_remove("ADAPTOR_CONFIG");
+    cmd
+}
+
+/// An `XDG_CONFIG_HOME` that holds no config file.
+pub const NO_CONFIG_DIR: &str = "/nonexistent/agent-adaptor-tests/config";
+
+/// Path of the built `adaptor` binary (panics with a hint when it is missing).
+pub fn adaptor_exe() -> PathBuf {
     let exe = bin_dir().join("adaptor");
     assert!(
         exe.is_file(),
-        "{} is missing: build it first (`cargo build -p agent-adaptor`)",
+        "{} is missing: build it first (`cargo build -p adaptor-cli`; ./x.sh test does)",
         exe.display()
     );
-    let mut cmd = std::process::Command::new(exe);
-    cmd.stdin(std::process::Stdio::null())
-        .env("ADAPTOR_DRIVER_PATH", target_dir().join("drivers"));
-    cmd
+    exe
 }
 
 /// The stdout lines of a finished `adaptor … --json` command that exited 0, each parsed as

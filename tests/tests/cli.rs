@@ -6,15 +6,7 @@ use std::time::Duration;
 use adaptor_integration_tests::*;
 
 fn adaptor() -> Command {
-    let exe = bin_dir().join("adaptor");
-    assert!(
-        exe.is_file(),
-        "{} is missing: build it first (`./x.sh test` does)",
-        exe.display()
-    );
-    let mut cmd = Command::new(exe);
-    cmd.stdin(Stdio::null());
-    cmd
+    adaptor_cli()
 }
 
 fn config(state: &std::path::Path) -> String {
@@ -450,4 +442,327 @@ fn approve_auto_and_deny_answer_without_asking() {
         "{stdout}"
     );
     assert!(stdout.contains("Reference reply: hi"), "{stdout}");
+}
+
+/// The first-five-minutes failure: `./x.sh run "Say hello"` from a fresh clone runs
+/// `./target/debug/adaptor` with the clone as its workspace, so the directory holding
+/// `adaptor` and `reference-provider` lies inside the workspace — and PATH does not have it.
+/// The CLI names its own directory as a program directory, which is trusted wherever it is.
+#[test]
+fn the_provider_beside_adaptor_is_found_when_the_build_dir_is_inside_the_workspace() {
+    let state = tempfile::tempdir().unwrap();
+    // The directory above `target/` (the clone, or the CI cache's parent): the build dir is
+    // inside this workspace.
+    let workspace = target_dir().parent().unwrap().to_path_buf();
+    assert!(bin_dir().starts_with(&workspace));
+    let out = adaptor()
+        .current_dir(&workspace)
+        .env("PATH", "/usr/bin:/bin")
+        .args(["run", "--config", &config(state.path()), "fresh clone"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Reference reply: fresh clone"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // A PATH entry inside the workspace is still never trusted: with the binary's own
+    // directory out of the picture (a config naming the program by bare name resolves
+    // through PATH, then the CLI's directory) the error says what was skipped.
+    let out = adaptor()
+        .current_dir(bin_dir())
+        .env("PATH", bin_dir())
+        .args([
+            "run",
+            "--config",
+            r#"{"command":"no-such-provider-anywhere"}"#,
+            "hi",
+        ])
+        .output()
+        .unwrap();
+    assert_exit(&out, 2);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("skipped 1 PATH entry") && stderr.contains("no-such-provider-anywhere"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_closed_stdout_ends_the_run_quietly_with_141() {
+    use std::io::BufRead;
+    let state = tempfile::tempdir().unwrap();
+    let mut child = adaptor()
+        .args([
+            "run",
+            "--json",
+            "--config",
+            &config(state.path()),
+            "[[spam 200000]] [[sleep 300]] a long answer",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut provider = None;
+    for line in lines.by_ref().take(50) {
+        let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if v["kind"] == "process_info" && v["process"] == "spawn" {
+            provider = v["pid"].as_u64().map(|p| p as u32);
+            break;
+        }
+    }
+    let provider = provider.expect("the spawn is among the first events");
+    drop(lines); // `| head`: the reader goes away
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("Broken pipe"), "quiet: {stderr}");
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        !pid_alive(provider),
+        "the run was cancelled, its provider stopped"
+    );
+
+    // Every command survives it, not only `run`.
+    let mut child = adaptor()
+        .args(["completions", "bash"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    assert!(matches!(status.code(), Some(0 | 141)), "{status:?}");
+}
+
+#[test]
+fn colour_follows_the_flag_and_no_color() {
+    let state = tempfile::tempdir().unwrap();
+    let run = |color: Option<&str>, no_color: bool| {
+        let mut cmd = adaptor();
+        cmd.arg("run").args(["--config", &config(state.path())]);
+        if let Some(c) = color {
+            cmd.args(["--color", c]);
+        }
+        if no_color {
+            cmd.env("NO_COLOR", "1");
+        } else {
+            cmd.env_remove("NO_COLOR");
+        }
+        let out = cmd.arg("colour").output().unwrap();
+        assert_exit(&out, 0);
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // Into a pipe: no escape codes unless asked for.
+    assert!(!run(None, false).contains('\x1b'));
+    assert!(run(Some("always"), false).contains("\x1b[2m"));
+    assert!(
+        run(Some("always"), true).contains("\x1b[2m"),
+        "the flag wins"
+    );
+    assert!(!run(Some("never"), false).contains('\x1b'));
+    // On a terminal: colour, unless NO_COLOR or --color never.
+    let on_tty = |extra: &str, no_color: bool| {
+        let line = format!(
+            "{} run --config '{}' {extra} 'tty colour'",
+            adaptor_exe().display(),
+            config(state.path())
+        );
+        let mut cmd = Command::new("script");
+        cmd.args(["-qec", &line, "/dev/null"])
+            .env("XDG_CONFIG_HOME", NO_CONFIG_DIR)
+            .env("TERM", "xterm")
+            .stdin(Stdio::null());
+        if no_color {
+            cmd.env("NO_COLOR", "1");
+        } else {
+            cmd.env_remove("NO_COLOR");
+        }
+        let out = cmd.output().expect("script(1) runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let final_line = |text: &str| {
+        text.lines()
+            .find(|l| l.contains("model reference-1"))
+            .unwrap_or_else(|| panic!("no final line in {text:?}"))
+            .to_owned()
+    };
+    assert!(final_line(&on_tty("", false)).contains("\x1b[2m"));
+    assert!(!final_line(&on_tty("", true)).contains("\x1b[2m"));
+    assert!(!final_line(&on_tty("--color never", false)).contains("\x1b[2m"));
+}
+
+#[test]
+fn a_live_status_line_shows_on_a_terminal_only() {
+    let state = tempfile::tempdir().unwrap();
+    let prompt = "[[sleep 1200]] status please";
+    let line = format!(
+        "{} run --config '{}' '{prompt}'",
+        adaptor_exe().display(),
+        config(state.path())
+    );
+    let out = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env("XDG_CONFIG_HOME", NO_CONFIG_DIR)
+        .env("TERM", "xterm")
+        .env_remove("ADAPTOR_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("script(1) runs");
+    let screen = String::from_utf8_lossy(&out.stdout);
+    let status_at = screen
+        .find("waiting for the agent")
+        .unwrap_or_else(|| panic!("no status line: {screen:?}"));
+    let text_at = screen
+        .find("Reference reply: status please")
+        .expect("the reply");
+    assert!(status_at < text_at, "the status comes while waiting");
+    // Cleared (erase line) before the text is printed, and not drawn again after it.
+    let cleared = screen[status_at..text_at].rfind("\x1b[2K");
+    assert!(cleared.is_some(), "erased before printing: {screen:?}");
+    assert!(!screen[text_at..].contains("waiting for the agent"));
+
+    // Not a terminal: never drawn (neither on stdout nor on stderr).
+    let out = adaptor()
+        .args(["run", "--config", &config(state.path()), prompt])
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    for stream in [&out.stdout, &out.stderr] {
+        let text = String::from_utf8_lossy(stream);
+        assert!(
+            !text.contains("waiting for") && !text.contains('\x1b'),
+            "{text:?}"
+        );
+    }
+}
+
+#[test]
+fn the_config_file_sets_defaults_and_flags_win() {
+    let state = tempfile::tempdir().unwrap();
+    let xdg = tempfile::tempdir().unwrap();
+    std::fs::create_dir(xdg.path().join("agent-adaptor")).unwrap();
+    let file = xdg.path().join("agent-adaptor").join("config.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "driver = \"reference\"\nmodel = \"reference-2\"\npolicy = \"read-only\"\n\n\
+             [drivers.reference]\nstate_dir = {:?}\n",
+            state.path().display().to_string()
+        ),
+    )
+    .unwrap();
+    let with_file = || {
+        let mut cmd = adaptor();
+        cmd.env("XDG_CONFIG_HOME", xdg.path());
+        cmd
+    };
+    let show = with_file()
+        .args(["config", "show", "--json", "--model", "reference-3"])
+        .output()
+        .unwrap();
+    assert_exit(&show, 0);
+    let doc: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(doc["config_file"]["loaded"], true);
+    assert_eq!(doc["driver"]["source"], "config file (driver)");
+    assert_eq!(
+        doc["config"]["value"]["state_dir"],
+        state.path().display().to_string()
+    );
+    assert_eq!(doc["config"]["source"], "config file (drivers.reference)");
+    assert_eq!(doc["model"]["value"], "reference-3");
+    assert_eq!(doc["model"]["source"], "flag --model");
+    assert_eq!(doc["policy"]["value"], "read-only");
+    assert!(
+        doc["store"]["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("default")
+    );
+    let readable = with_file().args(["config", "show"]).output().unwrap();
+    assert_exit(&readable, 0);
+    let readable = String::from_utf8_lossy(&readable.stdout);
+    assert!(
+        readable.contains(&format!("{} (loaded)", file.display()))
+            && readable.contains("config file (model)"),
+        "{readable}"
+    );
+
+    // A run uses the file (model, policy, driver config) ...
+    let out = with_file()
+        .args(["run", "--json", "from file"])
+        .output()
+        .unwrap();
+    let lines = json_lines(&out);
+    let result = lines.last().unwrap();
+    assert_eq!(result["model"], "reference-2");
+    assert!(
+        spawned_command(&lines).contains("--sandbox read-only"),
+        "{}",
+        spawned_command(&lines)
+    );
+    // ... and a flag wins.
+    let out = with_file()
+        .args(["run", "--json", "--model", "reference-1", "from flag"])
+        .output()
+        .unwrap();
+    assert_eq!(json_lines(&out).last().unwrap()["model"], "reference-1");
+
+    // A wrong key is a usage error naming the file and the key; nothing runs.
+    std::fs::write(&file, "modle = \"reference-2\"\n").unwrap();
+    let out = with_file().args(["run", "hi"]).output().unwrap();
+    assert_exit(&out, 2);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("modle") && stderr.contains(&file.display().to_string()),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+    // An explicit ADAPTOR_CONFIG must exist.
+    let out = adaptor()
+        .env("ADAPTOR_CONFIG", xdg.path().join("missing.toml"))
+        .args(["config", "show"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
+}
+
+#[test]
+fn completions_for_each_shell_and_help_with_examples() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = adaptor().args(["completions", shell]).output().unwrap();
+        assert_exit(&out, 0);
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            script.contains("adaptor") && script.contains("threads"),
+            "{shell}"
+        );
+        if shell == "bash" {
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("adaptor.bash");
+            std::fs::write(&file, &script).unwrap();
+            let check = Command::new("bash").arg("-n").arg(&file).output().unwrap();
+            assert!(check.status.success(), "{check:?}");
+        }
+    }
+    let out = adaptor().args(["completions", "tcsh"]).output().unwrap();
+    assert_exit(&out, 2);
+    for sub in [
+        &["--help"][..],
+        &["run", "--help"],
+        &["inspect", "--help"],
+        &["threads", "--help"],
+        &["drivers", "--help"],
+        &["config", "show", "--help"],
+        &["completions", "--help"],
+    ] {
+        let out = adaptor().args(sub).output().unwrap();
+        assert_exit(&out, 0);
+        let help = String::from_utf8(out.stdout).unwrap();
+        assert!(help.contains("Examples:\n  adaptor "), "{sub:?}: {help}");
+    }
 }

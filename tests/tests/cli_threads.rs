@@ -26,14 +26,7 @@ impl Fixture {
     }
 
     fn adaptor(&self) -> Command {
-        let exe = bin_dir().join("adaptor");
-        assert!(
-            exe.is_file(),
-            "{} is missing: build it first",
-            exe.display()
-        );
-        let mut cmd = Command::new(exe);
-        cmd.stdin(Stdio::null());
+        let mut cmd = adaptor_cli();
         // Never touch the user's default store from a test.
         cmd.env("ADAPTOR_THREAD_DB", self.db.path().join("default.sqlite3"));
         cmd

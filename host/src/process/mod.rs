@@ -64,8 +64,13 @@ impl Sig {
 /// Resolve `program` to an absolute path.
 ///
 /// A name with a `/` must be absolute. A bare name is looked up in the `PATH` entries that are
-/// absolute and not inside `workspace` (so a checked-out repository cannot plant a fake CLI),
-/// then in `extra_dirs`.
+/// absolute and not inside `workspace` (so a checked-out repository cannot plant a fake CLI
+/// through a relative or in-repository `PATH` entry such as `node_modules/.bin`), then in
+/// `extra_dirs` — the directories the embedding host named itself
+/// (`AgentBuilder::program_dir`, e.g. the directory of the `adaptor` binary). Those are the
+/// host's own choice, not the environment's or the repository's, so they are trusted wherever
+/// they are: a build tree inside the workspace (`./target/debug` when running from a clone) or
+/// `~/.local/bin` under a workspace of `~` must not hide the host's own programs.
 pub(crate) fn resolve_program(
     program: &str,
     path_var: Option<&std::ffi::OsStr>,
@@ -86,27 +91,44 @@ pub(crate) fn resolve_program(
             Err(format!("{program} is not an executable file"))
         };
     }
-    let mut searched = Vec::new();
-    let dirs = path_var
+    let path_dirs = path_var
         .map(|p| std::env::split_paths(p).collect::<Vec<_>>())
         .unwrap_or_default();
-    for dir in dirs.iter().chain(extra_dirs) {
+    let mut skipped = 0;
+    let mut searched = 0;
+    for dir in &path_dirs {
         if !dir.is_absolute() {
+            skipped += 1;
             continue;
         }
         let canonical = dir.canonicalize().unwrap_or_else(|_| dir.clone());
         if canonical.starts_with(workspace) {
+            skipped += 1;
             continue;
         }
+        searched += 1;
         let candidate = dir.join(program);
         if is_executable(&candidate) {
             return Ok(candidate);
         }
-        searched.push(dir.display().to_string());
     }
+    for dir in extra_dirs.iter().filter(|d| d.is_absolute()) {
+        searched += 1;
+        let candidate = dir.join(program);
+        if is_executable(&candidate) {
+            return Ok(candidate);
+        }
+    }
+    let skipped = match skipped {
+        0 => String::new(),
+        n => format!(
+            "; skipped {n} PATH entr{} that {} relative or inside the workspace",
+            if n == 1 { "y" } else { "ies" },
+            if n == 1 { "is" } else { "are" }
+        ),
+    };
     Err(format!(
-        "not on PATH (searched {} directories outside the workspace); set the driver config's `command` to its absolute path",
-        searched.len()
+        "not on PATH (searched {searched} directories{skipped}); put it on PATH or set the driver config's `command` to its absolute path"
     ))
 }
 
@@ -198,6 +220,37 @@ mod tests {
         .unwrap();
         let got = resolve_program("sh", Some(&path), &ws_path, &[]).unwrap();
         assert!(!got.starts_with(&ws_path), "{got:?}");
+    }
+
+    /// The first-five-minutes failure: `./x.sh run` from a fresh clone runs
+    /// `./target/debug/adaptor` with the clone as workspace, so the host's own program
+    /// directory lies inside the workspace. The host named it itself: it is searched.
+    #[test]
+    fn host_program_dirs_inside_the_workspace_are_searched() {
+        let ws = tempfile::tempdir().unwrap();
+        let ws_path = ws.path().canonicalize().unwrap();
+        let bin = ws_path.join("target").join("debug");
+        std::fs::create_dir_all(&bin).unwrap();
+        let provider = bin.join("reference-provider");
+        std::fs::write(&provider, "#!/bin/sh\n").unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&provider, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let path = std::env::join_paths([bin.clone(), PathBuf::from("/usr/bin")]).unwrap();
+        // On PATH only, inside the workspace: refused, and the error says why.
+        let err = resolve_program("reference-provider", Some(&path), &ws_path, &[]).unwrap_err();
+        assert!(err.contains("skipped 1 PATH entry"), "{err}");
+        // Named by the host: found.
+        let got = resolve_program(
+            "reference-provider",
+            Some(&path),
+            &ws_path,
+            std::slice::from_ref(&bin),
+        )
+        .unwrap();
+        assert_eq!(got, provider);
     }
 
     #[test]

@@ -30,7 +30,9 @@
 //!   `now()`, which is frozen at the start of a transaction that may have waited for a lock).
 
 mod memory;
+#[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 
 use std::future::Future;
@@ -42,7 +44,9 @@ use serde::{Deserialize, Serialize};
 use crate::result::Checkpoint;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+#[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
 /// A boxed future returned by [`ThreadStore`] methods (the trait is object-safe so an

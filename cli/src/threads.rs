@@ -12,7 +12,19 @@ use adaptor::store::{
     lease_target_for_key, new_owner,
 };
 
-use crate::{EXIT_RUN_FAILED, EXIT_USAGE, RunArgs, sanitize};
+use crate::output::{ColorChoice, sanitize};
+use crate::run::RunArgs;
+use crate::settings::{self, Flags};
+use crate::{EXIT_RUN_FAILED, EXIT_USAGE, errln, outln};
+
+/// Examples shown by `adaptor threads --help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  adaptor run --thread ticket-42 \"Find the flaky test\"    # starts (or continues) a thread
+  adaptor threads list
+  adaptor threads show ticket-42 --json
+  adaptor threads fork ticket-42 --thread ticket-42/alt \"Try another approach\"
+  adaptor threads archive ticket-42                       # the next run starts fresh";
 
 /// `adaptor threads …`.
 #[derive(clap::Subcommand)]
@@ -77,15 +89,29 @@ pub(crate) async fn open_store(store: Option<&str>) -> Result<Arc<dyn ThreadStor
             .map_err(|e| e.to_string()),
     };
     opened.map_err(|e| {
-        eprintln!("adaptor: cannot open the thread store: {}", sanitize(&e));
+        errln!("adaptor: cannot open the thread store: {}", sanitize(&e));
         ExitCode::from(EXIT_USAGE)
     })
 }
 
-pub(crate) async fn main(cmd: ThreadsCommand) -> ExitCode {
+/// The store a `threads` subcommand uses: `--store`, else `store` in the config file, else
+/// the default SQLite file.
+async fn store_for(flag: Option<&str>) -> Result<Arc<dyn ThreadStore>, ExitCode> {
+    let settings = settings::resolve(&Flags {
+        store: flag,
+        ..Flags::default()
+    })
+    .map_err(|e| {
+        errln!("adaptor: {}", sanitize(&e.0));
+        ExitCode::from(EXIT_USAGE)
+    })?;
+    open_store(settings.store.value.as_deref()).await
+}
+
+pub(crate) async fn main(cmd: ThreadsCommand, color: ColorChoice) -> ExitCode {
     match cmd {
         ThreadsCommand::List { all, store, json } => {
-            let store = match open_store(store.as_deref()).await {
+            let store = match store_for(store.as_deref()).await {
                 Ok(s) => s,
                 Err(code) => return code,
             };
@@ -96,7 +122,7 @@ pub(crate) async fn main(cmd: ThreadsCommand) -> ExitCode {
             match store.list(&query).await {
                 Ok(records) => {
                     if !json && records.is_empty() {
-                        eprintln!("adaptor: no threads");
+                        errln!("adaptor: no threads");
                     }
                     for r in &records {
                         print_record(r, json);
@@ -107,7 +133,7 @@ pub(crate) async fn main(cmd: ThreadsCommand) -> ExitCode {
             }
         }
         ThreadsCommand::Show { key, store, json } => {
-            let store = match open_store(store.as_deref()).await {
+            let store = match store_for(store.as_deref()).await {
                 Ok(s) => s,
                 Err(code) => return code,
             };
@@ -118,7 +144,7 @@ pub(crate) async fn main(cmd: ThreadsCommand) -> ExitCode {
             };
             match store.list(&query).await {
                 Ok(records) if records.is_empty() => {
-                    eprintln!("adaptor: no thread {:?}", sanitize(&key));
+                    errln!("adaptor: no thread {:?}", sanitize(&key));
                     ExitCode::from(EXIT_RUN_FAILED)
                 }
                 Ok(records) => {
@@ -132,13 +158,13 @@ pub(crate) async fn main(cmd: ThreadsCommand) -> ExitCode {
         }
         ThreadsCommand::Fork { parent, run } => {
             if run.thread.is_none() {
-                eprintln!("adaptor: threads fork needs --thread NEW_KEY");
+                errln!("adaptor: threads fork needs --thread NEW_KEY");
                 return ExitCode::from(EXIT_USAGE);
             }
-            crate::run(*run, Some(parent)).await
+            crate::run::run(*run, Some(parent), color).await
         }
         ThreadsCommand::Archive { key, store } => {
-            let store = match open_store(store.as_deref()).await {
+            let store = match store_for(store.as_deref()).await {
                 Ok(s) => s,
                 Err(code) => return code,
             };
@@ -171,17 +197,17 @@ async fn archive(store: &dyn ThreadStore, key: &str) -> ExitCode {
     let released = store.release_lease(&lease).await;
     let code = match outcome {
         Ok(Some(id)) => {
-            println!("archived {} (thread {:?})", id, sanitize(key));
+            outln!("archived {} (thread {:?})", id, sanitize(key));
             ExitCode::SUCCESS
         }
         Ok(None) => {
-            eprintln!("adaptor: thread {:?} has no active record", sanitize(key));
+            errln!("adaptor: thread {:?} has no active record", sanitize(key));
             ExitCode::from(EXIT_RUN_FAILED)
         }
         Err(e) => store_failed(&e),
     };
     if let Err(e) = released {
-        eprintln!(
+        errln!(
             "adaptor: releasing the lease failed (it lapses after {} s): {}",
             adaptor::DEFAULT_LEASE_TTL.as_secs(),
             sanitize(&e.to_string())
@@ -191,15 +217,15 @@ async fn archive(store: &dyn ThreadStore, key: &str) -> ExitCode {
 }
 
 fn store_failed(e: &adaptor::store::StoreError) -> ExitCode {
-    eprintln!("adaptor: {}", sanitize(&e.to_string()));
+    errln!("adaptor: {}", sanitize(&e.to_string()));
     ExitCode::from(EXIT_RUN_FAILED)
 }
 
 fn print_record(r: &ThreadRecord, json: bool) {
     if json {
         match serde_json::to_string(r) {
-            Ok(line) => println!("{line}"),
-            Err(e) => eprintln!("adaptor: cannot serialise record {}: {e}", r.id),
+            Ok(line) => outln!("{line}"),
+            Err(e) => errln!("adaptor: cannot serialise record {}: {e}", r.id),
         }
         return;
     }
@@ -212,7 +238,7 @@ fn print_record(r: &ThreadRecord, json: bool) {
         RecordStatus::Active => "active  ",
         RecordStatus::Archived => "archived",
     };
-    println!(
+    outln!(
         "{:?}  {status}  {}  driver {}  session {}  turns {}  updated {age}{}",
         sanitize(&r.key),
         r.id,

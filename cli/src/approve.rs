@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::status::StatusLine;
 use adaptor::{
     ApprovalHandler, ApprovalKind, ApprovalPolicy, ApprovalRequest, DecisionMode, Fallback,
     QuestionMode, Resolution,
@@ -60,16 +61,19 @@ impl Approve {
     }
 }
 
-/// The handler behind `--approve ask`.
-pub fn terminal_handler() -> ApprovalHandler {
+/// The handler behind `--approve ask`. The status line stays hidden while a request is
+/// asked, so the prompt owns the terminal.
+pub fn terminal_handler(status: StatusLine) -> ApprovalHandler {
     let one_at_a_time = Arc::new(tokio::sync::Mutex::new(()));
     ApprovalHandler::new(move |req: ApprovalRequest| {
         let lock = one_at_a_time.clone();
+        let status = status.clone();
         async move {
             let _turn = lock.lock().await;
             if req.resolution().is_some() {
                 return;
             }
+            let _prompting = status.pause();
             let (tx, rx) = tokio::sync::oneshot::channel();
             let question = req.clone();
             let typed = Arc::new(AtomicBool::new(false));
@@ -84,18 +88,18 @@ pub fn terminal_handler() -> ApprovalHandler {
                     let outcome = match asked {
                         Ok(Ok(())) => Ok(()),
                         Ok(Err(no_tty)) => {
-                            eprintln!("adaptor: {no_tty}; approval `{}` denied", req.id);
+                            crate::errln!("adaptor: {no_tty}; approval `{}` denied", req.id);
                             req.deny(format!("{no_tty} (adaptor run --approve ask)"))
                         }
                         Err(_) => req.deny("the terminal prompt failed"),
                     };
                     if let Err(e) = outcome {
-                        eprintln!("adaptor: {e}");
+                        crate::errln!("adaptor: {e}");
                     }
                 }
                 resolution = req.settled() => {
                     if !typed.load(Ordering::SeqCst) {
-                        eprintln!("\nadaptor: approval `{}` ended while waiting: {resolution}", req.id);
+                        crate::errln!("\nadaptor: approval `{}` ended while waiting: {resolution}", req.id);
                     }
                 }
             }
@@ -112,7 +116,7 @@ fn ask_at_terminal(req: &ApprovalRequest, typed: &AtomicBool) -> Result<(), Stri
         .map_err(|e| format!("no terminal to ask on ({e})"))?;
     let mut out = tty.try_clone().map_err(|e| format!("terminal: {e}"))?;
     let mut input = BufReader::new(tty);
-    let clean = super::sanitize;
+    let clean = crate::output::sanitize;
     let _ = writeln!(out, "\n? {}", clean(&req.title));
     if let Some(tool) = &req.tool_name {
         let _ = writeln!(out, "  tool: {}", clean(tool));
@@ -122,7 +126,7 @@ fn ask_at_terminal(req: &ApprovalRequest, typed: &AtomicBool) -> Result<(), Stri
             Some(plan) => plan.to_owned(),
             None => details.to_string(),
         };
-        let _ = writeln!(out, "  {}", clean(&super::truncate(&text, 2000)));
+        let _ = writeln!(out, "  {}", clean(&crate::view::truncate(&text, 2000)));
     }
     let mut read = |prompt: &str| -> Option<String> {
         let _ = write!(out, "{prompt}");
@@ -146,7 +150,7 @@ fn ask_at_terminal(req: &ApprovalRequest, typed: &AtomicBool) -> Result<(), Stri
         Ok(()) => Ok(()),
         // Resolved elsewhere meanwhile (timeout, cancel): nothing to do.
         Err(e) => {
-            eprintln!("adaptor: {e}");
+            crate::errln!("adaptor: {e}");
             Ok(())
         }
     }
@@ -159,9 +163,13 @@ fn question(
 ) -> Result<(), adaptor::ApprovalError> {
     let mut listing = String::new();
     for (i, c) in req.choices.iter().enumerate() {
-        listing.push_str(&format!("  {}) {}", i + 1, super::sanitize(&c.label)));
+        listing.push_str(&format!(
+            "  {}) {}",
+            i + 1,
+            crate::output::sanitize(&c.label)
+        ));
         if let Some(d) = &c.description {
-            listing.push_str(&format!(" — {}", super::sanitize(d)));
+            listing.push_str(&format!(" — {}", crate::output::sanitize(d)));
         }
         listing.push('\n');
     }
@@ -192,8 +200,12 @@ pub fn describe(resolution: &Resolution, by_policy: bool) -> String {
     let who = if by_policy { " by policy" } else { "" };
     match resolution {
         Resolution::Approved { .. } => format!("approved{who}"),
-        Resolution::Answered { answer } => format!("answered `{}`", super::sanitize(answer)),
-        Resolution::Denied { reason } => format!("denied{who}: {}", super::sanitize(reason)),
+        Resolution::Answered { answer } => {
+            format!("answered `{}`", crate::output::sanitize(answer))
+        }
+        Resolution::Denied { reason } => {
+            format!("denied{who}: {}", crate::output::sanitize(reason))
+        }
         other => other.to_string(),
     }
 }

@@ -1,0 +1,186 @@
+//! `adaptor inspect` and `adaptor drivers`: what a driver and its CLI look like on this
+//! machine, read-only.
+//!
+//! Must not: run prompts (inspect runs only the driver's probe commands, under the grant).
+
+use std::process::ExitCode;
+
+use crate::output::sanitize;
+use crate::settings::{self, DriverArgs, Flags};
+use crate::{
+    EXIT_DRIVER_FAULT, EXIT_RUN_FAILED, EXIT_USAGE, agent_builder, errln, load_driver, outln,
+    report,
+};
+
+/// Examples shown by `adaptor inspect --help`.
+pub const INSPECT_EXAMPLES: &str = "\
+Examples:
+  adaptor inspect                         # the reference driver and its provider
+  adaptor inspect --driver claude         # Claude Code: version, supported range, checks
+  adaptor inspect --driver codex --json";
+
+/// Examples shown by `adaptor drivers --help`.
+pub const DRIVERS_EXAMPLES: &str = "\
+Examples:
+  adaptor drivers
+  ADAPTOR_DRIVER_PATH=./my-drivers adaptor drivers --json";
+
+/// `adaptor drivers`.
+pub fn list_drivers(json: bool) -> ExitCode {
+    let drivers = adaptor::available_drivers();
+    if drivers.is_empty() {
+        errln!(
+            "adaptor: no drivers found (searched: {}); build them with `./x.sh build-drivers` or set ADAPTOR_DRIVER_PATH",
+            adaptor::driver_dirs()
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let mut failed = false;
+    for (path, loaded) in drivers {
+        match loaded {
+            Ok(d) if json => {
+                let line = serde_json::json!({
+                    "path": path.display().to_string(),
+                    "sha256": d.sha256(),
+                    "descriptor": d.descriptor(),
+                });
+                outln!("{line}");
+            }
+            Ok(d) => {
+                let desc = d.descriptor();
+                outln!(
+                    "{:<12} {:<8} {:<24} {}  [{}]",
+                    sanitize(&desc.name),
+                    sanitize(&desc.version),
+                    sanitize(&desc.display_name),
+                    desc.capability_summary(),
+                    path.display()
+                );
+            }
+            Err(e) => {
+                failed = true;
+                errln!("{}: {}", path.display(), sanitize(&e.to_string()));
+            }
+        }
+    }
+    if failed {
+        ExitCode::from(EXIT_DRIVER_FAULT)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `adaptor inspect`.
+pub async fn inspect(args: &DriverArgs, json: bool) -> ExitCode {
+    let settings = match settings::resolve(&Flags {
+        driver: args.driver.as_deref(),
+        config: args.config.as_deref(),
+        ..Flags::default()
+    }) {
+        Ok(s) => s,
+        Err(e) => {
+            errln!("adaptor: {}", sanitize(&e.0));
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let driver = match load_driver(&settings) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    let inspection = match agent_builder(driver).build().inspect().await {
+        Ok(i) => i,
+        Err(e) => return report(&e),
+    };
+    if json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&inspection).expect("inspection serialises")
+        );
+    } else {
+        let env = &inspection.environment;
+        outln!(
+            "{} {} — environment: {}",
+            sanitize(&inspection.driver),
+            sanitize(&inspection.version),
+            level_name(env.status)
+        );
+        for c in &env.checks {
+            outln!(
+                "  {:<5} {:<14} {}",
+                level_name(c.level),
+                sanitize(&c.code),
+                sanitize(&c.message)
+            );
+            if let Some(h) = &c.hint {
+                outln!("        hint: {}", sanitize(h));
+            }
+        }
+        let range = &env.supported;
+        outln!(
+            "  installed CLI: {} · supported {} ..< {} · verified {}",
+            env.cli_version
+                .as_deref()
+                .map(sanitize)
+                .unwrap_or_else(|| "unknown".into()),
+            range.min.as_deref().unwrap_or("any"),
+            range.max_exclusive.as_deref().unwrap_or("any"),
+            if range.verified.is_empty() {
+                "none".into()
+            } else {
+                range.verified.join(", ")
+            }
+        );
+        let models: Vec<String> = inspection
+            .models
+            .iter()
+            .map(|m| format!("{} ({})", m.id, m.label))
+            .collect();
+        outln!(
+            "models: {}",
+            if models.is_empty() {
+                "none listed".into()
+            } else {
+                sanitize(&models.join(", "))
+            }
+        );
+        for (what, a) in [
+            ("quota", availability(&inspection.quota)),
+            ("skills", availability(&inspection.skills)),
+        ] {
+            outln!("{what}: {a}");
+        }
+        let fields: Vec<&str> = inspection
+            .config_schema
+            .get("properties")
+            .and_then(|p| p.as_object())
+            .map(|p| p.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        outln!("config fields: {}", sanitize(&fields.join(", ")));
+    }
+    if inspection.environment.status == adaptor::CheckLevel::Fail {
+        ExitCode::from(EXIT_RUN_FAILED)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn level_name(level: adaptor::CheckLevel) -> &'static str {
+    match level {
+        adaptor::CheckLevel::Pass => "pass",
+        adaptor::CheckLevel::Warn => "warn",
+        adaptor::CheckLevel::Fail => "FAIL",
+    }
+}
+
+fn availability<T: std::fmt::Debug>(a: &adaptor::Availability<T>) -> String {
+    match a {
+        adaptor::Availability::Supported { value } => format!("supported ({value:?})"),
+        adaptor::Availability::Unsupported { reason } => {
+            format!("unsupported — {}", sanitize(reason))
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! `adaptor`: run a prompt through a `.wasm` driver from the command line, inspect drivers,
+//! manage threads, show the effective settings, print shell completions.
+//!
+//! This file owns the command tree, `--color`, the shared helpers (loading the driver the
+//! settings name, the agent builder) and the exit codes. Modules: `run` (`adaptor run`),
+//! `view` (what a run prints), `status` (the live status line), `output` (stdout/stderr
+//! manners, colour, sanitising), `settings` (config file + flags), `info` (`inspect`,
+//! `drivers`), `threads`, `approve` (`--approve`). Everything else is the library's single
+//! pipeline; the CLI uses only the public `adaptor` API.
+//!
+//! Exit codes: 0 success · 1 the run failed · 2 usage, config or setup error · 3 driver fault
+//! (trap or contract violation) · 130 cancelled with Ctrl-C · 141 stdout was closed by its
+//! reader (`| head`).
+
+mod approve;
+mod info;
+mod output;
+mod run;
+mod settings;
+mod status;
+mod threads;
+mod view;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use adaptor::{Agent, Driver, Error};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+use output::{ColorChoice, sanitize};
+use settings::Settings;
+
+#[derive(Parser)]
+#[command(
+    name = "adaptor",
+    version,
+    about = "Drive coding-agent CLIs through sandboxed WASM drivers",
+    after_help = "Examples:
+  adaptor run \"Say hello\"                      # a prompt through the reference driver
+  adaptor run --driver claude \"Fix the tests\"  # through Claude Code
+  adaptor drivers                              # which drivers this machine has
+  adaptor config show                          # the effective defaults and their origin
+  adaptor completions bash > ~/.local/share/bash-completion/completions/adaptor"
+)]
+struct Cli {
+    /// When to use colour on stdout: auto (a terminal, and NO_COLOR unset), always, never.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
+    color: ColorChoice,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one prompt and stream the result.
+    #[command(after_help = run::EXAMPLES)]
+    Run(Box<run::RunArgs>),
+    /// Inspect a driver and its CLI on this machine (read-only).
+    #[command(after_help = info::INSPECT_EXAMPLES)]
+    Inspect {
+        #[command(flatten)]
+        driver: settings::DriverArgs,
+        /// Print the inspection as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspect and manage stored threads (`run --thread KEY` creates and continues them).
+    #[command(subcommand, after_help = threads::EXAMPLES)]
+    Threads(threads::ThreadsCommand),
+    /// List the drivers found in the driver directories.
+    #[command(after_help = info::DRIVERS_EXAMPLES)]
+    Drivers {
+        /// Print descriptors as JSON Lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The config file: defaults for driver, driver config, model, policy and store.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Print a shell completion script to stdout.
+    #[command(after_help = "Examples:
+  adaptor completions bash > ~/.local/share/bash-completion/completions/adaptor
+  adaptor completions zsh > ~/.zfunc/_adaptor       # with fpath+=(~/.zfunc) in ~/.zshrc
+  adaptor completions fish > ~/.config/fish/completions/adaptor.fish")]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the effective settings and where each came from (flag, config file, default).
+    #[command(after_help = settings::SHOW_EXAMPLES)]
+    Show {
+        #[command(flatten)]
+        driver: settings::DriverArgs,
+        /// As with `run --model`.
+        #[arg(long)]
+        model: Option<String>,
+        /// As with `run --policy`.
+        #[arg(long, value_enum, value_name = "PRESET")]
+        policy: Option<settings::PolicyPreset>,
+        /// As with `run --store`.
+        #[arg(long, value_name = "PATH|URL")]
+        store: Option<String>,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the config file's path.
+    Path,
+}
+
+pub(crate) const EXIT_RUN_FAILED: u8 = 1;
+pub(crate) const EXIT_USAGE: u8 = 2;
+pub(crate) const EXIT_DRIVER_FAULT: u8 = 3;
+pub(crate) const EXIT_INTERRUPTED: u8 = 130;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ADAPTOR_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = match parse_args() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout (exit 0), usage errors to stderr (exit 2); a
+            // closed stdout is not worth a panic.
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
+        }
+    };
+    let color = cli.color;
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            errln!("adaptor: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_DRIVER_FAULT);
+        }
+    };
+    let code = match cli.command {
+        Command::Drivers { json } => info::list_drivers(json),
+        Command::Run(args) => runtime.block_on(run::run(*args, None, color)),
+        Command::Threads(cmd) => runtime.block_on(threads::main(cmd, color)),
+        Command::Inspect { driver, json } => runtime.block_on(info::inspect(&driver, json)),
+        Command::Config(ConfigCommand::Show {
+            driver,
+            model,
+            policy,
+            store,
+            json,
+        }) => settings::show(
+            &settings::Flags {
+                driver: driver.driver.as_deref(),
+                config: driver.config.as_deref(),
+                model: model.as_deref(),
+                policy,
+                store: store.as_deref(),
+            },
+            json,
+        ),
+        Command::Config(ConfigCommand::Path) => match settings::config_path().0 {
+            Some(path) => {
+                outln!("{}", path.display());
+                ExitCode::SUCCESS
+            }
+            None => {
+                errln!("adaptor: no config location (set HOME or XDG_CONFIG_HOME)");
+                ExitCode::from(EXIT_USAGE)
+            }
+        },
+        Command::Completions { shell } => {
+            let mut buffer = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "adaptor", &mut buffer);
+            out!("{}", String::from_utf8_lossy(&buffer));
+            ExitCode::SUCCESS
+        }
+    };
+    match output::stdout_closed() {
+        Some(lost) => ExitCode::from(lost.exit_code()),
+        None => code,
+    }
+}
+
+/// Parse the arguments, with clap's own colours following `--color` and `NO_COLOR`.
+fn parse_args() -> Result<Cli, clap::Error> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut color = ColorChoice::Auto;
+    for (i, arg) in args.iter().enumerate() {
+        let value = match arg.to_str() {
+            Some("--color") => args.get(i + 1).and_then(|v| v.to_str()),
+            Some(a) => a.strip_prefix("--color="),
+            None => None,
+        };
+        match value {
+            Some("always") => color = ColorChoice::Always,
+            Some("never") => color = ColorChoice::Never,
+            _ => {}
+        }
+    }
+    let matches = Cli::command()
+        .color(color.clap())
+        .try_get_matches_from(args)?;
+    Cli::from_arg_matches(&matches)
+}
+
+/// Load the driver the settings name and apply its config.
+pub(crate) fn load_driver(settings: &Settings) -> Result<Driver, ExitCode> {
+    let driver = Driver::open(&settings.driver.value).map_err(|e| report(&e))?;
+    match &settings.driver_config.value {
+        Some(config) => driver.with_config(config.clone()).map_err(|e| report(&e)),
+        None => Ok(driver),
+    }
+}
+
+/// An agent whose programs may also be found beside the `adaptor` binary (so an install
+/// puts `reference-provider` next to `adaptor`, and `./target/debug/adaptor` finds
+/// `./target/debug/reference-provider`, whatever the workspace).
+pub(crate) fn agent_builder(driver: Driver) -> adaptor::AgentBuilder {
+    let builder = Agent::builder(driver);
+    match std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(PathBuf::from))
+    {
+        Some(dir) => builder.program_dir(dir),
+        None => builder,
+    }
+}
+
+/// Print an error on stderr and map it to the exit code.
+pub(crate) fn report(e: &Error) -> ExitCode {
+    errln!("adaptor: {}", sanitize(&e.to_string()));
+    ExitCode::from(match e {
+        Error::Run(_) => EXIT_RUN_FAILED,
+        // The thread could not be run or saved now (someone else holds it, the lease or the
+        // store failed, no checkpoint came back): the run failed. Other thread errors
+        // (missing, incompatible, unsupported…) are setup errors.
+        Error::Thread(
+            adaptor::ThreadError::Busy { .. }
+            | adaptor::ThreadError::LeaseLost { .. }
+            | adaptor::ThreadError::CheckpointMissing { .. }
+            | adaptor::ThreadError::Store { .. },
+        ) => EXIT_RUN_FAILED,
+        Error::DriverTrap { .. }
+        | Error::LimitExceeded { .. }
+        | Error::DriverContract { .. }
+        | Error::Spawn { .. }
+        | Error::Lost(_) => EXIT_DRIVER_FAULT,
+        _ => EXIT_USAGE,
+    })
+}

@@ -1,0 +1,307 @@
+//! `adaptor run` (and the first turn of `adaptor threads fork`): flags and config-file
+//! defaults into one `Agent` and `RunOptions`, the event loop (view, status line, Ctrl-C, a
+//! closed stdout), recording, and the run's exit code.
+//!
+//! Must not: run anything itself — a run is the library's one pipeline (`Stream` + drain).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use adaptor::{Error, RunOptions};
+use futures::StreamExt;
+
+use crate::output::{self, ColorChoice, sanitize};
+use crate::settings::{self, DriverArgs, Flags, PolicyPreset};
+use crate::status::{StatusLine, terminal_allows_status};
+use crate::view::View;
+use crate::{EXIT_INTERRUPTED, EXIT_USAGE, approve, errln, outln, report, threads};
+
+/// `adaptor run` flags.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub(crate) driver: DriverArgs,
+    /// Model override [default: `model` in the config file, else the driver's].
+    #[arg(long)]
+    pub(crate) model: Option<String>,
+    /// Workspace directory (default: current directory).
+    #[arg(long)]
+    pub(crate) cwd: Option<PathBuf>,
+    /// Timeout in seconds.
+    #[arg(long)]
+    pub(crate) timeout: Option<f64>,
+    /// Policy preset, checked against the driver before anything starts [default: `policy`
+    /// in the config file, else inherit].
+    #[arg(long, value_enum, value_name = "PRESET")]
+    pub(crate) policy: Option<PolicyPreset>,
+    /// Web search: allow or deny (default: the CLI's own setting).
+    #[arg(long, value_name = "allow|deny")]
+    pub(crate) web_search: Option<String>,
+    /// Approval requests: `ask` at the terminal (5 minutes each; without a terminal they are
+    /// denied), `auto` (approve tools and plans, decline questions) or `deny` (refuse
+    /// everything; the agent carries on without). Default: the CLI's own setting, and a
+    /// request that arrives anyway is reported unanswered.
+    #[arg(long, value_enum, value_name = "ask|auto|deny")]
+    pub(crate) approve: Option<approve::Approve>,
+    /// A JSON Schema file: the answer must satisfy it; the validated JSON is printed.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) schema: Option<PathBuf>,
+    /// Resume this provider session id (e.g. the `session` of an earlier run).
+    #[arg(long, value_name = "SESSION_ID", conflicts_with = "thread")]
+    pub(crate) resume: Option<String>,
+    /// Run in the thread KEY: resume its stored session (or start one) and save the new
+    /// checkpoint, across runs and processes.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) thread: Option<String>,
+    /// With `--thread`: fail instead of starting a new session when KEY has none.
+    #[arg(long, requires = "thread")]
+    pub(crate) resume_only: bool,
+    /// With `--thread`: the lease's time-to-live in seconds (default 30; renewed every third
+    /// of it). After a crash, the thread is free again once it lapses.
+    #[arg(long, value_name = "SECONDS", requires = "thread")]
+    pub(crate) lease_ttl: Option<f64>,
+    /// Thread store: a SQLite file path or a `postgres://` URL [default: `store` in the
+    /// config file, else the SQLite file under your data directory, or `$ADAPTOR_THREAD_DB`].
+    #[arg(long, value_name = "PATH|URL")]
+    pub(crate) store: Option<String>,
+    /// Save the run as a cassette `<DIR>/<run id>.json` (for `adaptertest replay`).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) record: Option<PathBuf>,
+    /// Pass this variable of your environment to the provider (repeatable). By default the
+    /// provider only sees an allowlist (PATH, HOME, locale, XDG dirs…), never your secrets.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) pass_env: Vec<String>,
+    /// Set a variable in the provider's environment (repeatable).
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub(crate) env: Vec<String>,
+    /// Print events as JSON Lines (plus a final `result` line).
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The prompt.
+    pub(crate) prompt: String,
+}
+
+/// Examples shown by `adaptor run --help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  adaptor run \"Say hello\"                                  # the built-in reference driver
+  adaptor run --json \"Say hello\" | jq -c 'select(.kind == \"text_delta\")'
+  adaptor run --driver claude --model sonnet --policy read-only \"Review src/\"
+  adaptor run --driver ./vendor.wasm --config '{\"command\":\"/opt/vendor/cli\"}' \"Hi\"
+  adaptor run --thread ticket-42 \"Continue where we left off\"
+  adaptor run --schema review.schema.json \"Review the diff\"
+  adaptor run --approve ask \"Clean up the build scripts\"";
+
+/// `adaptor run`, and `adaptor threads fork` (which runs the fork's first turn from `fork_from`).
+pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -> ExitCode {
+    let settings = match settings::resolve(&Flags {
+        driver: args.driver.driver.as_deref(),
+        config: args.driver.config.as_deref(),
+        model: args.model.as_deref(),
+        policy: args.policy,
+        store: args.store.as_deref(),
+    }) {
+        Ok(s) => s,
+        Err(e) => {
+            errln!("adaptor: {}", sanitize(&e.0));
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let driver = match crate::load_driver(&settings) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    let mut builder = crate::agent_builder(driver);
+    for name in &args.pass_env {
+        builder = builder.pass_env(name.clone());
+    }
+    for pair in &args.env {
+        match pair.split_once('=') {
+            Some((name, value)) if !name.is_empty() => builder = builder.env(name, value),
+            _ => {
+                errln!(
+                    "adaptor: --env expects NAME=VALUE, not `{}`",
+                    sanitize(pair)
+                );
+                return ExitCode::from(EXIT_USAGE);
+            }
+        }
+    }
+    if let Some(secs) = args.lease_ttl {
+        if !(secs.is_finite() && secs > 0.0) {
+            errln!("adaptor: --lease-ttl must be a positive number of seconds");
+            return ExitCode::from(EXIT_USAGE);
+        }
+        builder = builder.lease_ttl(Duration::from_secs_f64(secs));
+    }
+    if args.thread.is_some() || args.store.is_some() {
+        match threads::open_store(settings.store.value.as_deref()).await {
+            Ok(store) => builder = builder.shared_thread_store(store),
+            Err(code) => return code,
+        }
+    }
+    let agent = builder.build();
+    let mut options = RunOptions::new();
+    if let Some(m) = &settings.model.value {
+        options = options.model(m.clone());
+    }
+    if let Some(dir) = args.cwd {
+        options = options.workspace(dir);
+    }
+    if let Some(secs) = args.timeout {
+        if !(secs.is_finite() && secs > 0.0) {
+            errln!("adaptor: --timeout must be a positive number of seconds");
+            return ExitCode::from(EXIT_USAGE);
+        }
+        options = options.timeout(Duration::from_secs_f64(secs));
+    }
+    let json = args.json;
+    let status = StatusLine::new(
+        !json && terminal_allows_status(),
+        format!(
+            "loading {}",
+            sanitize(agent.driver().descriptor().name.as_str())
+        ),
+    );
+    let preset = settings.policy.value;
+    if preset.is_some() || args.web_search.is_some() || args.approve.is_some() {
+        let mut policy = preset.unwrap_or(PolicyPreset::Inherit).policy();
+        policy.web_search = match args.web_search.as_deref() {
+            None => adaptor::Toggle::Inherit,
+            Some("allow") => adaptor::Toggle::Allow,
+            Some("deny") => adaptor::Toggle::Deny,
+            Some(other) => {
+                errln!(
+                    "adaptor: --web-search must be allow or deny, not `{}`",
+                    sanitize(other)
+                );
+                return ExitCode::from(EXIT_USAGE);
+            }
+        };
+        if let Some(approve) = args.approve {
+            policy.approvals = approve.policy();
+            if approve == approve::Approve::Ask {
+                options = options.approval_handler(approve::terminal_handler(status.clone()));
+            }
+        }
+        options = options.policy(policy);
+    }
+    if let Some(path) = &args.schema {
+        let schema = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))
+            .and_then(|t| {
+                serde_json::from_str(&t).map_err(|e| format!("{} is not JSON: {e}", path.display()))
+            });
+        match schema.map(adaptor::Schema::from_json) {
+            Ok(Ok(schema)) => options = options.schema(schema),
+            Ok(Err(e)) => return report(&e),
+            Err(msg) => {
+                errln!("adaptor: {}", sanitize(&msg));
+                return ExitCode::from(EXIT_USAGE);
+            }
+        }
+    }
+    if let Some(id) = args.resume {
+        options = options.resume(adaptor::Checkpoint {
+            codec: agent.driver().descriptor().sessions.codec.clone(),
+            resume_id: id,
+            display_id: None,
+            data: Default::default(),
+            valid: true,
+        });
+    }
+    // One invocation is one turn: nothing would use a kept process (the next turn is another
+    // `adaptor` process), so thread runs start one-shot CLIs that exit cleanly at the end.
+    options = options.spawn(adaptor::Spawn::OneShot);
+    let prompt = args.prompt;
+    let mut stream = match (&args.thread, fork_from) {
+        (Some(key), Some(parent)) => agent
+            .thread(parent)
+            .fork(key.clone())
+            .stream_with(prompt.clone(), options),
+        (Some(key), None) if args.resume_only => agent
+            .thread(key.clone())
+            .resume_only()
+            .stream_with(prompt.clone(), options),
+        (Some(key), None) => agent
+            .thread(key.clone())
+            .stream_with(prompt.clone(), options),
+        (None, _) => agent.stream_with(prompt.clone(), options),
+    };
+    let mut view = View::new(json, color.stdout_styled(), status);
+    let mut interrupted = false;
+    let mut stdout_lost = None;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        let status_due = view.status_due();
+        tokio::select! {
+            ev = stream.next() => match ev {
+                Some(ev) => view.event(&ev),
+                None => break,
+            },
+            _ = &mut ctrl_c, if !interrupted => {
+                interrupted = true;
+                errln!("\nadaptor: cancelling…");
+                stream.cancel();
+            }
+            _ = tokio::time::sleep_until(status_due.unwrap_or_else(tokio::time::Instant::now)),
+                if status_due.is_some() => view.show_status(),
+        }
+        if stdout_lost.is_none()
+            && let Some(lost) = output::stdout_closed()
+        {
+            // Nobody reads the output any more: stop the agent, as `yes | head` stops `yes`.
+            stdout_lost = Some(lost);
+            stream.cancel();
+        }
+    }
+    let result = stream.result().await;
+    view.finish(&result);
+    if args.schema.is_some()
+        && !json
+        && let Ok(r) = &result
+        && let Some(value) = r.structured.as_ref().and_then(|s| s.value.as_ref())
+    {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(value).expect("JSON value serialises")
+        );
+    }
+    if let Some(dir) = &args.record {
+        let recorded = match &result {
+            Ok(r) => Some(r),
+            Err(Error::Run(e)) => Some(&e.result),
+            Err(_) => None,
+        };
+        match recorded {
+            Some(r) => {
+                let cassette = adaptor::cassette::Cassette::from_run(
+                    r,
+                    &prompt,
+                    settings.model.value.as_deref(),
+                    agent.driver().config(),
+                );
+                let path = dir.join(format!("{}.json", r.run_id));
+                if let Err(e) = std::fs::create_dir_all(dir)
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| cassette.save(&path).map_err(|e| e.to_string()))
+                {
+                    errln!("adaptor: could not record the run: {}", sanitize(&e));
+                    return ExitCode::from(EXIT_USAGE);
+                }
+                errln!("adaptor: recorded {}", path.display());
+            }
+            None => errln!("adaptor: nothing to record: the run did not start"),
+        }
+    }
+    if let Some(lost) = stdout_lost.or_else(output::stdout_closed) {
+        return ExitCode::from(lost.exit_code());
+    }
+    match result {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(_) if interrupted => ExitCode::from(EXIT_INTERRUPTED),
+        Err(e) => report(&e),
+    }
+}
