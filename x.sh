@@ -184,6 +184,15 @@ case "$cmd" in
     build_drivers
     build_workspace
     cargo clippy --workspace --all-targets -- -D warnings
+    # Embedders pay only for what they use: the runtime without default features carries no
+    # CLI, logging front end or database client (cargo tree reads the lock file; no build).
+    heavy="$(cargo tree -p agent-adaptor --no-default-features -e normal --prefix none -f '{p}' \
+        | grep -E '^(clap|clap_complete|tracing-subscriber|indicatif|toml|rusqlite|libsqlite3-sys|tokio-postgres) ' || true)"
+    if [[ -n "$heavy" ]]; then
+      echo "x.sh: agent-adaptor --no-default-features still depends on:" >&2
+      echo "$heavy" >&2
+      exit 1
+    fi
     cargo test --workspace "$@"
     # The examples must run, not only compile. They run as an application would: in a
     # scratch workspace outside the clone, with the provider on PATH like a real CLI (a PATH

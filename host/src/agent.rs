@@ -4,7 +4,7 @@
 //! per-call counterpart, so misusing them per call does not compile); shared options are
 //! [`RunOptions`], set as defaults on the builder and overridden per call (nearer scope wins,
 //! each field replaced whole, defaults never mutated). `run` is `stream` plus
-//! [`Stream::result`]: one code path. Must not: spawn or supervise (see `pipeline.rs`).
+//! [`Stream::result`]: one code path. Must not: spawn or supervise (see `run/`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -18,12 +18,12 @@ use tokio_util::task::TaskTracker;
 use crate::approval::{ApprovalHandler, ApprovalRequest};
 use crate::driver::Driver;
 use crate::error::Error;
-use crate::guest::GuestLimits;
 use crate::policy::Policy;
 use crate::result::{Checkpoint, RunResult};
 use crate::store::ThreadStore;
 use crate::stream::Stream;
 use crate::structured::Schema;
+use crate::wasm::guest::GuestLimits;
 
 /// Options that can be set as Agent defaults and overridden per call.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -390,7 +390,7 @@ impl AgentBuilder {
                 closed: AtomicBool::new(false),
                 cancel: cancel.clone(),
                 tracker: TaskTracker::new(),
-                residents: Arc::new(crate::resident::ResidentPool::default()),
+                residents: Arc::new(crate::run::resident::ResidentPool::default()),
             }),
             _life: Arc::new(Life(cancel)),
         }
@@ -404,7 +404,7 @@ pub(crate) struct AgentInner {
     pub closed: AtomicBool,
     pub cancel: CancellationToken,
     pub tracker: TaskTracker,
-    pub residents: Arc<crate::resident::ResidentPool>,
+    pub residents: Arc<crate::run::resident::ResidentPool>,
 }
 
 /// Cancels every run of the agent when the last `Agent` handle is dropped.
@@ -471,7 +471,7 @@ impl Agent {
 
     /// Start a run with per-call options.
     pub fn stream_with(&self, prompt: impl Into<String>, options: RunOptions) -> Stream {
-        crate::pipeline::start(
+        crate::run::start(
             &self.inner,
             prompt.into(),
             self.inner.defaults.overridden_by(&options),

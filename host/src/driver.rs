@@ -4,16 +4,16 @@
 //! Owns: reading `.wasm` files, compile-or-load through the engine cache, checking that the
 //! component is a driver of this world (the error says what is missing), reading and
 //! validating the descriptor, and config validation through the guest. Must not: run
-//! sessions (see `pipeline.rs`).
+//! sessions (see `run/`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::bindings::DriverWorldPre;
 use crate::descriptor::Descriptor;
-use crate::engine::{CompileSource, compile_cached, default_cache_dir, sha256_hex};
 use crate::error::{Error, LoadError};
-use crate::guest::{GuestInstance, GuestLimits, GuestState, prepare};
+use crate::wasm::bindings::DriverWorldPre;
+use crate::wasm::engine::{CompileSource, compile_cached, default_cache_dir, sha256_hex};
+use crate::wasm::guest::{GuestInstance, GuestLimits, GuestState, prepare};
 
 /// Options for loading a driver.
 #[derive(Debug, Clone)]
@@ -107,7 +107,7 @@ impl Driver {
         let hint: Arc<str> = Arc::from(name_hint);
         let mut instance = run_sync(GuestInstance::new(hint, &pre, GuestLimits::default()))?;
         let raw = run_sync(instance.describe())?;
-        let descriptor = crate::convert::descriptor(raw).map_err(|reason| {
+        let descriptor = crate::wasm::convert::descriptor(raw).map_err(|reason| {
             Error::Load(LoadError::InvalidDescriptor {
                 driver: name_hint.to_owned(),
                 reason,
@@ -205,13 +205,13 @@ impl Driver {
         ))?;
         let raw = run_sync(instance.describe())?;
         let again = run_sync(instance.describe())?;
-        let descriptor = crate::convert::descriptor(raw).map_err(|reason| {
+        let descriptor = crate::wasm::convert::descriptor(raw).map_err(|reason| {
             Error::Load(LoadError::InvalidDescriptor {
                 driver: self.loaded.name.to_string(),
                 reason,
             })
         })?;
-        let same_instance = crate::convert::descriptor(again).ok();
+        let same_instance = crate::wasm::convert::descriptor(again).ok();
         if same_instance.as_ref() != Some(&descriptor) {
             return Err(Error::Load(LoadError::InvalidDescriptor {
                 driver: self.loaded.name.to_string(),

@@ -5,18 +5,18 @@
 //!
 //! Must not: start sessions or write anything.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
 use tokio::io::AsyncReadExt;
 
 use crate::agent::Agent;
-use crate::bindings::wit;
 use crate::descriptor::{ModelInfo, VersionRange};
-use crate::error::{Error, LaunchRefusal};
-use crate::guest::GuestInstance;
+use crate::error::Error;
+use crate::grant::ProcessGrant;
 use crate::process::{self, ProcessSpec};
+use crate::wasm::guest::GuestInstance;
+use crate::wasm::wit;
 
 /// Bytes kept from a probe's stdout and from its stderr.
 const PROBE_OUTPUT_CAP: usize = 64 * 1024;
@@ -118,52 +118,30 @@ impl Agent {
                     path: e.path,
                     message: e.message,
                 })?;
-        let workspace = crate::pipeline::resolve_workspace(inner.defaults.workspace.as_deref())?;
-        let configured = driver
-            .config
-            .get("command")
-            .and_then(|c| c.as_str())
-            .unwrap_or(&descriptor.default_program)
-            .to_owned();
+        let workspace = crate::run::resolve_workspace(inner.defaults.workspace.as_deref())?;
+        // The same grant as a launch: the configured command, resolved once.
+        let grant = ProcessGrant::resolve(driver, &inner.settings, workspace.clone());
         let mut outputs = Vec::new();
-        let path_var = std::env::var_os("PATH");
-        let resolved = process::resolve_program(
-            &configured,
-            path_var.as_deref(),
-            &workspace,
-            &inner.settings.program_dirs,
-        );
         for probe in probes {
-            // Same grant as a launch: the configured command, as configured or resolved.
-            let granted = probe.program == configured
-                || resolved
-                    .as_ref()
-                    .is_ok_and(|p| Path::new(&probe.program) == p);
-            if !granted {
+            if let Err(refusal) = grant.check_program(&probe.program) {
                 return Err(Error::LaunchRefused {
                     driver: name,
-                    refusal: LaunchRefusal::Program {
-                        requested: probe.program,
-                        granted: configured,
-                    },
+                    refusal,
                 });
             }
-            let output = match &resolved {
-                Err(why) => wit::ProbeOutput {
+            let output = match grant.spec(probe.args, &[], workspace.clone()) {
+                Err(_) => wit::ProbeOutput {
                     id: probe.id,
                     code: None,
                     stdout: Vec::new(),
                     stderr: Vec::new(),
-                    error: Some(format!("`{configured}` not found: {why}")),
+                    error: Some(format!(
+                        "`{}` not found: {}",
+                        grant.configured(),
+                        grant.unresolved().unwrap_or("not resolved")
+                    )),
                 },
-                Ok(program) => {
-                    let spec = ProcessSpec {
-                        program: program.clone(),
-                        args: probe.args,
-                        env: crate::pipeline::build_env(&inner.settings, &[]),
-                        cwd: workspace.clone(),
-                        parent_death_signal: inner.settings.parent_death_signal,
-                    };
+                Ok(spec) => {
                     tracing::info!(driver = %name, probe = %probe.id, "running environment probe");
                     let timeout = Duration::from_millis(probe.timeout_ms.clamp(100, 60_000));
                     run_probe(probe.id, &spec, timeout, inner.settings.grace_period).await
@@ -255,7 +233,7 @@ async fn run_probe(
     };
     let result = tokio::time::timeout(timeout, collect).await;
     // Whatever the probe left behind (or a probe that timed out) goes, as after a run.
-    let reaped = crate::pipeline::reap_group(pgid, grace).await;
+    let reaped = crate::process::reap_group(pgid, grace).await;
     match &reaped {
         Ok(()) => spawned.guard.disarm(),
         Err(e) => {

@@ -20,35 +20,51 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Module map: `engine` (wasmtime engine and compiled cache), `driver` (loading), `guest`
-//! (sandboxed calls), `grant` + `process` (what may be spawned, and spawning it), `pipeline`
-//! (the single run path), `stream` (events and backpressure), `agent` (options), `event`,
-//! `result`, `error`, `descriptor` (public types).
+//! ## Module tree
+//!
+//! The layering reads off the folders, bottom to top:
+//!
+//! - **vocabulary** (leaves, no I/O): `error`, `event`, `result`, `descriptor`, `policy`,
+//!   `approval`, `structured`;
+//! - **`wasm/`** — the only place that names wasmtime (`engine`, `guest`) and the
+//!   WIT-generated types (`bindings`, `convert`);
+//! - **`grant/` + `process/`** — the only places that decide (`grant`: the run's
+//!   [`ProcessGrant`](grant::ProcessGrant): program, workspace, environment) and perform
+//!   (`process`: spawn, signal, reap) process actions;
+//! - **`run/`** — the one pipeline: `prepare`, `turn`, `supervise`, `output`, `classify`,
+//!   `decisions`, `resident`, `coordinator` (the thread stage);
+//! - **`store/`** — thread stores behind the `ThreadStore` trait;
+//! - **facade**: `agent` (options, builder, `Runner`), `stream`, `thread`, `driver`
+//!   (loading), `inspect`, and the tool entries `replay` and `cassette`.
+//!
+//! Knots that remain (shared nouns imported both ways, on purpose): `agent` ↔ `run`
+//! (the facade starts runs; a run reads the agent's settings), `stream` ↔ `approval`
+//! (events carry approval requests, requests carry event metadata), and the WIT types still
+//! named by `policy`, `structured`, `inspect`, `replay`, `driver`, `store`-free `run/`
+//! modules and `grant` — to be narrowed to `wasm/convert` one by one (issue 13's note lists
+//! what is left).
+
+#![warn(missing_docs)]
 
 mod agent;
 mod approval;
-mod bindings;
 pub mod cassette;
-mod convert;
-mod decisions;
 mod descriptor;
 mod driver;
-mod engine;
 mod error;
 mod event;
 mod grant;
-mod guest;
 mod inspect;
-mod pipeline;
 mod policy;
 mod process;
 pub mod replay;
-mod resident;
 mod result;
+mod run;
 pub mod store;
 mod stream;
 mod structured;
 mod thread;
+mod wasm;
 
 pub use agent::{Agent, AgentBuilder, RunOptions, Runner, Spawn};
 pub use approval::{
@@ -60,27 +76,27 @@ pub use descriptor::{
     SessionCaps, StreamingCaps, StructuredOutputCaps, VersionRange,
 };
 pub use driver::{Driver, LoadOptions, available_drivers, driver_dirs};
-pub use engine::CompileSource;
 pub use error::{Error, FailureReason, LaunchRefusal, Limit, LoadError, RunError, StartRefusal};
 pub use event::{
     ApprovalResolved, Dropped, Event, EventMeta, ItemEvent, Notice, Phase, ProcessInfo,
     ProcessInfoKind, RunFinished, RunStarted, SessionStarted, TextDelta, ThreadFallback, ToolCall,
     ToolResult, UsageUpdate, VendorEvent,
 };
-pub use guest::GuestLimits;
+pub use grant::DEFAULT_ENV_ALLOWLIST;
 pub use inspect::{Availability, Check, CheckLevel, EnvironmentReport, Inspection};
-pub use pipeline::CHECKPOINT_INVALIDATED;
 pub use policy::{ApprovalPolicy, DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
-pub use process::DEFAULT_ENV_ALLOWLIST;
 pub use result::{
     Checkpoint, ChunkRecord, ExitInfo, ItemKind, LaunchRecord, RawStreams, RunResult, StreamKind,
     TerminalPayload, TranscriptItem, Usage,
 };
+pub use run::CHECKPOINT_INVALIDATED;
 pub use stream::{Canceller, Stream};
 pub use structured::{
     Mechanism, PROMPT_SCHEMA_MARKER, Schema, StructuredOutput, run_as, run_as_with,
 };
 pub use thread::{DEFAULT_LEASE_TTL, Thread, ThreadError, ThreadInfo, ThreadStart};
+pub use wasm::engine::CompileSource;
+pub use wasm::guest::GuestLimits;
 
 /// The WIT package version this host implements.
 pub const WIT_PACKAGE: &str = "adaptor:driver@0.1.0";

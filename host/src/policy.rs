@@ -10,9 +10,9 @@
 
 use std::time::Duration;
 
-use crate::bindings::wit;
 use crate::descriptor::{DecisionModes, Descriptor};
 use crate::error::Error;
+use crate::wasm::wit;
 
 /// Sandbox level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -12,16 +12,16 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::RunOptions;
-use crate::bindings::wit;
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::event::{Event, Notice, RunStarted};
-use crate::guest::GuestInstance;
-use crate::pipeline::{
-    Classify, build_request, classify, convert_event, finished_event, new_run_id, start_session,
-};
 use crate::result::{ChunkRecord, ExitInfo, LaunchRecord, RawStreams, RunResult, StreamKind};
+use crate::run::{Classify, classify, finished_event, new_run_id};
 use crate::stream::{blank_meta, stamp};
+use crate::wasm::convert::{build_request, convert_event};
+use crate::wasm::guest::GuestInstance;
+use crate::wasm::guest::start_session;
+use crate::wasm::wit;
 
 /// What a session replay produced.
 #[derive(Debug)]
@@ -103,7 +103,7 @@ async fn drive(
     let instance = GuestInstance::new(
         driver.loaded.name.clone(),
         &driver.loaded.pre,
-        crate::guest::GuestLimits::default(),
+        crate::wasm::guest::GuestLimits::default(),
     )
     .await?;
     let request = build_request(
@@ -189,7 +189,7 @@ async fn drive(
 }
 
 async fn apply(
-    session: &mut crate::guest::GuestSession,
+    session: &mut crate::wasm::guest::GuestSession,
     actions: Vec<wit::Action>,
     out: &mut Collector,
     raw: &mut RawStreams,

@@ -16,6 +16,8 @@
 //!
 //! It must not contain any provider's protocol knowledge: that belongs in the driver crates.
 
+#![warn(missing_docs)]
+
 pub mod actions;
 pub mod framing;
 mod glue;

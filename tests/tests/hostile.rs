@@ -83,8 +83,10 @@ async fn each_attack_is_stopped_by_its_limit_and_the_agent_stays_healthy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_per_run_cpu_budget_stops_a_driver_that_burns_a_little_on_every_call() {
     let (state, ws) = (tmp(), tmp());
+    // A generous per-call budget (1 s), so only the per-run one (150 ms) can stop it.
     let limits = GuestLimits {
         run_cpu_ms: 150,
+        call_ticks: 100,
         ..GuestLimits::default()
     };
     // With a delay between lines, each of the many `[[spam]]` lines arrives in its own chunk,
@@ -170,4 +172,26 @@ async fn the_sandbox_grants_no_files_environment_arguments_or_network() {
     assert_eq!(probe["args"], 0, "no arguments: {probe}");
     assert!(probe["socket"]["Err"].is_string(), "no network: {probe}");
     assert!(probe["dir"]["Err"].is_string(), "no directory: {probe}");
+    // Clocks are stopped: the wall clock reads the Unix epoch and no time passes.
+    assert_eq!(probe["wall_clock_ns"]["Ok"], 0, "wall clock fixed: {probe}");
+    assert_eq!(
+        probe["monotonic_elapsed_ns"], 0,
+        "monotonic clock fixed: {probe}"
+    );
+    // A second instance sees the same clocks and the same random values (the seed is fixed).
+    let (events, result) = collect(agent.stream("[[probe-world]] again")).await;
+    result.expect("the second probing run succeeds");
+    let again = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Notice(n) if n.notice == "hostile.probe" => n.data.clone(),
+            _ => None,
+        })
+        .expect("probe notice");
+    let again: serde_json::Value = match again {
+        serde_json::Value::String(s) => serde_json::from_str(&s).unwrap(),
+        other => other,
+    };
+    assert_eq!(probe, again, "two instances see the same world");
+    assert!(probe["hash_seeded_by_random"].is_u64(), "{probe}");
 }

@@ -1,35 +1,19 @@
 //! Provider processes: spawning, signalling and reaping — the one place that spawns.
 //!
-//! Owns: program resolution (PATH, never through a workspace entry), the environment
-//! allowlist, and the OS-specific process-group code (in `unix.rs`; macOS and Windows follow
-//! behind the same functions). Must not: parse output or decide run outcomes.
+//! Owns: program lookup (PATH, never through a workspace entry; `grant` calls it once per
+//! run), spawning a [`ProcessSpec`] as the leader of a new process group, signalling and
+//! reaping groups, the run's private directory, and the OS-specific process-group code (in
+//! `unix.rs`; macOS and Windows follow behind the same functions). Must not: decide what may
+//! be spawned (that is `grant`), parse output or decide run outcomes.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
 pub(crate) use unix::{Spawned, exit_parts, group_alive, killed_status, signal_group, spawn};
-
-/// Variables passed from the host's environment by default. Anything else (API keys,
-/// tokens) must be opted into per variable with `AgentBuilder::pass_env`.
-pub const DEFAULT_ENV_ALLOWLIST: &[&str] = &[
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TERM",
-    "TMPDIR",
-    "TZ",
-    "XDG_CONFIG_HOME",
-    "XDG_DATA_HOME",
-    "XDG_CACHE_HOME",
-    "XDG_STATE_HOME",
-];
 
 /// What to spawn.
 #[derive(Debug, Clone)]
@@ -132,6 +116,34 @@ pub(crate) fn resolve_program(
     ))
 }
 
+/// Make sure no process of the group survives: SIGTERM, grace, SIGKILL.
+pub(crate) async fn reap_group(pgid: i32, grace: Duration) -> Result<(), String> {
+    if !group_alive(pgid) {
+        return Ok(());
+    }
+    tracing::info!(
+        pgid,
+        "terminating leftover processes of the provider's group"
+    );
+    signal_group(pgid, Sig::Terminate).map_err(|e| e.to_string())?;
+    let until = Instant::now() + grace;
+    while Instant::now() < until && group_alive(pgid) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if group_alive(pgid) {
+        signal_group(pgid, Sig::Kill).map_err(|e| e.to_string())?;
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until && group_alive(pgid) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    if group_alive(pgid) {
+        Err(format!("process group {pgid} still exists after SIGKILL"))
+    } else {
+        Ok(())
+    }
+}
+
 fn is_executable(p: &Path) -> bool {
     #[cfg(unix)]
     {
@@ -163,10 +175,9 @@ impl PrivateDir {
         &self.path
     }
 
-    pub(crate) fn create(
-        path: PathBuf,
-        files: &[crate::bindings::wit::PrivateFile],
-    ) -> std::io::Result<PrivateDir> {
+    /// Create it (0700) with `files` (name, contents; names already checked by the grant),
+    /// unless there are none.
+    pub(crate) fn create(path: PathBuf, files: &[(&str, &[u8])]) -> std::io::Result<PrivateDir> {
         if files.is_empty() {
             return Ok(PrivateDir {
                 path,
@@ -178,8 +189,8 @@ impl PrivateDir {
             path,
             created: true,
         };
-        for file in files {
-            unix::create_private_file(&dir.path.join(&file.name), &file.contents)?;
+        for (name, contents) in files {
+            unix::create_private_file(&dir.path.join(name), contents)?;
         }
         Ok(dir)
     }

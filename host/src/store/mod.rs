@@ -271,7 +271,7 @@ fn unique_hex() -> String {
         std::process::id(),
         std::ptr::addr_of!(local)
     );
-    crate::engine::sha256_hex(seed.as_bytes())[..32].to_owned()
+    crate::wasm::engine::sha256_hex(seed.as_bytes())[..32].to_owned()
 }
 
 /// A lease owner name unique to this process and call: `<host>:<pid>:<hex>`.

@@ -9,7 +9,7 @@
 //! - `[[log-flood]]`: write 5 000 log messages in one call (logs per call);
 //! - `[[huge-result]]`: return a 40 MiB reply text (data copied per call);
 //! - `[[never-finish]]`: spin forever in `finish` (CPU per call);
-//! - `[[burn-cpu]]`: use most of the per-call budget on every chunk (CPU per run);
+//! - `[[burn-cpu]]`: a fixed, large amount of work on every chunk (CPU per run);
 //! - `[[panic]]`: panic while the provider runs;
 //! - `[[spawn-ungranted]]`, `[[spawn-sh]]`, `[[cwd-parent]]`, `[[cwd-absolute]]`: ask to launch
 //!   another program, `sh -c`, or to run in `..` or `/etc`;
@@ -82,7 +82,28 @@ fn probe_world() -> String {
     let args: Vec<String> = std::env::args().collect();
     let socket = std::net::TcpStream::connect("127.0.0.1:9").map(|_| ());
     let dir = std::fs::read_dir(".").map(|d| d.count());
+    // Clocks and random sources: the host fixes them, so every instance sees the same.
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .map_err(|e| e.to_string());
+    let start = std::time::Instant::now();
+    let mut spins = 0u64;
+    for i in 0..1_000_000u64 {
+        spins = spins.wrapping_add(i);
+    }
+    std::hint::black_box(spins);
+    let mono_elapsed = start.elapsed().as_nanos() as u64;
+    let random = {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(42);
+        h.finish()
+    };
     serde_json::json!({
+        "wall_clock_ns": wall,
+        "monotonic_elapsed_ns": mono_elapsed,
+        "hash_seeded_by_random": random,
         "file": file.map_err(|e| e.to_string()),
         "env": env.len(),
         "args": args.len(),
@@ -151,12 +172,14 @@ impl Session for HostileSession {
             }
         }
         if self.wants("burn-cpu") {
-            // About 60 ms of guest time per chunk: under the per-call budget, over a small
-            // per-run one after a few chunks.
-            let until = std::time::Instant::now() + std::time::Duration::from_millis(60);
-            while std::time::Instant::now() < until {
-                std::hint::black_box(0);
+            // A fixed amount of work per chunk (tens of ms of guest CPU; a driver's clocks are
+            // stopped, so it cannot time itself): under a generous per-call budget, over a
+            // small per-run one after a few chunks.
+            let mut acc = 0u64;
+            for i in 0..30_000_000u64 {
+                acc = std::hint::black_box(acc.wrapping_add(i));
             }
+            std::hint::black_box(acc);
         }
         if let Some(probe) = self.probe.take() {
             out.notice(

@@ -19,11 +19,11 @@ use tokio::task::JoinHandle;
 use crate::approval::{
     ApprovalHandler, ApprovalKind, ApprovalRequest, Choice, NewRequest, Resolution, Settled, Slot,
 };
-use crate::bindings::wit;
 use crate::error::FailureReason;
 use crate::event::{ApprovalResolved, Event};
 use crate::policy::{ApprovalPolicy, DecisionMode, Fallback, QuestionMode};
 use crate::stream::blank_meta;
+use crate::wasm::wit;
 
 /// Something the supervisor must do.
 pub(crate) enum Step {
@@ -408,5 +408,172 @@ fn kind(kind: &wit::ApprovalKind) -> ApprovalKind {
         wit::ApprovalKind::PlanReview => ApprovalKind::PlanReview,
         wit::ApprovalKind::Question => ApprovalKind::Question,
         wit::ApprovalKind::Other(name) => ApprovalKind::Other(name.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn request(id: &str, kind: wit::ApprovalKind) -> wit::ApprovalRequest {
+        wit::ApprovalRequest {
+            id: id.into(),
+            kind,
+            title: format!("title of {id}"),
+            tool_call_id: None,
+            tool_name: Some("Bash".into()),
+            choices: vec![],
+            details_json: Some("{\"command\":\"ls\"}".into()),
+        }
+    }
+
+    fn policy(mode: DecisionMode, fallback: Fallback) -> ApprovalPolicy {
+        ApprovalPolicy {
+            permission: mode,
+            plan_review: mode,
+            question: QuestionMode::Ask,
+            timeout: Some(Duration::from_millis(50)),
+            on_timeout: fallback,
+            on_reject: fallback,
+            max_retries: 1,
+        }
+    }
+
+    /// What the steps say, in order: `emit:<kind>` or `deliver:<id>:<decision>`.
+    fn describe(steps: &[Step]) -> Vec<String> {
+        steps
+            .iter()
+            .map(|s| match s {
+                Step::Emit(e) => match &**e {
+                    Event::ApprovalRequest(r) => format!("ask:{}#{}", r.id, r.attempt),
+                    Event::ApprovalResolved(r) => format!(
+                        "resolved:{}#{}:{}{}",
+                        r.id,
+                        r.attempt,
+                        r.resolution,
+                        if r.by_policy { " (policy)" } else { "" }
+                    ),
+                    other => format!("emit:{other:?}"),
+                },
+                Step::Deliver(id, d) => format!("deliver:{id}:{d:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn policy_answers_at_once_and_a_policy_refusal_is_final() {
+        let mut d = Decisions::new(
+            "x".into(),
+            policy(DecisionMode::AutoApprove, Fallback::Abort),
+            None,
+        );
+        let mut out = Vec::new();
+        d.request(request("a", wit::ApprovalKind::Permission), &mut out)
+            .unwrap();
+        let steps = describe(&out);
+        assert!(steps[0].starts_with("resolved:a#1:") && steps[0].ends_with("(policy)"));
+        assert_eq!(steps[1], "deliver:a:Decision::Approve(None)");
+        assert!(d.failure().is_none());
+
+        // Auto-deny with `retry`: never re-asked (it would be refused again) — it aborts.
+        let mut d = Decisions::new(
+            "x".into(),
+            policy(DecisionMode::AutoDeny, Fallback::Retry),
+            None,
+        );
+        let mut out = Vec::new();
+        d.request(request("b", wit::ApprovalKind::PlanReview), &mut out)
+            .unwrap();
+        assert!(describe(&out)[1].starts_with("deliver:b:Decision::Deny("));
+        assert_eq!(d.failure().unwrap().0, FailureReason::ApprovalDenied);
+        assert!(d.aborting());
+
+        // Auto-deny with `continue`: the agent is told no and carries on.
+        let mut d = Decisions::new(
+            "x".into(),
+            policy(DecisionMode::AutoDeny, Fallback::Continue),
+            None,
+        );
+        let mut out = Vec::new();
+        d.request(request("c", wit::ApprovalKind::Permission), &mut out)
+            .unwrap();
+        assert!(d.failure().is_none());
+    }
+
+    #[test]
+    fn a_timeout_re_asks_up_to_max_retries_then_aborts() {
+        let mut d = Decisions::new("x".into(), policy(DecisionMode::Ask, Fallback::Retry), None);
+        let mut out = Vec::new();
+        d.request(request("q", wit::ApprovalKind::Permission), &mut out)
+            .unwrap();
+        assert_eq!(describe(&out), ["ask:q#1"]);
+        assert!(d.next_deadline().is_some());
+        let later = Instant::now() + Duration::from_secs(3600);
+        let mut out = Vec::new();
+        d.on_deadline(later, &mut out);
+        let steps = describe(&out);
+        assert!(steps[0].starts_with("resolved:q#1:"), "{steps:?}");
+        assert_eq!(steps[1], "ask:q#2", "re-asked");
+        assert!(d.failure().is_none());
+        let mut out = Vec::new();
+        d.on_deadline(later, &mut out);
+        let steps = describe(&out);
+        assert_eq!(
+            steps.last().unwrap(),
+            "deliver:q:Decision::TimedOut",
+            "{steps:?}"
+        );
+        assert_eq!(d.failure().unwrap().0, FailureReason::ApprovalTimeout);
+        assert!(d.next_deadline().is_none());
+    }
+
+    #[test]
+    fn cancel_resolves_pending_requests_and_tells_the_driver() {
+        let mut d = Decisions::new("x".into(), policy(DecisionMode::Ask, Fallback::Abort), None);
+        let mut out = Vec::new();
+        d.request(request("p", wit::ApprovalKind::Question), &mut out)
+            .unwrap();
+        let mut out = Vec::new();
+        d.close(Resolution::Cancelled, &mut out);
+        assert_eq!(
+            describe(&out).last().unwrap(),
+            "deliver:p:Decision::Cancelled"
+        );
+        // Withdrawn (the run ended) is only reported, never delivered.
+        let mut d = Decisions::new("x".into(), policy(DecisionMode::Ask, Fallback::Abort), None);
+        // (The emitted request is kept alive: a request whose every copy is dropped
+        // unanswered resolves itself as unanswered.)
+        let mut asked = Vec::new();
+        d.request(request("w", wit::ApprovalKind::Permission), &mut asked)
+            .unwrap();
+        let mut out = Vec::new();
+        d.close(Resolution::Withdrawn, &mut out);
+        assert!(describe(&out).iter().all(|s| !s.starts_with("deliver:")));
+        drop(asked);
+    }
+
+    #[test]
+    fn malformed_requests_are_contract_violations() {
+        let mut d = Decisions::new("x".into(), policy(DecisionMode::Ask, Fallback::Abort), None);
+        let mut out = Vec::new();
+        assert!(
+            d.request(request("", wit::ApprovalKind::Permission), &mut out)
+                .is_err()
+        );
+        let mut bad = request("d", wit::ApprovalKind::Permission);
+        bad.details_json = Some("[1, 2]".into());
+        assert!(
+            d.request(bad, &mut out)
+                .unwrap_err()
+                .contains("JSON object")
+        );
+        d.request(request("dup", wit::ApprovalKind::Permission), &mut out)
+            .unwrap();
+        let err = d
+            .request(request("dup", wit::ApprovalKind::Permission), &mut out)
+            .unwrap_err();
+        assert!(err.contains("pending"), "{err}");
     }
 }

@@ -14,9 +14,60 @@ use wasmtime::{Store, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use crate::bindings::{DriverWorld, DriverWorldPre, wit};
-use crate::engine::engine;
-use crate::error::{Error, Limit, LoadError};
+use super::bindings::{DriverWorld, DriverWorldPre, wit};
+use super::engine::engine;
+use crate::error::{Error, Limit, LoadError, StartRefusal};
+
+/// The seed of every random source a driver sees (WASI `random`, `insecure`,
+/// `insecure-seed`): fixed, so two instances of a driver see the same values and a driver is
+/// as deterministic as the WIT promises (replays, conformance and fuzzing rely on it). A
+/// driver holds no secrets and needs no unpredictable randomness.
+pub(crate) const GUEST_RANDOM_SEED: u64 = 0x6164_6170_746f_7221;
+
+/// The clocks a driver sees: stopped at the Unix epoch (wall clock) and at zero (monotonic
+/// clock). The host stamps events and measures time; a driver that reads a clock learns
+/// nothing about the machine, and one that waits for time to pass spins into its CPU deadline.
+struct StoppedClock;
+
+impl wasmtime_wasi::HostWallClock for StoppedClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl wasmtime_wasi::HostMonotonicClock for StoppedClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+/// The WASI world of a driver, written out as data. Everything is denied or fixed:
+/// - no stdin (closed), stdout discarded, stderr kept in a bounded buffer (panic messages);
+/// - no arguments, no environment variables, no preopened directories (so no files);
+/// - sockets: TCP, UDP and name lookup denied, and every address refused;
+/// - clocks stopped ([`StoppedClock`]) and random sources seeded ([`GUEST_RANDOM_SEED`]).
+fn sandbox_wasi(stderr: MemoryOutputPipe) -> WasiCtx {
+    use rand::SeedableRng;
+    let mut builder = WasiCtxBuilder::new();
+    builder
+        .stderr(stderr)
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .socket_addr_check(|_, _| Box::pin(async { false }))
+        .wall_clock(StoppedClock)
+        .monotonic_clock(StoppedClock)
+        .secure_random(rand::rngs::StdRng::seed_from_u64(GUEST_RANDOM_SEED))
+        .insecure_random(rand::rngs::StdRng::seed_from_u64(GUEST_RANDOM_SEED))
+        .insecure_random_seed(u128::from(GUEST_RANDOM_SEED));
+    builder.build()
+}
 
 /// Sandbox limits applied to every driver instance (one instance per run). Exceeding one
 /// stops the call with [`Error::LimitExceeded`] naming the driver, the call and the limit.
@@ -74,7 +125,7 @@ impl WasiView for GuestState {
 
 impl wit::Host for GuestState {}
 
-impl crate::bindings::adaptor::driver::log::Host for GuestState {
+impl crate::wasm::bindings::adaptor::driver::log::Host for GuestState {
     async fn log(&mut self, level: wit::LogLevel, message: String) {
         self.logs_this_call = self.logs_this_call.saturating_add(1);
         if self.logs_this_call > self.logs_cap {
@@ -99,8 +150,11 @@ pub(crate) fn linker() -> &'static Linker<GuestState> {
     LINKER.get_or_init(|| {
         let mut linker = Linker::new(engine());
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("link WASI p2");
-        crate::bindings::adaptor::driver::log::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
-            .expect("link log import");
+        crate::wasm::bindings::adaptor::driver::log::add_to_linker::<_, HasSelf<_>>(
+            &mut linker,
+            |s| s,
+        )
+        .expect("link log import");
         linker
     })
 }
@@ -197,7 +251,7 @@ impl GuestInstance {
         limits: GuestLimits,
     ) -> Result<Self, Error> {
         let stderr = MemoryOutputPipe::new(limits.stderr_bytes);
-        let wasi = WasiCtxBuilder::new().stderr(stderr.clone()).build();
+        let wasi = sandbox_wasi(stderr.clone());
         let store_limits = StoreLimitsBuilder::new()
             .memory_size(limits.memory_bytes)
             .trap_on_grow_failure(true)
@@ -388,7 +442,7 @@ fn limit_of(e: &wasmtime::Error, limits: GuestLimits) -> Option<Limit> {
     if let Some(trap) = e.downcast_ref::<wasmtime::Trap>() {
         return match trap {
             wasmtime::Trap::Interrupt => Some(Limit::CpuPerCall {
-                ms: limits.call_ticks * crate::engine::EPOCH_TICK.as_millis() as u64,
+                ms: limits.call_ticks * crate::wasm::engine::EPOCH_TICK.as_millis() as u64,
             }),
             wasmtime::Trap::StackOverflow => Some(Limit::Stack),
             _ => None,
@@ -410,7 +464,7 @@ fn describe_trap(e: &wasmtime::Error, limits: GuestLimits) -> String {
         return match trap {
             wasmtime::Trap::Interrupt => format!(
                 "exceeded its CPU budget of {} ms per call",
-                limits.call_ticks * crate::engine::EPOCH_TICK.as_millis() as u64
+                limits.call_ticks * crate::wasm::engine::EPOCH_TICK.as_millis() as u64
             ),
             wasmtime::Trap::StackOverflow => "overflowed its stack".to_owned(),
             wasmtime::Trap::UnreachableCodeReached => {
@@ -510,6 +564,28 @@ impl GuestSession {
                 .instance
                 .check_actions("session.next-turn", actions)?)),
             Err(e) => Ok(Err(e)),
+        }
+    }
+}
+
+/// `session.start`, with a refusal turned into [`Error::StartRefused`].
+pub(crate) async fn start_session(
+    session: &mut GuestSession,
+    driver: &str,
+) -> Result<wit::Launch, Error> {
+    match session.start().await? {
+        Ok(launch) => Ok(launch),
+        Err(e) => {
+            let (kind, message) = match e {
+                wit::StartError::InvalidRequest(m) => (StartRefusal::InvalidRequest, m),
+                wit::StartError::Unsupported(m) => (StartRefusal::Unsupported, m),
+                wit::StartError::ResumeRejected(m) => (StartRefusal::ResumeRejected, m),
+            };
+            Err(Error::StartRefused {
+                driver: driver.to_owned(),
+                kind,
+                message,
+            })
         }
     }
 }

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::guest::GuestSession;
 use crate::process::{self, PrivateDir};
 use crate::result::LaunchRecord;
+use crate::wasm::guest::GuestSession;
 
 /// A live provider process whose turn ended, with the driver session that speaks to it.
 pub(crate) struct Resident {
@@ -121,7 +121,7 @@ pub(crate) async fn stop(mut resident: Resident, grace: Duration) {
             "resident provider did not exit at end of input; terminating it"
         );
     }
-    match crate::pipeline::reap_group(pgid, grace).await {
+    match crate::process::reap_group(pgid, grace).await {
         Ok(()) => resident.spawned.guard.disarm(),
         Err(e) => {
             tracing::warn!(pid, pgid, error = %e, "could not confirm a resident provider's process group is gone")

@@ -1,14 +1,24 @@
 //! Conversions between the generated WIT types and the crate's public types, with the
-//! host-side validation of what drivers return (JSON fields must be JSON, names non-empty).
+//! host-side validation of what drivers return (JSON fields must be JSON, names non-empty,
+//! events well-formed), and the run request the driver sees, built from host options.
 //!
 //! Must not: hold pipeline state.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
-use crate::bindings::wit;
+use super::wit;
+use crate::agent::RunOptions;
 use crate::descriptor::*;
+use crate::error::Error;
 use crate::event::Phase;
+use crate::event::{
+    Event, EventMeta, ItemEvent, Notice, SessionStarted, TextDelta, ToolCall, ToolResult,
+    UsageUpdate, VendorEvent,
+};
 use crate::result::{Checkpoint, ItemKind, TerminalPayload, TranscriptItem, Usage};
+use crate::stream::blank_meta;
+use crate::structured::Mechanism;
 
 pub(crate) fn descriptor(d: wit::Descriptor) -> Result<Descriptor, String> {
     if d.name.is_empty()
@@ -214,5 +224,145 @@ pub(crate) fn failure_reason(r: wit::FailureReason) -> crate::error::FailureReas
         wit::FailureReason::ResumeRejected => F::ResumeRejected,
         wit::FailureReason::ProtocolError => F::ProtocolError,
         wit::FailureReason::Other(s) => F::Other(s),
+    }
+}
+
+/// Validate a driver event and turn it into a public [`Event`] (meta filled in later by the
+/// emitter).
+pub(crate) fn convert_event(driver: &str, event: wit::Event) -> Result<Event, Error> {
+    let meta = blank_meta();
+    let bad = |message: String| Error::DriverContract {
+        driver: driver.to_owned(),
+        call: "emit",
+        message,
+    };
+    Ok(match event {
+        wit::Event::Text(p) | wit::Event::Thinking(p) if p.message_id.is_empty() => {
+            return Err(bad("a text/thinking event has an empty message id".into()));
+        }
+        wit::Event::Text(p) => Event::TextDelta(text_delta(meta, p)),
+        wit::Event::Thinking(p) => Event::Thinking(text_delta(meta, p)),
+        wit::Event::ToolCall(c) => {
+            if c.id.is_empty() || (c.phase == wit::Phase::Start && c.name.is_empty()) {
+                return Err(bad(
+                    "a tool-call event needs an id, and a name on start".into()
+                ));
+            }
+            Event::ToolCall(ToolCall {
+                meta,
+                args: json_field("tool-call args-json", c.args_json).map_err(bad)?,
+                id: c.id,
+                name: c.name,
+                phase: phase(c.phase),
+                args_delta: c.args_delta,
+                parent_tool_call_id: c.scope.parent_tool_call_id,
+            })
+        }
+        wit::Event::ToolResult(r) => {
+            if r.id.is_empty() {
+                return Err(bad("a tool-result event has an empty id".into()));
+            }
+            Event::ToolResult(ToolResult {
+                meta,
+                id: r.id,
+                output: r.output,
+                is_error: r.is_error,
+                parent_tool_call_id: r.scope.parent_tool_call_id,
+            })
+        }
+        wit::Event::Item(i) => Event::Item(ItemEvent {
+            meta,
+            item: item(i).map_err(bad)?,
+        }),
+        wit::Event::Usage(u) => Event::Usage(UsageUpdate {
+            meta,
+            usage: usage(u),
+        }),
+        wit::Event::Session(s) => Event::Session(SessionStarted {
+            meta,
+            session_id: s.session_id,
+            model: s.model,
+        }),
+        wit::Event::Notice(n) => Event::Notice(Notice {
+            meta,
+            notice: n.kind,
+            message: n.message,
+            data: json_field("notice data-json", n.data_json).map_err(bad)?,
+        }),
+        wit::Event::Other(v) => Event::Vendor(VendorEvent {
+            meta,
+            json: serde_json::from_str(&v.json).unwrap_or(serde_json::Value::String(v.json)),
+            name: v.name,
+        }),
+    })
+}
+
+fn text_delta(meta: EventMeta, p: wit::TextPart) -> TextDelta {
+    TextDelta {
+        meta,
+        message_id: p.message_id,
+        phase: phase(p.phase),
+        text: p.text,
+        parent_tool_call_id: p.scope.parent_tool_call_id,
+    }
+}
+
+/// The fully resolved request the driver sees.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn build_request(
+    run_id: &str,
+    prompt: &str,
+    config_json: String,
+    options: &RunOptions,
+    mechanism: Option<Mechanism>,
+    workspace: &Path,
+    private_dir: &Path,
+    resume: Option<wit::Resume>,
+) -> wit::RunRequest {
+    wit::RunRequest {
+        run_id: run_id.to_owned(),
+        prompt: prompt.to_owned(),
+        config_json,
+        model: options.model.clone(),
+        instructions: options.instructions.clone(),
+        workspace: workspace.display().to_string(),
+        private_dir: private_dir.display().to_string(),
+        policy: options.policy.unwrap_or_default().to_wit(),
+        output_schema: match (&options.schema, mechanism) {
+            (Some(schema), Some(m)) => Some(wit::OutputSchema {
+                schema_json: schema.json().to_string(),
+                name: schema.wit_name(),
+                description: schema.wit_description(),
+                mechanism: match m {
+                    Mechanism::Native => wit::SchemaMechanism::Native,
+                    Mechanism::PromptValidate => wit::SchemaMechanism::PromptValidate,
+                },
+            }),
+            _ => None,
+        },
+        resume,
+        streaming: options.streaming.unwrap_or(true),
+        mcp_servers: Vec::new(),
+        skill_dirs: Vec::new(),
+        metadata: options
+            .metadata
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// The grant's view of a driver's launch (`file_names`: the names of its private files).
+pub(crate) fn launch_ask<'a>(
+    launch: &'a wit::Launch,
+    file_names: &'a [&'a str],
+) -> crate::grant::LaunchAsk<'a> {
+    crate::grant::LaunchAsk {
+        program: &launch.program,
+        args: &launch.args,
+        env: &launch.env,
+        cwd: launch.cwd.as_deref(),
+        file_names,
     }
 }

@@ -1,0 +1,319 @@
+//! The process grant: what the processes of one run (or one Inspect) may be, decided once
+//! before anything starts, and the check of every launch a driver asks for against it.
+//!
+//! A [`ProcessGrant`] is one value: the program as configured and resolved to an absolute
+//! path (program resolution lives here and nowhere else), the canonical workspace, and the
+//! environment rules (an allowlist of the host's variables, the variables the embedder opted
+//! into or set, then the driver's additions). A launch passes when the program is the
+//! configured one (by name or resolved path), its working directory stays inside the
+//! workspace, private file names are plain names and environment names, values and arguments
+//! are well-formed. Must not: spawn (see `process`) or name WIT types (the pipeline hands a
+//! [`LaunchAsk`] view).
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Component, Path, PathBuf};
+
+use crate::agent::Settings;
+use crate::error::{Error, LaunchRefusal};
+use crate::process::{self, ProcessSpec};
+
+/// Variables passed from the host's environment by default. Anything else (API keys,
+/// tokens) must be opted into per variable with `AgentBuilder::pass_env`.
+pub const DEFAULT_ENV_ALLOWLIST: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TERM",
+    "TMPDIR",
+    "TZ",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_STATE_HOME",
+];
+
+/// What a driver asks to launch (a view of its `launch`, free of WIT types).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LaunchAsk<'a> {
+    /// The program, by name or path.
+    pub program: &'a str,
+    /// The arguments.
+    pub args: &'a [String],
+    /// Environment additions.
+    pub env: &'a [(String, String)],
+    /// The working directory (relative to the workspace, or absolute inside it).
+    pub cwd: Option<&'a str>,
+    /// Names of the private files it wants written.
+    pub file_names: &'a [&'a str],
+}
+
+/// The grant of one run: decided once, used for its launch and for Inspect's probes alike.
+#[derive(Debug, Clone)]
+pub(crate) struct ProcessGrant {
+    driver: String,
+    /// The program as configured (`claude`, `/opt/x/claude`).
+    configured: String,
+    /// Its absolute path, or why it could not be found.
+    resolved: Result<PathBuf, String>,
+    /// Canonical workspace.
+    workspace: PathBuf,
+    /// The environment every process starts from (before the driver's additions).
+    base_env: BTreeMap<OsString, OsString>,
+    parent_death_signal: bool,
+}
+
+impl ProcessGrant {
+    /// Decide the grant: the driver's configured `command` (else its default program),
+    /// resolved against PATH outside the workspace, then the host's program directories;
+    /// the environment from the allowlist and the agent's settings.
+    pub(crate) fn resolve(
+        driver: &crate::Driver,
+        settings: &Settings,
+        workspace: PathBuf,
+    ) -> ProcessGrant {
+        let configured = driver
+            .config
+            .get("command")
+            .and_then(|c| c.as_str())
+            .unwrap_or(&driver.loaded.descriptor.default_program)
+            .to_owned();
+        let path_var = std::env::var_os("PATH");
+        let resolved = process::resolve_program(
+            &configured,
+            path_var.as_deref(),
+            &workspace,
+            &settings.program_dirs,
+        );
+        let mut base_env: BTreeMap<OsString, OsString> = BTreeMap::new();
+        for name in DEFAULT_ENV_ALLOWLIST
+            .iter()
+            .copied()
+            .chain(settings.pass_env.iter().map(String::as_str))
+        {
+            if let Some(value) = std::env::var_os(name) {
+                base_env.insert(name.into(), value);
+            }
+        }
+        for (k, v) in &settings.set_env {
+            base_env.insert(k.into(), v.into());
+        }
+        ProcessGrant {
+            driver: driver.name().to_owned(),
+            configured,
+            resolved,
+            workspace,
+            base_env,
+            parent_death_signal: settings.parent_death_signal,
+        }
+    }
+
+    /// The program as configured.
+    pub(crate) fn configured(&self) -> &str {
+        &self.configured
+    }
+
+    /// The resolved program, or [`Error::ProgramNotFound`].
+    pub(crate) fn program(&self) -> Result<&Path, Error> {
+        self.resolved
+            .as_deref()
+            .map_err(|detail| Error::ProgramNotFound {
+                driver: self.driver.clone(),
+                program: self.configured.clone(),
+                detail: detail.clone(),
+            })
+    }
+
+    /// Why the program could not be found, if it could not.
+    pub(crate) fn unresolved(&self) -> Option<&str> {
+        self.resolved.as_ref().err().map(String::as_str)
+    }
+
+    /// Whether `requested` names the granted program (as configured, or its resolved path).
+    pub(crate) fn check_program(&self, requested: &str) -> Result<(), LaunchRefusal> {
+        let resolved_match = self
+            .resolved
+            .as_ref()
+            .is_ok_and(|p| Path::new(requested) == p);
+        if requested == self.configured || resolved_match {
+            Ok(())
+        } else {
+            Err(LaunchRefusal::Program {
+                requested: requested.to_owned(),
+                granted: self.configured.clone(),
+            })
+        }
+    }
+
+    /// Check a launch; returns the working directory to use.
+    pub(crate) fn check(&self, launch: &LaunchAsk<'_>) -> Result<PathBuf, LaunchRefusal> {
+        self.check_program(launch.program)?;
+        if let Some(i) = launch.args.iter().position(|a| a.contains('\0')) {
+            return Err(LaunchRefusal::Arg(i));
+        }
+        for (name, value) in launch.env {
+            if name.is_empty() || name.contains('=') || name.contains('\0') || value.contains('\0')
+            {
+                return Err(LaunchRefusal::Env(name.clone()));
+            }
+        }
+        for file in launch.file_names {
+            if !is_plain_file_name(file) {
+                return Err(LaunchRefusal::FileName((*file).to_owned()));
+            }
+        }
+        self.cwd(launch.cwd)
+    }
+
+    /// What to spawn for a checked launch: the resolved program, the arguments, the
+    /// environment (base, then the driver's `additions`) and the working directory.
+    pub(crate) fn spec(
+        &self,
+        args: Vec<String>,
+        additions: &[(String, String)],
+        cwd: PathBuf,
+    ) -> Result<ProcessSpec, Error> {
+        let mut env = self.base_env.clone();
+        for (k, v) in additions {
+            env.insert(k.into(), v.into());
+        }
+        Ok(ProcessSpec {
+            program: self.program()?.to_path_buf(),
+            args,
+            env: env.into_iter().collect(),
+            cwd,
+            parent_death_signal: self.parent_death_signal,
+        })
+    }
+
+    fn cwd(&self, requested: Option<&str>) -> Result<PathBuf, LaunchRefusal> {
+        let Some(requested) = requested else {
+            return Ok(self.workspace.to_path_buf());
+        };
+        let refuse = || LaunchRefusal::Cwd {
+            cwd: requested.to_owned(),
+            workspace: self.workspace.display().to_string(),
+        };
+        let candidate = if Path::new(requested).is_absolute() {
+            PathBuf::from(requested)
+        } else {
+            self.workspace.join(requested)
+        };
+        let canonical = candidate.canonicalize().map_err(|_| refuse())?;
+        if canonical.starts_with(&self.workspace) && canonical.is_dir() {
+            Ok(canonical)
+        } else {
+            Err(refuse())
+        }
+    }
+}
+
+fn is_plain_file_name(name: &str) -> bool {
+    let mut components = Path::new(name).components();
+    !name.is_empty()
+        && !name.contains(['/', '\\', '\0'])
+        && matches!(components.next(), Some(Component::Normal(_)))
+        && components.next().is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(ws: &Path) -> ProcessGrant {
+        ProcessGrant {
+            driver: "reference".into(),
+            configured: "reference-provider".into(),
+            resolved: Ok(PathBuf::from("/usr/bin/reference-provider")),
+            workspace: ws.to_path_buf(),
+            base_env: BTreeMap::new(),
+            parent_death_signal: true,
+        }
+    }
+
+    fn launch<'a>(program: &'a str, cwd: Option<&'a str>) -> LaunchAsk<'a> {
+        LaunchAsk {
+            program,
+            args: &[],
+            env: &[],
+            cwd,
+            file_names: &[],
+        }
+    }
+
+    #[test]
+    fn only_the_granted_program_and_workspace_cwd_pass() {
+        let ws = tempfile::tempdir().unwrap();
+        let ws = ws.path().canonicalize().unwrap();
+        std::fs::create_dir(ws.join("sub")).unwrap();
+        let grant = grant(&ws);
+        assert_eq!(
+            grant.check(&launch("reference-provider", None)).unwrap(),
+            ws
+        );
+        assert!(
+            grant
+                .check(&launch("/usr/bin/reference-provider", Some("sub")))
+                .is_ok()
+        );
+        for bad in ["sh", "/bin/sh", "reference-provider2"] {
+            assert!(
+                matches!(
+                    grant.check(&launch(bad, None)),
+                    Err(LaunchRefusal::Program { .. })
+                ),
+                "{bad}"
+            );
+        }
+        for bad in ["..", "/", "/etc", "sub/../..", "missing"] {
+            assert!(
+                matches!(
+                    grant.check(&launch("reference-provider", Some(bad))),
+                    Err(LaunchRefusal::Cwd { .. })
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_environment_is_the_base_then_the_driver_additions() {
+        let ws = tempfile::tempdir().unwrap();
+        let mut grant = grant(ws.path());
+        grant.base_env.insert("PATH".into(), "/usr/bin".into());
+        grant.base_env.insert("SET_BY_HOST".into(), "host".into());
+        let spec = grant
+            .spec(
+                vec!["-p".into()],
+                &[("EXTRA".into(), "1".into())],
+                ws.path().to_path_buf(),
+            )
+            .unwrap();
+        let names: Vec<_> = spec.env.iter().map(|(k, _)| k.clone()).collect();
+        assert_eq!(names, ["EXTRA", "PATH", "SET_BY_HOST"]);
+        assert_eq!(spec.program, Path::new("/usr/bin/reference-provider"));
+        grant.resolved = Err("not on PATH".into());
+        assert!(matches!(
+            grant.spec(vec![], &[], ws.path().to_path_buf()),
+            Err(Error::ProgramNotFound { .. })
+        ));
+        assert_eq!(grant.unresolved(), Some("not on PATH"));
+        // The program check still works by configured name without a resolved path.
+        assert!(grant.check_program("reference-provider").is_ok());
+        assert!(grant.check_program("/usr/bin/reference-provider").is_err());
+    }
+
+    #[test]
+    fn file_names_must_be_plain() {
+        for ok in ["schema.json", "a.b"] {
+            assert!(is_plain_file_name(ok));
+        }
+        for bad in ["", ".", "..", "a/b", "../x", "/etc/passwd", "a\0b"] {
+            assert!(!is_plain_file_name(bad), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,455 @@
+//! `run/` — the one execution pipeline: every run (`run`, `stream`, a thread turn, the CLI)
+//! goes through [`start`] / [`start_thread`], and [`Run::execute`] is its only driver.
+//!
+//! Stages: resolve options and workspace → fresh driver instance → validate config → resolve
+//! and grant the program → build the request → `session.start` → check the launch against the
+//! grant → write private files → `RunStarted` → spawn → supervise (feed chunks, perform
+//! actions, timers, cancel, timeout, end-of-turn) → reap the process group → `on-exit` →
+//! `finish` → classify → `RunFinished` → result.
+//!
+//! Rooms: this file (orchestration: the run's state, the thread stage around the attempt, one
+//! fresh fallback), `prepare` (everything resolved before a process starts), `turn` (one turn on
+//! an attached process, from spawn to the classified result), `supervise` (the select loop
+//! and the driver's actions), `output` (the output budget), `classify` (outcome + process
+//! facts → result, pure), `decisions` (approval requests of one run), `resident` (kept
+//! processes of threads), `coordinator` (the thread stage: fingerprint, lease, record,
+//! finalize).
+//!
+//! Before `RunStarted` an error is returned with no events; after it, exactly one
+//! `RunFinished` is the last event whatever happens. Must not: know any provider protocol,
+//! spawn except through `process`, or decide a launch except through `grant`.
+
+mod classify;
+pub(crate) mod coordinator;
+pub(crate) mod decisions;
+mod output;
+mod prepare;
+pub(crate) mod resident;
+mod supervise;
+mod turn;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::agent::{AgentInner, RunOptions, Spawn};
+use crate::error::{Error, FailureReason, StartRefusal};
+use crate::event::*;
+use crate::process::{PrivateDir, ProcessSpec};
+use crate::result::RunResult;
+use crate::stream::{Emitter, Stream, blank_meta};
+use crate::structured::Mechanism;
+use crate::wasm::convert::build_request;
+use crate::wasm::guest::{GuestInstance, GuestSession};
+use crate::wasm::wit;
+use coordinator::{Coordinator, FingerprintInput, ThreadBinding, thread_fingerprint};
+use resident::Resident;
+
+pub use classify::CHECKPOINT_INVALIDATED;
+pub(crate) use classify::{Classify, classify, finished_event};
+pub(crate) use prepare::resolve_workspace;
+
+pub(crate) fn new_run_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let seed = format!("{nanos}:{}:{n}", std::process::id());
+    format!(
+        "run-{}",
+        &crate::wasm::engine::sha256_hex(seed.as_bytes())[..16]
+    )
+}
+
+/// Start a run (spawns its task) and return its stream at once.
+pub(crate) fn start(inner: &Arc<AgentInner>, prompt: String, options: RunOptions) -> Stream {
+    launch(inner, prompt, options, None)
+}
+
+/// Start a thread run: the same pipeline with the thread stage.
+pub(crate) fn start_thread(
+    inner: &Arc<AgentInner>,
+    prompt: String,
+    options: RunOptions,
+    binding: ThreadBinding,
+) -> Stream {
+    launch(inner, prompt, options, Some(binding))
+}
+
+fn launch(
+    inner: &Arc<AgentInner>,
+    prompt: String,
+    options: RunOptions,
+    thread: Option<ThreadBinding>,
+) -> Stream {
+    let run_id = new_run_id();
+    let (tx, rx) = mpsc::channel(inner.settings.event_buffer.max(2));
+    let (result_tx, result_rx) = oneshot::channel();
+    let cancel = inner.cancel.child_token();
+    let stream = Stream::new(run_id.clone(), rx, result_rx, cancel.clone());
+    if inner.closed.load(Ordering::SeqCst) {
+        let _ = result_tx.send(Err(Error::AgentClosed));
+        return stream;
+    }
+    let emitter = Emitter::new(
+        tx,
+        run_id.clone(),
+        inner.driver.name().to_owned(),
+        inner.settings.blocking_events,
+    );
+    let span = tracing::info_span!("run", run_id = %run_id, driver = %inner.driver.name());
+    let run = Run {
+        inner: inner.clone(),
+        run_id,
+        prompt,
+        options,
+        emitter,
+        cancel,
+        started: Instant::now(),
+        mechanism: None,
+        thread,
+        coordinator: None,
+        resident_signature: None,
+        kept: None,
+    };
+    inner.tracker.spawn(
+        async move {
+            let result = run.execute().await;
+            let _ = result_tx.send(result);
+        }
+        .instrument(span),
+    );
+    stream
+}
+
+struct Run {
+    inner: Arc<AgentInner>,
+    run_id: String,
+    prompt: String,
+    options: RunOptions,
+    emitter: Emitter,
+    cancel: CancellationToken,
+    started: Instant,
+    mechanism: Option<Mechanism>,
+    /// A thread run's binding, until the thread stage takes it.
+    thread: Option<ThreadBinding>,
+    /// The thread stage of a thread run.
+    coordinator: Option<Coordinator>,
+    /// A thread run: what a resident process must have been started for to be reused.
+    resident_signature: Option<String>,
+    /// The process of this turn, kept alive for the thread's next turn.
+    kept: Option<Resident>,
+}
+
+/// How a turn gets its process.
+enum Attach {
+    /// Spawn what `session.start` asked for.
+    Spawn(Box<Prepared>),
+    /// Continue on the thread's resident process; `next-turn` returned these actions.
+    Reuse(Box<Resident>, Vec<wit::Action>),
+}
+
+/// What starts the turn once the process is attached.
+enum Initial {
+    /// A new process: the launch's stdin bytes, and whether stdin stays open.
+    Launch { stdin: Vec<u8>, keep_open: bool },
+    /// A resident process: the driver's `next-turn` actions (typically a stdin frame).
+    Actions(Vec<wit::Action>),
+}
+
+/// Everything resolved before the process starts.
+struct Prepared {
+    session: GuestSession,
+    launch: wit::Launch,
+    spec: ProcessSpec,
+    private_dir: PrivateDir,
+}
+
+impl Run {
+    async fn execute(mut self) -> Result<RunResult, Error> {
+        if let Some(binding) = self.thread.take() {
+            self.begin_thread(binding).await?;
+        }
+        let (attach, mut fallback) = match self.attach().await {
+            Ok(p) => p,
+            Err(e) => {
+                // Before `RunStarted`: no events, and no lease left behind.
+                if let Some(mut c) = self.coordinator.take()
+                    && let Some(problem) = c.release().await
+                {
+                    tracing::warn!(key = %c.key(), %problem, "releasing the thread lease failed");
+                }
+                return Err(e);
+            }
+        };
+        let program = match &attach {
+            Attach::Spawn(p) => p.spec.program.display().to_string(),
+            Attach::Reuse(r, _) => r.launch.resolved.display().to_string(),
+        };
+        self.emitter
+            .emit(Event::RunStarted(RunStarted {
+                meta: blank_meta(),
+                program,
+                model: self.options.model.clone(),
+            }))
+            .await;
+        if let Some((previous, reason)) = fallback.take() {
+            self.announce_fallback(previous, reason).await;
+        }
+        if let Some(c) = self.coordinator.as_mut() {
+            c.start_renewal(self.cancel.clone());
+        }
+        let mut result = self.supervise(attach).await;
+        // The provider rejected the stored session: one fresh attempt, announced.
+        if let Err(Error::Run(e)) = &result
+            && e.reason == FailureReason::ResumeRejected
+            && let Some(previous) = self
+                .coordinator
+                .as_mut()
+                .and_then(|c| c.fall_back(&e.message))
+        {
+            let reason = e.message.clone();
+            self.announce_fallback(previous, reason).await;
+            if let Some(stale) = self.kept.take() {
+                resident::stop(stale, self.inner.settings.grace_period).await;
+            }
+            result = match self.prepare().await {
+                Ok(prepared) => self.supervise(Attach::Spawn(Box::new(prepared))).await,
+                Err(e) => Err(e),
+            };
+        }
+        if let Some(mut c) = self.coordinator.take() {
+            result = c.finish(result).await;
+            if let Some(mut kept) = self.kept.take() {
+                match (&result, c.persisted()) {
+                    (Ok(r), Some((record_id, turns))) => {
+                        kept.record_id = record_id;
+                        kept.turns = turns;
+                        let key = r
+                            .thread
+                            .as_ref()
+                            .map_or_else(|| c.key().to_owned(), |t| t.key.clone());
+                        self.inner.residents.park(
+                            key,
+                            kept,
+                            self.inner.settings.resident_idle,
+                            self.inner.settings.grace_period,
+                        );
+                    }
+                    _ => resident::stop(kept, self.inner.settings.grace_period).await,
+                }
+            }
+            if let Some(problem) = c.release().await {
+                tracing::warn!(key = %c.key(), %problem, "releasing the thread lease failed");
+                self.emitter
+                    .emit(Event::Notice(Notice {
+                        meta: blank_meta(),
+                        notice: "thread.lease_release_failed".into(),
+                        message: format!(
+                            "releasing the lease of thread {:?} failed (it lapses after its TTL): {problem}",
+                            c.key()
+                        ),
+                        data: None,
+                    }))
+                    .await;
+            }
+        }
+        let finished = finished_event(&result);
+        match &result {
+            Ok(_) => tracing::info!(
+                elapsed_ms = self.started.elapsed().as_millis() as u64,
+                "run succeeded"
+            ),
+            Err(e) => tracing::info!(error = %e, "run failed"),
+        }
+        self.emitter.finish(finished).await;
+        result
+    }
+
+    /// The thread stage before the driver starts: fingerprint, lease, record, mode.
+    async fn begin_thread(&mut self, binding: ThreadBinding) -> Result<(), Error> {
+        self.emitter.set_thread_key(&binding.key);
+        let name = self.driver_name();
+        if self.options.resume.is_some() {
+            return Err(Error::InvalidCheckpoint {
+                driver: name,
+                reason: "a thread run resumes its thread's own checkpoint; a per-call `resume` is not allowed".into(),
+            });
+        }
+        let driver = &self.inner.driver;
+        let workspace = resolve_workspace(self.options.workspace.as_deref())?;
+        let mut instance = self.fresh_instance().await?;
+        let config_fingerprint = instance
+            .config_fingerprint(&driver.config.to_string())
+            .await?
+            .map_err(|e| Error::InvalidConfig {
+                driver: name.clone(),
+                path: e.path,
+                message: e.message,
+            })?;
+        let sessions = &driver.loaded.descriptor.sessions;
+        let fingerprint = thread_fingerprint(&FingerprintInput {
+            driver: &name,
+            codec: &sessions.codec,
+            config_fingerprint: &config_fingerprint,
+            model: self.options.model.as_deref(),
+            identity: self.options.identity.as_deref(),
+            workspace: &workspace,
+            instructions: self.options.instructions.as_deref(),
+            mcp_servers: &[],
+            skills: &[],
+            tools: &[],
+            services: &[],
+        });
+        let policy = self.options.policy.unwrap_or_default();
+        self.resident_signature = Some(crate::wasm::engine::sha256_hex(
+            format!(
+                "{fingerprint}\n{policy:?}\n{:?}",
+                self.options.streaming.unwrap_or(true)
+            )
+            .as_bytes(),
+        ));
+        self.coordinator = Some(Coordinator::begin(binding, fingerprint, &name, sessions).await?);
+        Ok(())
+    }
+
+    /// The process for this turn: the thread's resident process when it can serve it,
+    /// otherwise a prepared launch (see [`prepare_thread_aware`](Self::prepare_thread_aware)).
+    async fn attach(&mut self) -> Result<(Attach, Option<(String, String)>), Error> {
+        if let Some((resident, actions)) = self.reuse_resident().await? {
+            return Ok((Attach::Reuse(resident, actions), None));
+        }
+        let (prepared, fallback) = self.prepare_thread_aware().await?;
+        Ok((Attach::Spawn(Box::new(prepared)), fallback))
+    }
+
+    /// Whether this run may keep its process for the thread's next turn: a thread run, a
+    /// driver that declares resident processes, a launch that keeps stdin open, no one-shot
+    /// request and no output schema (a schema is fixed on the command line of a process).
+    fn may_keep(&self, launch: &wit::Launch) -> bool {
+        self.coordinator.is_some()
+            && self.inner.driver.loaded.descriptor.persistent_process
+            && launch.keep_stdin_open
+            && self.options.spawn.unwrap_or_default() == Spawn::Reuse
+            && self.options.schema.is_none()
+    }
+
+    /// Take the thread's resident process if it can serve this turn and hand it the turn
+    /// (`next-turn`). A process that cannot (other signature, the store moved on, it
+    /// exited, one-shot requested, the driver refuses) is stopped — before anything is
+    /// written to it, so no prompt can reach a process that is then replaced.
+    async fn reuse_resident(&mut self) -> Result<Option<(Box<Resident>, Vec<wit::Action>)>, Error> {
+        let Some(c) = &self.coordinator else {
+            return Ok(None);
+        };
+        let Some(mut r) = self.inner.residents.take(c.key()) else {
+            return Ok(None);
+        };
+        let grace = self.inner.settings.grace_period;
+        let current = c.continued_record();
+        let usable = self.options.spawn.unwrap_or_default() == Spawn::Reuse
+            && self.options.schema.is_none()
+            && self.resident_signature.as_deref() == Some(r.signature.as_str())
+            && current.is_some_and(|rec| rec.id == r.record_id && rec.turns == r.turns)
+            && r.alive();
+        if !usable {
+            tracing::info!(key = %c.key(), pid = r.spawned.pid, "the thread's resident process cannot serve this turn; replacing it");
+            resident::stop(r, grace).await;
+            return Ok(None);
+        }
+        let resume = c.resume();
+        let workspace = resolve_workspace(self.options.workspace.as_deref())?;
+        let request = build_request(
+            &self.run_id,
+            &self.prompt,
+            self.inner.driver.config.to_string(),
+            &self.options,
+            None,
+            &workspace,
+            r.private_dir.path(),
+            resume,
+        );
+        match r.session.next_turn(&request).await {
+            Ok(Ok(actions)) => Ok(Some((Box::new(r), actions))),
+            Ok(Err(refusal)) => {
+                tracing::info!(
+                    pid = r.spawned.pid,
+                    ?refusal,
+                    "the driver refused a next turn on the resident process; starting a new one"
+                );
+                resident::stop(r, grace).await;
+                Ok(None)
+            }
+            Err(e) => {
+                resident::stop(r, grace).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// [`prepare`](Self::prepare); when the driver refuses the stored session before launch
+    /// and the thread may fall back, prepare a fresh session instead and say so.
+    async fn prepare_thread_aware(
+        &mut self,
+    ) -> Result<(Prepared, Option<(String, String)>), Error> {
+        match self.prepare().await {
+            Err(Error::StartRefused {
+                kind: StartRefusal::ResumeRejected,
+                message,
+                ..
+            }) if self.coordinator.is_some() => {
+                let c = self.coordinator.as_mut().expect("checked");
+                match c.fall_back(&message) {
+                    Some(previous) => Ok((self.prepare().await?, Some((previous, message)))),
+                    None => Err(c.rejected(message)),
+                }
+            }
+            other => other.map(|p| (p, None)),
+        }
+    }
+
+    async fn announce_fallback(&mut self, previous_record_id: String, reason: String) {
+        let key = self
+            .coordinator
+            .as_ref()
+            .map(|c| c.key().to_owned())
+            .unwrap_or_default();
+        tracing::info!(%key, previous = %previous_record_id, %reason, "resume rejected; starting a fresh session");
+        self.emitter
+            .emit(Event::ThreadFallback(ThreadFallback {
+                meta: blank_meta(),
+                key,
+                previous_record_id,
+                reason,
+            }))
+            .await;
+    }
+
+    /// A new sandboxed instance of the driver (every run, and every attempt, gets its own).
+    /// (Borrows nothing of the run across the await: a run holding a resident process is
+    /// `Send` but not `Sync`.)
+    fn fresh_instance(
+        &self,
+    ) -> impl std::future::Future<Output = Result<GuestInstance, Error>> + Send + 'static {
+        let inner = self.inner.clone();
+        async move {
+            let driver = &inner.driver;
+            GuestInstance::new(
+                driver.loaded.name.clone(),
+                &driver.loaded.pre,
+                inner.settings.limits,
+            )
+            .await
+        }
+    }
+
+    fn driver_name(&self) -> String {
+        self.inner.driver.name().to_owned()
+    }
+}

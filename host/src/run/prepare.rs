@@ -1,0 +1,165 @@
+//! Everything resolved before a provider process starts: the workspace, a fresh driver
+//! instance, the validated config, the process grant (program resolved once), the resume
+//! instructions, the driver's launch checked against the grant, and the private files.
+//!
+//! Must not: spawn (see `process`), or emit events (nothing has started yet: an error here is
+//! returned with no events).
+
+use std::path::{Path, PathBuf};
+
+use super::{Prepared, Run};
+use crate::error::Error;
+use crate::grant::ProcessGrant;
+use crate::process::PrivateDir;
+use crate::structured::{self, Mechanism};
+use crate::wasm::convert::{build_request, launch_ask};
+use crate::wasm::guest::start_session;
+use crate::wasm::wit;
+
+impl Run {
+    pub(super) async fn prepare(&mut self) -> Result<Prepared, Error> {
+        let driver = &self.inner.driver;
+        let name = self.driver_name();
+        self.options
+            .policy
+            .unwrap_or_default()
+            .check(&driver.loaded.descriptor)?;
+        let workspace = resolve_workspace(self.options.workspace.as_deref())?;
+        let mut instance = self.fresh_instance().await?;
+        let config_json = driver.config.to_string();
+        if let Err(e) = instance.validate_config(&config_json).await? {
+            return Err(Error::InvalidConfig {
+                driver: name,
+                path: e.path,
+                message: e.message,
+            });
+        }
+        // The grant is decided once: program resolved, environment rules fixed.
+        let grant = ProcessGrant::resolve(driver, &self.inner.settings, workspace.clone());
+        grant.program()?;
+        let resume = self.resume_request()?;
+        if self.options.schema.is_some() {
+            let policy = self.options.policy.unwrap_or_default();
+            let asks = [policy.approvals.permission, policy.approvals.plan_review]
+                .contains(&crate::policy::DecisionMode::Ask)
+                || policy.approvals.question == crate::policy::QuestionMode::Ask;
+            let mechanism = structured::negotiate(
+                &driver.loaded.descriptor,
+                self.options.streaming.unwrap_or(true),
+                asks,
+            )?;
+            self.mechanism = Some(mechanism);
+        }
+        let prompt = match (&self.options.schema, self.mechanism) {
+            (Some(schema), Some(Mechanism::PromptValidate)) => {
+                structured::with_instructions(&self.prompt, schema)
+            }
+            _ => self.prompt.clone(),
+        };
+        let private_dir = PrivateDir::path_for(&self.run_id);
+        let request = build_request(
+            &self.run_id,
+            &prompt,
+            config_json,
+            &self.options,
+            self.mechanism,
+            &workspace,
+            &private_dir,
+            resume,
+        );
+        let mut session = instance.open_session(&request).await?;
+        let launch = start_session(&mut session, &name).await?;
+        let file_names: Vec<&str> = launch.files.iter().map(|f| f.name.as_str()).collect();
+        let cwd = grant
+            .check(&launch_ask(&launch, &file_names))
+            .map_err(|refusal| {
+                tracing::warn!(driver = %name, program = %launch.program, %refusal, "launch refused");
+                Error::LaunchRefused {
+                    driver: name.clone(),
+                    refusal,
+                }
+            })?;
+        let spec = grant.spec(launch.args.clone(), &launch.env, cwd)?;
+        let files: Vec<(&str, &[u8])> = launch
+            .files
+            .iter()
+            .map(|f| (f.name.as_str(), f.contents.as_slice()))
+            .collect();
+        let private_dir = PrivateDir::create(private_dir, &files).map_err(|e| Error::Spawn {
+            driver: name.clone(),
+            program: spec.program.display().to_string(),
+            source: e,
+        })?;
+        Ok(Prepared {
+            session,
+            launch,
+            spec,
+            private_dir,
+        })
+    }
+
+    /// Check a caller-supplied checkpoint against the driver and turn it into the request's
+    /// resume instructions.
+    pub(super) fn resume_request(&self) -> Result<Option<wit::Resume>, Error> {
+        if let Some(c) = &self.coordinator {
+            return Ok(c.resume());
+        }
+        let Some(cp) = &self.options.resume else {
+            return Ok(None);
+        };
+        let sessions = &self.inner.driver.loaded.descriptor.sessions;
+        let refuse = |reason: String| Error::InvalidCheckpoint {
+            driver: self.driver_name(),
+            reason,
+        };
+        if !sessions.resume {
+            return Err(refuse(
+                "the driver does not support resuming sessions".into(),
+            ));
+        }
+        if cp.codec != sessions.codec {
+            return Err(refuse(format!(
+                "the checkpoint was written with codec `{}`, the driver uses `{}`",
+                cp.codec, sessions.codec
+            )));
+        }
+        if !cp.valid {
+            return Err(refuse(
+                "the checkpoint is not valid (it comes from a run that did not finish cleanly)"
+                    .into(),
+            ));
+        }
+        if cp.resume_id.is_empty() {
+            return Err(refuse("the checkpoint has an empty resume id".into()));
+        }
+        Ok(Some(wit::Resume {
+            mode: wit::SessionMode::ContinueOnly,
+            state: wit::SessionState {
+                resume_id: cp.resume_id.clone(),
+                display_id: cp.display_id.clone(),
+                data: cp.data.clone().into_iter().collect(),
+            },
+        }))
+    }
+}
+
+pub(crate) fn resolve_workspace(dir: Option<&Path>) -> Result<PathBuf, Error> {
+    let dir = match dir {
+        Some(d) => d.to_path_buf(),
+        None => std::env::current_dir().map_err(|e| Error::InvalidWorkspace {
+            path: ".".into(),
+            reason: e.to_string(),
+        })?,
+    };
+    let canonical = dir.canonicalize().map_err(|e| Error::InvalidWorkspace {
+        path: dir.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    if !canonical.is_dir() {
+        return Err(Error::InvalidWorkspace {
+            path: dir.display().to_string(),
+            reason: "not a directory".into(),
+        });
+    }
+    Ok(canonical)
+}

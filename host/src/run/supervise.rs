@@ -1,0 +1,541 @@
+//! The supervisor: the select loop of one turn — pipes, the process, timers, cancel,
+//! timeout, the idle watchdog, approvals, end of turn — and the driver's actions performed
+//! under the grant (stdin writes, signals to the process group, timers, approval requests).
+//!
+//! Must not: spawn, or decide the run's outcome (it reports how the loop ended; `turn` and
+//! `classify` decide).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::decisions::{Decisions, Step};
+use super::output::{Admit, OutputBudget};
+use crate::approval::Resolution;
+use crate::error::Error;
+use crate::event::*;
+use crate::process::{self, Sig};
+use crate::result::{ChunkRecord, RawStreams, StreamKind};
+use crate::stream::{Emitter, blank_meta};
+use crate::wasm::convert::convert_event;
+use crate::wasm::guest::GuestSession;
+use crate::wasm::wit;
+
+/// Read size for stdout/stderr chunks.
+const CHUNK: usize = 64 * 1024;
+/// After the process exits, how long descendants may keep its pipes open.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+
+/// The run loop's state (built by `turn`, which reads the captured output afterwards).
+pub(super) struct Supervisor<'a> {
+    pub(super) session: &'a mut GuestSession,
+    pub(super) emitter: &'a mut Emitter,
+    pub(super) driver: String,
+    pub(super) pgid: i32,
+    pub(super) grace: Duration,
+    pub(super) stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    pub(super) stdin_writer: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    pub(super) timers: HashMap<u64, Instant>,
+    /// Decisions waiting to be delivered to the driver (`on-decision`).
+    pub(super) deliveries: VecDeque<(String, wit::Decision)>,
+    /// Approval requests of this run.
+    pub(super) asks: Decisions,
+    /// The process is being stopped (cancel, timeout, …).
+    pub(super) stopping: bool,
+    /// A graceful stop is under way: terminate at this time (and why).
+    pub(super) terminate_at: Option<(Instant, String)>,
+    pub(super) kill_at: Option<Instant>,
+    pub(super) turn_ended: bool,
+    pub(super) raw: RawStreams,
+    pub(super) spawned_at: Instant,
+    pub(super) idle_fired: bool,
+    /// What the provider may write (bytes in all, bytes per line).
+    pub(super) budget: OutputBudget,
+}
+
+/// How a turn's run loop ended.
+#[derive(Debug)]
+pub(super) enum LoopEnd {
+    /// The turn ended and the process lives on for the thread's next turn.
+    KeptAlive,
+    /// The process is gone (exited, or was stopped) and its pipes are closed.
+    Exited {
+        /// Its exit status, if it was observed.
+        status: Option<std::process::ExitStatus>,
+        /// Stopped because the run was cancelled.
+        cancelled: bool,
+        /// Stopped by the run timeout or the idle watchdog.
+        timed_out: bool,
+    },
+}
+
+/// The loop's outcome: how it ended, or an error that ends the run (a trap, a contract
+/// violation).
+pub(super) type LoopOutcome = Result<LoopEnd, Error>;
+
+impl Supervisor<'_> {
+    pub(super) async fn run_loop(
+        &mut self,
+        spawned: &mut process::Spawned,
+        cancel: &CancellationToken,
+        timeout: Option<Duration>,
+        end_turn_grace: Duration,
+        idle: Option<Duration>,
+        keep_alive: bool,
+    ) -> LoopOutcome {
+        let mut stdout = spawned.stdout.take();
+        let mut stderr = spawned.stderr.take();
+        let mut out_buf = vec![0u8; CHUNK];
+        let mut err_buf = vec![0u8; CHUNK];
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut last_output = Instant::now();
+        let mut status: Option<std::process::ExitStatus> = None;
+        let mut cancelled = false;
+        let mut timed_out = false;
+        let mut drain_until: Option<Instant> = None;
+        let mut end_turn_deadline: Option<Instant> = None;
+        let mut end_turn_seen = false;
+        loop {
+            if let Some((id, decision)) = self.deliveries.pop_front() {
+                let actions = self.session.on_decision(&id, &decision).await?;
+                self.apply(actions).await?;
+                continue;
+            }
+            if self.asks.aborting() && !self.turn_ended && status.is_none() {
+                // An approval outcome ended the run: the driver was told; the process gets the
+                // end-of-turn grace to stop by itself.
+                self.turn_ended = true;
+            }
+            if self.turn_ended
+                && !end_turn_seen
+                && keep_alive
+                && status.is_none()
+                && self.stdin.is_some()
+                && !self.stopping
+                && !self.asks.aborting()
+            {
+                // A resident turn is complete: the process stays for the next one.
+                self.close_approvals(Resolution::Withdrawn).await;
+                self.asks.abort_handlers();
+                spawned.stdout = stdout;
+                spawned.stderr = stderr;
+                return Ok(LoopEnd::KeptAlive);
+            }
+            if self.turn_ended && !end_turn_seen {
+                end_turn_seen = true;
+                self.stdin = None;
+                end_turn_deadline = Some(Instant::now() + end_turn_grace);
+            }
+            if status.is_some() && stdout.is_none() && stderr.is_none() {
+                break;
+            }
+            let stopping = cancelled || timed_out;
+            let next_timer = self
+                .timers
+                .iter()
+                .min_by_key(|(_, at)| **at)
+                .map(|(id, at)| (*id, *at));
+            let approval_deadline = self.asks.next_deadline();
+            tokio::select! {
+                _ = cancel.cancelled(), if !stopping && status.is_none() => {
+                    cancelled = true;
+                    self.close_approvals(Resolution::Cancelled).await;
+                    self.stop("cancel").await?;
+                }
+                _ = sleep_opt(deadline), if !stopping && status.is_none() => {
+                    timed_out = true;
+                    self.close_approvals(Resolution::Withdrawn).await;
+                    self.stop("timeout").await?;
+                }
+                _ = sleep_opt(idle.map(|d| last_output + d)), if !stopping && status.is_none() => {
+                    timed_out = true;
+                    self.idle_fired = true;
+                    self.close_approvals(Resolution::Withdrawn).await;
+                    self.terminate("no output within the idle timeout").await;
+                }
+                settled = self.asks.next_settled() => {
+                    let mut steps = Vec::new();
+                    self.asks.on_settled(settled, &mut steps);
+                    self.perform(steps).await;
+                }
+                _ = sleep_opt(approval_deadline) => {
+                    let mut steps = Vec::new();
+                    self.asks.on_deadline(Instant::now(), &mut steps);
+                    self.perform(steps).await;
+                }
+                _ = sleep_opt(self.terminate_at.as_ref().map(|(at, _)| *at)) => {
+                    if let Some((_, why)) = self.terminate_at.take() {
+                        self.terminate(&format!("{why}: the provider did not stop within the grace period")).await;
+                    }
+                }
+                _ = sleep_opt(self.kill_at) => {
+                    self.kill_at = None;
+                    self.signal(Sig::Kill, "grace period elapsed").await;
+                }
+                _ = sleep_opt(end_turn_deadline), if status.is_none() && !stopping => {
+                    end_turn_deadline = None;
+                    self.notice("process.lingering", "the provider kept running after its turn ended; stopping it").await;
+                    self.close_approvals(Resolution::Withdrawn).await;
+                    self.terminate("lingering after end of turn").await;
+                }
+                _ = sleep_opt(drain_until) => {
+                    // Descendants still hold the pipes open after the provider exited.
+                    drain_until = None;
+                    self.signal(Sig::Kill, "pipes held open after exit").await;
+                    stdout = None;
+                    stderr = None;
+                }
+                _ = sleep_opt(next_timer.map(|(_, at)| at)) => {
+                    if let Some((id, _)) = next_timer {
+                        self.timers.remove(&id);
+                        let actions = self.session.on_timer(id).await?;
+                        self.apply(actions).await?;
+                    }
+                }
+                n = read_opt(&mut stdout, &mut out_buf) => {
+                    if self.on_read(StreamKind::Stdout, n, &out_buf).await? {
+                        last_output = Instant::now();
+                    } else {
+                        stdout = None;
+                    }
+                }
+                n = read_opt(&mut stderr, &mut err_buf) => {
+                    if self.on_read(StreamKind::Stderr, n, &err_buf).await? {
+                        last_output = Instant::now();
+                    } else {
+                        stderr = None;
+                    }
+                }
+                st = spawned.child.wait(), if status.is_none() => {
+                    match st {
+                        Ok(st) => status = Some(st),
+                        Err(e) => {
+                            self.notice("process.error", &format!("waiting for the provider failed: {e}")).await;
+                            self.signal(Sig::Kill, "wait failed").await;
+                            status = Some(process::killed_status());
+                        }
+                    }
+                    drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
+                }
+            }
+        }
+        self.close_approvals(Resolution::Withdrawn).await;
+        self.asks.abort_handlers();
+        Ok(LoopEnd::Exited {
+            status,
+            cancelled,
+            timed_out,
+        })
+    }
+
+    /// Resolve every pending approval request (the run is ending) and report it.
+    async fn close_approvals(&mut self, resolution: Resolution) {
+        let mut steps = Vec::new();
+        self.asks.close(resolution, &mut steps);
+        self.perform(steps).await;
+    }
+
+    /// Emit the events and queue the decisions of an approval step list.
+    async fn perform(&mut self, steps: Vec<Step>) {
+        for step in steps {
+            match step {
+                Step::Emit(event) => self.emitter.emit(*event).await,
+                Step::Deliver(id, decision) => self.deliveries.push_back((id, decision)),
+            }
+        }
+    }
+
+    /// Decisions that became known after the process ended still reach the driver (their
+    /// actions can only emit events by then).
+    pub(super) async fn deliver_after_exit(&mut self) -> Result<(), Error> {
+        while let Some((id, decision)) = self.deliveries.pop_front() {
+            let actions = self.session.on_decision(&id, &decision).await?;
+            self.apply_after_exit(actions).await?;
+        }
+        Ok(())
+    }
+
+    /// Handle one read from a pipe: `Ok(true)` when bytes arrived, `Ok(false)` at end of file
+    /// or on a read error (reported as a notice, never dropped).
+    async fn on_read(
+        &mut self,
+        stream: StreamKind,
+        read: std::io::Result<usize>,
+        buf: &[u8],
+    ) -> Result<bool, Error> {
+        let is_stdout = stream == StreamKind::Stdout;
+        match read {
+            Ok(0) => Ok(false),
+            Ok(n) => {
+                self.on_chunk(is_stdout, &buf[..n]).await?;
+                Ok(true)
+            }
+            Err(e) => {
+                let name = if is_stdout { "stdout" } else { "stderr" };
+                self.notice(
+                    &format!("{name}.error"),
+                    &format!("reading the provider's {name} failed: {e}"),
+                )
+                .await;
+                Ok(false)
+            }
+        }
+    }
+
+    async fn on_chunk(&mut self, is_stdout: bool, chunk: &[u8]) -> Result<(), Error> {
+        let kind = if is_stdout {
+            StreamKind::Stdout
+        } else {
+            StreamKind::Stderr
+        };
+        match self.budget.admit(kind, chunk) {
+            Admit::Keep => {}
+            Admit::Discard => return Ok(()),
+            Admit::Overflow(why) => {
+                self.notice(
+                    "output.limit",
+                    &format!("{why}; stopping it — further output is discarded"),
+                )
+                .await;
+                self.terminate("output limit").await;
+                return Ok(());
+            }
+        }
+        let (stream, bytes) = if is_stdout {
+            (StreamKind::Stdout, &mut self.raw.stdout)
+        } else {
+            (StreamKind::Stderr, &mut self.raw.stderr)
+        };
+        let offset = bytes.len();
+        bytes.extend_from_slice(chunk);
+        self.raw.chunks.push(ChunkRecord {
+            stream,
+            at: self.spawned_at.elapsed(),
+            offset,
+            len: chunk.len(),
+        });
+        self.emitter
+            .emit(Event::ProcessInfo(ProcessInfo {
+                meta: blank_meta(),
+                process: if is_stdout {
+                    ProcessInfoKind::Stdout
+                } else {
+                    ProcessInfoKind::Stderr
+                },
+                pid: None,
+                text: String::from_utf8_lossy(chunk).into_owned(),
+                bytes: chunk.len(),
+            }))
+            .await;
+        let actions = if is_stdout {
+            self.session.on_stdout(chunk).await?
+        } else {
+            self.session.on_stderr(chunk).await?
+        };
+        self.apply(actions).await
+    }
+
+    pub(super) async fn notice(&mut self, kind: &str, message: &str) {
+        tracing::debug!(kind, message, "notice");
+        self.emitter
+            .emit(Event::Notice(Notice {
+                meta: blank_meta(),
+                notice: kind.to_owned(),
+                message: message.to_owned(),
+                data: None,
+            }))
+            .await;
+    }
+
+    async fn signal(&mut self, sig: Sig, why: &str) {
+        tracing::info!(
+            pgid = self.pgid,
+            signal = sig.name(),
+            why,
+            "signalling provider process group"
+        );
+        let text = match process::signal_group(self.pgid, sig) {
+            Ok(true) => format!("{} sent to the process group ({why})", sig.name()),
+            Ok(false) => return,
+            Err(e) => format!("{} could not be sent ({why}): {e}", sig.name()),
+        };
+        self.emitter
+            .emit(Event::ProcessInfo(ProcessInfo {
+                meta: blank_meta(),
+                process: ProcessInfoKind::Signal,
+                pid: None,
+                text,
+                bytes: 0,
+            }))
+            .await;
+    }
+
+    /// SIGTERM now, SIGKILL after the grace period.
+    /// Stop the turn for `why` (cancel, timeout): the driver may stop it gracefully first
+    /// (`on-cancel`, e.g. a JSON-RPC interrupt); the process group is terminated after the
+    /// grace period whatever happens — at once when the driver has nothing to do.
+    async fn stop(&mut self, why: &str) -> Result<(), Error> {
+        let actions = self.session.on_cancel().await?;
+        if actions.is_empty() {
+            self.terminate(why).await;
+            return Ok(());
+        }
+        tracing::info!(driver = %self.driver, why, "the driver stops the turn gracefully");
+        self.apply(actions).await?;
+        if !self.stopping {
+            self.terminate_at = Some((Instant::now() + self.grace, why.to_owned()));
+        }
+        Ok(())
+    }
+
+    async fn terminate(&mut self, why: &str) {
+        self.terminate_at = None;
+        self.stopping = true;
+        self.stdin = None;
+        self.signal(Sig::Terminate, why).await;
+        self.kill_at = Some(Instant::now() + self.grace);
+    }
+
+    pub(super) async fn write_stdin(&mut self, bytes: Vec<u8>) {
+        let len = bytes.len();
+        let offset = self.raw.stdin.len();
+        let sent = match &self.stdin {
+            Some(tx) => {
+                self.raw.stdin.extend_from_slice(&bytes);
+                tx.send(bytes).is_ok()
+            }
+            None => false,
+        };
+        if sent {
+            self.raw.chunks.push(ChunkRecord {
+                stream: StreamKind::Stdin,
+                at: self.spawned_at.elapsed(),
+                offset,
+                len,
+            });
+        } else {
+            self.raw.stdin.truncate(offset);
+        }
+        if !sent && self.stopping {
+            tracing::debug!(driver = %self.driver, len, "stdin write while stopping the provider dropped");
+        } else if !sent {
+            self.notice(
+                "stdin.closed",
+                &format!("the driver wrote {len} bytes to stdin after it was closed; they were not delivered"),
+            )
+            .await;
+        }
+    }
+
+    pub(super) async fn apply(&mut self, actions: Vec<wit::Action>) -> Result<(), Error> {
+        for action in actions {
+            match action {
+                wit::Action::Emit(event) => {
+                    let event = self.convert_event(event)?;
+                    self.emitter.emit(event).await;
+                }
+                wit::Action::WriteStdin(bytes) => self.write_stdin(bytes).await,
+                wit::Action::CloseStdin => self.stdin = None,
+                wit::Action::RequestApproval(request) => {
+                    let mut steps = Vec::new();
+                    self.asks.request(request, &mut steps).map_err(|message| {
+                        Error::DriverContract {
+                            driver: self.driver.clone(),
+                            call: "request-approval",
+                            message,
+                        }
+                    })?;
+                    self.perform(steps).await;
+                }
+                wit::Action::SetTimer(t) => {
+                    self.timers
+                        .insert(t.id, Instant::now() + Duration::from_millis(t.after_ms));
+                }
+                wit::Action::CancelTimer(id) => {
+                    self.timers.remove(&id);
+                }
+                wit::Action::Signal(sig) => match sig {
+                    wit::Signal::Interrupt => {
+                        self.signal(Sig::Interrupt, "requested by the driver").await
+                    }
+                    wit::Signal::Terminate => self.terminate("requested by the driver").await,
+                    wit::Signal::Kill => self.signal(Sig::Kill, "requested by the driver").await,
+                },
+                wit::Action::EndTurn => self.turn_ended = true,
+            }
+        }
+        Ok(())
+    }
+
+    /// After exit only events make sense; anything else is logged, never silently lost.
+    pub(super) async fn apply_after_exit(
+        &mut self,
+        actions: Vec<wit::Action>,
+    ) -> Result<(), Error> {
+        for action in actions {
+            match action {
+                wit::Action::Emit(event) => {
+                    let event = self.convert_event(event)?;
+                    self.emitter.emit(event).await;
+                }
+                wit::Action::EndTurn => {}
+                other => {
+                    tracing::debug!(driver = %self.driver, action = ?other, "action after the process exited ignored");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn convert_event(&self, event: wit::Event) -> Result<Event, Error> {
+        convert_event(&self.driver, event)
+    }
+
+    /// Close stdin and wait (bounded) for the writer; returns its error, if any.
+    pub(super) async fn close_stdin_and_join(&mut self, grace: Duration) -> Option<String> {
+        self.stdin = None;
+        let writer = self.stdin_writer.take()?;
+        match tokio::time::timeout(grace, writer).await {
+            Ok(Ok(Ok(()))) => None,
+            Ok(Ok(Err(e))) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                Some("the provider closed its stdin before reading everything (broken pipe)".into())
+            }
+            Ok(Ok(Err(e))) => Some(e.to_string()),
+            Ok(Err(join)) => Some(format!("stdin writer task failed: {join}")),
+            Err(_) => Some("stdin writer did not finish within the grace period".into()),
+        }
+    }
+}
+
+/// Feed queued stdin writes to the provider, then close its stdin.
+pub(super) async fn write_stdin(
+    mut stdin: tokio::process::ChildStdin,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+) -> std::io::Result<()> {
+    while let Some(bytes) = rx.recv().await {
+        stdin.write_all(&bytes).await?;
+        stdin.flush().await?;
+    }
+    stdin.shutdown().await.ok();
+    Ok(())
+}
+
+async fn read_opt<R: AsyncRead + Unpin>(
+    reader: &mut Option<R>,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    match reader {
+        Some(r) => r.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,316 @@
+//! One turn on an attached process: spawn (or take the resident process), start the
+//! supervisor, and after the loop either keep the process for the thread's next turn or reap
+//! its whole group, then `on-exit` → `finish` → classify.
+//!
+//! Must not: decide what to spawn (that is `prepare` and `grant`) or interpret provider
+//! output (the driver does).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+
+use super::classify::{describe_exit, exit_info};
+use super::decisions::Decisions;
+use super::output::OutputBudget;
+use super::resident::Resident;
+use super::supervise::{LoopEnd, Supervisor, write_stdin};
+use super::{Attach, Classify, Initial, Prepared, Run, classify};
+use crate::error::{Error, FailureReason};
+use crate::event::*;
+use crate::process;
+use crate::result::{ExitInfo, LaunchRecord, RawStreams, RunResult};
+use crate::stream::blank_meta;
+use crate::structured;
+use crate::wasm::wit;
+
+impl Run {
+    pub(super) async fn supervise(&mut self, attach: Attach) -> Result<RunResult, Error> {
+        let name = self.driver_name();
+        let (mut session, mut spawned, launch_record, private_dir, initial, keep_alive, pipe) =
+            match attach {
+                Attach::Spawn(prepared) => {
+                    let Prepared {
+                        session,
+                        launch,
+                        spec,
+                        private_dir,
+                    } = *prepared;
+                    let spawned = process::spawn(&spec).map_err(|source| Error::Spawn {
+                        driver: name.clone(),
+                        program: spec.program.display().to_string(),
+                        source,
+                    })?;
+                    tracing::info!(
+                        pid = spawned.pid,
+                        program = %spec.program.display(),
+                        args = ?spec.args,
+                        cwd = %spec.cwd.display(),
+                        "launched provider process"
+                    );
+                    self.emitter
+                        .emit(Event::ProcessInfo(ProcessInfo {
+                            meta: blank_meta(),
+                            process: ProcessInfoKind::Spawn,
+                            pid: Some(spawned.pid),
+                            text: format!("{} {}", spec.program.display(), spec.args.join(" ")),
+                            bytes: 0,
+                        }))
+                        .await;
+                    let keep_alive = self.may_keep(&launch);
+                    let record = LaunchRecord {
+                        program: launch.program.clone(),
+                        resolved: spec.program.clone(),
+                        args: spec.args.clone(),
+                        cwd: spec.cwd.clone(),
+                    };
+                    let initial = Initial::Launch {
+                        stdin: launch.stdin,
+                        keep_open: launch.keep_stdin_open,
+                    };
+                    (
+                        session,
+                        spawned,
+                        record,
+                        private_dir,
+                        initial,
+                        keep_alive,
+                        None,
+                    )
+                }
+                Attach::Reuse(resident, actions) => {
+                    let r = *resident;
+                    tracing::info!(
+                        pid = r.spawned.pid,
+                        "next turn on the thread's resident provider process"
+                    );
+                    self.emitter
+                        .emit(Event::Notice(Notice {
+                            meta: blank_meta(),
+                            notice: "process.reused".into(),
+                            message: format!(
+                                "this turn runs on the thread's resident provider process (pid {})",
+                                r.spawned.pid
+                            ),
+                            data: Some(serde_json::json!({ "pid": r.spawned.pid })),
+                        }))
+                        .await;
+                    (
+                        r.session,
+                        r.spawned,
+                        r.launch,
+                        r.private_dir,
+                        Initial::Actions(actions),
+                        true,
+                        Some((r.stdin, r.stdin_writer)),
+                    )
+                }
+            };
+        let pid = spawned.pid;
+        let pgid = spawned.guard.pgid();
+
+        let mut sup = Supervisor {
+            session: &mut session,
+            emitter: &mut self.emitter,
+            driver: name.clone(),
+            pgid,
+            grace: self.inner.settings.grace_period,
+            stdin: None,
+            stdin_writer: None,
+            timers: HashMap::new(),
+            deliveries: VecDeque::new(),
+            asks: Decisions::new(
+                name.clone(),
+                self.options.policy.unwrap_or_default().approvals,
+                self.options.approval_handler.clone(),
+            ),
+            stopping: false,
+            terminate_at: None,
+            kill_at: None,
+            turn_ended: false,
+            raw: RawStreams {
+                launch: Some(launch_record.clone()),
+                ..RawStreams::default()
+            },
+            spawned_at: Instant::now(),
+            idle_fired: false,
+            budget: OutputBudget::new(
+                self.inner.settings.max_output_bytes,
+                self.inner.settings.max_line_bytes,
+            ),
+        };
+        match pipe {
+            Some((tx, writer)) => {
+                sup.stdin = Some(tx);
+                sup.stdin_writer = writer;
+            }
+            None => {
+                if let Some(stdin) = spawned.stdin.take() {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    sup.stdin_writer = Some(tokio::spawn(write_stdin(stdin, rx)));
+                    sup.stdin = Some(tx);
+                }
+            }
+        }
+        match initial {
+            Initial::Launch { stdin, keep_open } => {
+                if !stdin.is_empty() {
+                    sup.write_stdin(stdin).await;
+                }
+                if !keep_open {
+                    sup.stdin = None;
+                }
+            }
+            Initial::Actions(actions) => sup.apply(actions).await?,
+        }
+
+        let outcome = sup
+            .run_loop(
+                &mut spawned,
+                &self.cancel,
+                self.options.timeout,
+                self.inner.settings.end_turn_grace,
+                self.inner.settings.idle_timeout,
+                keep_alive,
+            )
+            .await;
+        let exited = match outcome {
+            Ok(LoopEnd::Exited {
+                status,
+                cancelled,
+                timed_out,
+            }) => Ok((status, cancelled, timed_out)),
+            Err(e) => Err(e),
+            Ok(LoopEnd::KeptAlive) => {
+                // The turn ended and the process lives on for the thread's next turn.
+                let outcome = sup.session.finish().await?;
+                let raw = std::mem::take(&mut sup.raw);
+                let host_failure = sup.asks.failure();
+                let exit = ExitInfo {
+                    kept_alive: true,
+                    ..ExitInfo::default()
+                };
+                let stdin = sup.stdin.take();
+                let stdin_writer = sup.stdin_writer.take();
+                drop(sup);
+                let result = self.conclude(outcome, raw, exit, host_failure).await;
+                if let Some(stdin) = stdin {
+                    self.kept = Some(Resident {
+                        session,
+                        spawned,
+                        stdin,
+                        stdin_writer,
+                        launch: launch_record,
+                        private_dir,
+                        signature: self.resident_signature.clone().unwrap_or_default(),
+                        record_id: String::new(),
+                        turns: 0,
+                    });
+                }
+                return result;
+            }
+        };
+        // Whatever happened, no process of this run survives it.
+        let reap = process::reap_group(pgid, self.inner.settings.grace_period).await;
+        match reap {
+            Ok(()) => spawned.guard.disarm(),
+            Err(e) => {
+                tracing::error!(pgid, error = %e, "could not confirm the provider process group is gone")
+            }
+        }
+        let (status, cancelled, timed_out) = exited?;
+        let stdin_error = sup
+            .close_stdin_and_join(self.inner.settings.grace_period)
+            .await;
+        if let Some(e) = stdin_error {
+            sup.notice(
+                "stdin.error",
+                &format!("writing to the provider's stdin failed: {e}"),
+            )
+            .await;
+        }
+        drop(private_dir);
+
+        let mut exit = exit_info(status, cancelled, timed_out);
+        exit.no_output = sup.idle_fired;
+        let output_limit = sup.budget.failure();
+        let wit_status = wit::ExitStatus {
+            code: exit.code,
+            signal: exit.signal,
+            timed_out,
+            cancelled,
+        };
+        sup.deliver_after_exit().await?;
+        let actions = sup.session.on_exit(wit_status).await?;
+        sup.apply_after_exit(actions).await?;
+        let outcome = sup.session.finish().await?;
+        let raw = std::mem::take(&mut sup.raw);
+        let host_failure = sup
+            .asks
+            .failure()
+            .or_else(|| output_limit.map(|message| (FailureReason::OutputLimit, message)));
+        self.emitter
+            .emit(Event::ProcessInfo(ProcessInfo {
+                meta: blank_meta(),
+                process: ProcessInfoKind::Exit,
+                pid: Some(pid),
+                text: describe_exit(&exit),
+                bytes: 0,
+            }))
+            .await;
+        self.conclude(outcome, raw, exit, host_failure).await
+    }
+
+    /// The turn's result from the driver's outcome and the process facts: classify, apply
+    /// the structured-output check, and report the host's corrections as notices.
+    pub(super) async fn conclude(
+        &mut self,
+        outcome: wit::Outcome,
+        raw: RawStreams,
+        exit: ExitInfo,
+        host_failure: Option<(FailureReason, String)>,
+    ) -> Result<RunResult, Error> {
+        let mut notices = Vec::new();
+        let result = self.classify(outcome, raw, exit, host_failure, &mut notices);
+        let result = match (&self.options.schema, self.mechanism) {
+            (Some(schema), Some(mechanism)) => structured::apply(schema, mechanism, result),
+            _ => result,
+        };
+        for (kind, message) in notices {
+            self.emitter
+                .emit(Event::Notice(Notice {
+                    meta: blank_meta(),
+                    notice: kind,
+                    message,
+                    data: None,
+                }))
+                .await;
+        }
+        result
+    }
+
+    fn classify(
+        &self,
+        outcome: wit::Outcome,
+        raw: RawStreams,
+        exit: ExitInfo,
+        host_failure: Option<(FailureReason, String)>,
+        notices: &mut Vec<(String, String)>,
+    ) -> Result<RunResult, Error> {
+        classify(
+            &Classify {
+                driver: self.driver_name(),
+                codec: self.inner.driver.loaded.descriptor.sessions.codec.clone(),
+                run_id: self.run_id.clone(),
+                timeout: self.options.timeout,
+                idle: self.inner.settings.idle_timeout,
+                started: self.started,
+                host_failure,
+            },
+            outcome,
+            raw,
+            exit,
+            notices,
+        )
+    }
+}
