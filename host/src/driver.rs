@@ -11,9 +11,8 @@ use std::sync::Arc;
 
 use crate::descriptor::Descriptor;
 use crate::error::{Error, LoadError};
-use crate::wasm::bindings::DriverWorldPre;
 use crate::wasm::engine::{CompileSource, compile_cached, default_cache_dir, sha256_hex};
-use crate::wasm::guest::{GuestInstance, GuestLimits, GuestState, prepare};
+use crate::wasm::guest::{DriverPre, GuestInstance, GuestLimits, prepare};
 
 /// Options for loading a driver.
 #[derive(Debug, Clone)]
@@ -34,7 +33,7 @@ impl Default for LoadOptions {
 pub(crate) struct LoadedDriver {
     pub(crate) name: Arc<str>,
     pub(crate) descriptor: Descriptor,
-    pub(crate) pre: DriverWorldPre<GuestState>,
+    pub(crate) pre: DriverPre,
     pub(crate) sha256: String,
     pub(crate) source: CompileSource,
     pub(crate) path: Option<PathBuf>,
@@ -106,8 +105,7 @@ impl Driver {
         let pre = prepare(name_hint, &component)?;
         let hint: Arc<str> = Arc::from(name_hint);
         let mut instance = run_sync(GuestInstance::new(hint, &pre, GuestLimits::default()))?;
-        let raw = run_sync(instance.describe())?;
-        let descriptor = crate::wasm::convert::descriptor(raw).map_err(|reason| {
+        let descriptor = run_sync(instance.describe())?.map_err(|reason| {
             Error::Load(LoadError::InvalidDescriptor {
                 driver: name_hint.to_owned(),
                 reason,
@@ -203,15 +201,15 @@ impl Driver {
             &self.loaded.pre,
             GuestLimits::default(),
         ))?;
-        let raw = run_sync(instance.describe())?;
+        let first = run_sync(instance.describe())?;
         let again = run_sync(instance.describe())?;
-        let descriptor = crate::wasm::convert::descriptor(raw).map_err(|reason| {
+        let descriptor = first.map_err(|reason| {
             Error::Load(LoadError::InvalidDescriptor {
                 driver: self.loaded.name.to_string(),
                 reason,
             })
         })?;
-        let same_instance = crate::wasm::convert::descriptor(again).ok();
+        let same_instance = again.ok();
         if same_instance.as_ref() != Some(&descriptor) {
             return Err(Error::Load(LoadError::InvalidDescriptor {
                 driver: self.loaded.name.to_string(),

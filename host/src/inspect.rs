@@ -15,8 +15,8 @@ use crate::descriptor::{ModelInfo, VersionRange};
 use crate::error::Error;
 use crate::grant::ProcessGrant;
 use crate::process::{self, ProcessSpec};
+use crate::session::ProbeOutput;
 use crate::wasm::guest::GuestInstance;
-use crate::wasm::wit;
 
 /// Bytes kept from a probe's stdout and from its stderr.
 const PROBE_OUTPUT_CAP: usize = 64 * 1024;
@@ -130,7 +130,7 @@ impl Agent {
                 });
             }
             let output = match grant.spec(probe.args, &[], workspace.clone()) {
-                Err(_) => wit::ProbeOutput {
+                Err(_) => ProbeOutput {
                     id: probe.id,
                     code: None,
                     stdout: Vec::new(),
@@ -143,27 +143,15 @@ impl Agent {
                 },
                 Ok(spec) => {
                     tracing::info!(driver = %name, probe = %probe.id, "running environment probe");
-                    let timeout = Duration::from_millis(probe.timeout_ms.clamp(100, 60_000));
+                    let timeout = probe
+                        .timeout
+                        .clamp(Duration::from_millis(100), Duration::from_secs(60));
                     run_probe(probe.id, &spec, timeout, inner.settings.grace_period).await
                 }
             };
             outputs.push(output);
         }
-        let report = instance.check_environment(&config, &outputs).await?;
-        let checks: Vec<Check> = report
-            .checks
-            .into_iter()
-            .map(|c| Check {
-                code: c.code,
-                level: match c.level {
-                    wit::CheckLevel::Pass => CheckLevel::Pass,
-                    wit::CheckLevel::Warn => CheckLevel::Warn,
-                    wit::CheckLevel::Fail => CheckLevel::Fail,
-                },
-                message: c.message,
-                hint: c.hint,
-            })
-            .collect();
+        let (checks, cli_version) = instance.check_environment(&config, &outputs).await?;
         let status = checks
             .iter()
             .map(|c| c.level)
@@ -175,7 +163,7 @@ impl Agent {
             environment: EnvironmentReport {
                 status,
                 checks,
-                cli_version: report.cli_version,
+                cli_version,
                 supported: descriptor.cli_versions.clone(),
             },
             models: descriptor.models.clone(),
@@ -209,11 +197,11 @@ async fn run_probe(
     spec: &ProcessSpec,
     timeout: Duration,
     grace: Duration,
-) -> wit::ProbeOutput {
+) -> ProbeOutput {
     let mut spawned = match process::spawn(spec) {
         Ok(s) => s,
         Err(e) => {
-            return wit::ProbeOutput {
+            return ProbeOutput {
                 id,
                 code: None,
                 stdout: Vec::new(),
@@ -242,7 +230,7 @@ async fn run_probe(
     }
     let result = match (result, reaped) {
         (Ok((out, err, status)), Err(e)) => {
-            return wit::ProbeOutput {
+            return ProbeOutput {
                 id,
                 code: status.ok().and_then(|s| process::exit_parts(s).0),
                 stdout: out,
@@ -253,21 +241,21 @@ async fn run_probe(
         (result, _) => result,
     };
     match result {
-        Ok((stdout, stderr, Ok(status))) => wit::ProbeOutput {
+        Ok((stdout, stderr, Ok(status))) => ProbeOutput {
             id,
             code: process::exit_parts(status).0,
             stdout,
             stderr,
             error: None,
         },
-        Ok((stdout, stderr, Err(e))) => wit::ProbeOutput {
+        Ok((stdout, stderr, Err(e))) => ProbeOutput {
             id,
             code: None,
             stdout,
             stderr,
             error: Some(format!("waiting for the probe failed: {e}")),
         },
-        Err(_) => wit::ProbeOutput {
+        Err(_) => ProbeOutput {
             id,
             code: None,
             stdout: Vec::new(),

@@ -25,11 +25,12 @@
 //! The layering reads off the folders, bottom to top:
 //!
 //! - **vocabulary** (leaves, no I/O): `error`, `event`, `result`, `descriptor`, `policy`,
-//!   `approval`, `structured`;
+//!   `approval`, `structured`, `session` (the driver session's actions and outcome in host
+//!   types);
 //! - **`wasm/`** — the only place that names wasmtime (`engine`, `guest`) and the
 //!   WIT-generated types (`bindings`, `convert`);
 //! - **`grant/` + `process/`** — the only places that decide (`grant`: the run's
-//!   [`ProcessGrant`](grant::ProcessGrant): program, workspace, environment) and perform
+//!   `ProcessGrant`: program, workspace, environment) and perform
 //!   (`process`: spawn, signal, reap) process actions;
 //! - **`run/`** — the one pipeline: `prepare`, `turn`, `supervise`, `output`, `classify`,
 //!   `decisions`, `resident`, `coordinator` (the thread stage);
@@ -39,10 +40,10 @@
 //!
 //! Knots that remain (shared nouns imported both ways, on purpose): `agent` ↔ `run`
 //! (the facade starts runs; a run reads the agent's settings), `stream` ↔ `approval`
-//! (events carry approval requests, requests carry event metadata), and the WIT types still
-//! named by `policy`, `structured`, `inspect`, `replay`, `driver`, `store`-free `run/`
-//! modules and `grant` — to be narrowed to `wasm/convert` one by one (issue 13's note lists
-//! what is left).
+//! (events carry approval requests, requests carry event metadata), `agent` ↔ `thread`
+//! (an agent hands out threads, a thread runs on its agent). The sans-IO session itself is
+//! spoken in host types (`session`: launch, actions, decisions, outcome, probes); only
+//! `wasm/convert` maps them onto the WIT types.
 
 #![warn(missing_docs)]
 
@@ -60,6 +61,7 @@ mod process;
 pub mod replay;
 mod result;
 mod run;
+mod session;
 pub mod store;
 mod stream;
 mod structured;

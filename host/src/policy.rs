@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use crate::descriptor::{DecisionModes, Descriptor};
 use crate::error::Error;
-use crate::wasm::wit;
 
 /// Sandbox level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -206,49 +205,6 @@ impl Policy {
         }
         Ok(())
     }
-
-    pub(crate) fn to_wit(self) -> wit::Policy {
-        let mode = |m: DecisionMode| match m {
-            DecisionMode::Inherit => wit::DecisionMode::Inherit,
-            DecisionMode::Ask => wit::DecisionMode::Ask,
-            DecisionMode::AutoApprove => wit::DecisionMode::AutoApprove,
-            DecisionMode::AutoDeny => wit::DecisionMode::AutoDeny,
-        };
-        let toggle = |t: Toggle| match t {
-            Toggle::Inherit => wit::Toggle::Inherit,
-            Toggle::Allow => wit::Toggle::Allow,
-            Toggle::Deny => wit::Toggle::Deny,
-        };
-        let fallback = |f: Fallback| match f {
-            Fallback::Abort => wit::Fallback::Abort,
-            Fallback::Continue => wit::Fallback::Continue,
-            Fallback::Retry => wit::Fallback::Retry,
-        };
-        let a = self.approvals;
-        wit::Policy {
-            sandbox: match self.sandbox {
-                Sandbox::Inherit => wit::Sandbox::Inherit,
-                Sandbox::ReadOnly => wit::Sandbox::ReadOnly,
-                Sandbox::WorkspaceWrite => wit::Sandbox::WorkspaceWrite,
-                Sandbox::Unrestricted => wit::Sandbox::Unrestricted,
-            },
-            web_search: toggle(self.web_search),
-            browser: toggle(self.browser),
-            permission: mode(a.permission),
-            plan_review: mode(a.plan_review),
-            question: match a.question {
-                QuestionMode::Inherit => wit::DecisionMode::Inherit,
-                QuestionMode::Ask => wit::DecisionMode::Ask,
-                QuestionMode::AutoDeny => wit::DecisionMode::AutoDeny,
-            },
-            approval_timeout_ms: a
-                .timeout
-                .map(|t| t.as_millis().min(u64::MAX as u128) as u64),
-            on_reject: fallback(a.on_reject),
-            on_timeout: fallback(a.on_timeout),
-            max_retries: a.max_retries,
-        }
-    }
 }
 
 fn check_mode(mode: DecisionMode, caps: &DecisionModes) -> Result<(), &'static str> {
@@ -297,8 +253,9 @@ mod tests {
             assert_eq!(p.web_search, Toggle::Inherit);
             assert_eq!(p.approvals, ApprovalPolicy::default());
         }
-        let w = Policy::default().to_wit();
-        assert_eq!(w.sandbox, wit::Sandbox::Inherit);
-        assert_eq!(w.approval_timeout_ms, Some(30_000));
+        assert_eq!(
+            Policy::default().approvals.timeout,
+            Some(std::time::Duration::from_secs(30))
+        );
     }
 }

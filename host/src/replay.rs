@@ -17,11 +17,10 @@ use crate::error::Error;
 use crate::event::{Event, Notice, RunStarted};
 use crate::result::{ChunkRecord, ExitInfo, LaunchRecord, RawStreams, RunResult, StreamKind};
 use crate::run::{Classify, classify, finished_event, new_run_id};
+use crate::session::{Action, Decision, SessionExit};
 use crate::stream::{blank_meta, stamp};
-use crate::wasm::convert::{build_request, convert_event};
+use crate::wasm::convert::build_request;
 use crate::wasm::guest::GuestInstance;
-use crate::wasm::guest::start_session;
-use crate::wasm::wit;
 
 /// What a session replay produced.
 #[derive(Debug)]
@@ -117,7 +116,7 @@ async fn drive(
         None,
     );
     let mut session = instance.open_session(&request).await?;
-    let launch = start_session(&mut session, &name).await?;
+    let launch = session.start().await?;
     out.push(Event::RunStarted(RunStarted {
         meta: blank_meta(),
         program: launch.program.clone(),
@@ -151,9 +150,9 @@ async fn drive(
             StreamKind::Stdout => session.on_stdout(bytes).await?,
             _ => session.on_stderr(bytes).await?,
         };
-        apply(&mut session, actions, out, &mut raw, &name).await?;
+        apply(&mut session, actions, out, &mut raw).await?;
     }
-    let status = wit::ExitStatus {
+    let status = SessionExit {
         code: exit.code,
         signal: exit.signal,
         timed_out: exit.timed_out,
@@ -161,16 +160,15 @@ async fn drive(
     };
     let actions = session.on_exit(status).await?;
     for action in actions {
-        if let wit::Action::Emit(e) = action {
-            out.push(convert_event(&name, e)?);
+        if let Action::Emit(e) = action {
+            out.push(*e);
         }
     }
-    let outcome = session.finish().await?;
+    let outcome = session.finish(&driver.descriptor().sessions.codec).await?;
     let mut notices = Vec::new();
     let result = classify(
         &Classify {
             driver: name,
-            codec: driver.descriptor().sessions.codec.clone(),
             run_id: run_id.to_owned(),
             timeout: None,
             idle: None,
@@ -190,33 +188,30 @@ async fn drive(
 
 async fn apply(
     session: &mut crate::wasm::guest::GuestSession,
-    actions: Vec<wit::Action>,
+    actions: Vec<Action>,
     out: &mut Collector,
     raw: &mut RawStreams,
-    driver: &str,
 ) -> Result<(), Error> {
     let mut pending = std::collections::VecDeque::from(actions);
     while let Some(action) = pending.pop_front() {
         match action {
-            wit::Action::Emit(e) => out.push(convert_event(driver, e)?),
-            wit::Action::WriteStdin(bytes) => raw.stdin.extend_from_slice(&bytes),
-            wit::Action::RequestApproval(req) => {
+            Action::Emit(e) => out.push(*e),
+            Action::WriteStdin(bytes) => raw.stdin.extend_from_slice(&bytes),
+            Action::RequestApproval(req) => {
                 out.notice(
                     "approval.unanswered",
                     format!("replay: approval `{}` reported unanswered", req.id),
                 );
-                let more = session
-                    .on_decision(&req.id, &wit::Decision::Unanswered)
-                    .await?;
+                let more = session.on_decision(&req.id, &Decision::Unanswered).await?;
                 pending.extend(more);
             }
-            wit::Action::SetTimer(t) => {
-                out.notice("replay.timer", format!("timer {} ignored in replay", t.id))
+            Action::SetTimer { id, .. } => {
+                out.notice("replay.timer", format!("timer {id} ignored in replay"))
             }
-            wit::Action::Signal(s) => {
+            Action::Signal(s) => {
                 out.notice("replay.signal", format!("signal {s:?} ignored in replay"))
             }
-            wit::Action::CloseStdin | wit::Action::CancelTimer(_) | wit::Action::EndTurn => {}
+            Action::CloseStdin | Action::CancelTimer(_) | Action::EndTurn => {}
         }
     }
     Ok(())

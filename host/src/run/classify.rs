@@ -5,15 +5,14 @@
 //! outcome or the output limit), then the driver's reported failure, then an abnormal exit. A
 //! checkpoint a driver marked valid on a failed run is invalidated, with a notice.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, FailureReason, RunError};
 use crate::event::RunFinished;
 use crate::process;
 use crate::result::{ExitInfo, RawStreams, RunResult};
+use crate::session::DriverOutcome;
 use crate::stream::blank_meta;
-use crate::wasm::{convert, wit};
 
 /// The `RunFinished` event describing `result`.
 pub(crate) fn finished_event(result: &Result<RunResult, Error>) -> RunFinished {
@@ -49,7 +48,6 @@ pub const CHECKPOINT_INVALIDATED: &str = "checkpoint.invalidated";
 /// Facts about a run that classification needs.
 pub(crate) struct Classify {
     pub driver: String,
-    pub codec: String,
     pub run_id: String,
     pub timeout: Option<Duration>,
     pub idle: Option<Duration>,
@@ -59,43 +57,21 @@ pub(crate) struct Classify {
     pub host_failure: Option<(FailureReason, String)>,
 }
 
-/// Turn a driver's outcome plus the process facts into the run's result: validate what the
-/// driver returned, decide success or the failure reason (host knowledge first: cancel,
+/// Turn a driver's outcome (already validated at the `wasm/` boundary) plus the process
+/// facts into the run's result: decide success or the failure reason (host knowledge first: cancel,
 /// timeout; then the driver's failure; then an abnormal exit), and invalidate a checkpoint
 /// claimed on a failed run. Host corrections are appended to `notices` (kind, message) so
 /// they reach the event stream: nothing is corrected silently.
 pub(crate) fn classify(
     facts: &Classify,
-    outcome: wit::Outcome,
+    outcome: DriverOutcome,
     mut raw: RawStreams,
     exit: ExitInfo,
     notices: &mut Vec<(String, String)>,
 ) -> Result<RunResult, Error> {
     let name = facts.driver.clone();
-    let contract = |message: String| Error::DriverContract {
-        driver: name.clone(),
-        call: "session.finish",
-        message,
-    };
-    let transcript = outcome
-        .transcript
-        .into_iter()
-        .map(convert::item)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(contract)?;
-    raw.terminal = outcome
-        .terminal
-        .map(convert::terminal)
-        .transpose()
-        .map_err(contract)?;
-    let codec = &facts.codec;
-    let mut checkpoint = outcome
-        .checkpoint
-        .map(|c| convert::checkpoint(codec, c))
-        .transpose()
-        .map_err(contract)?;
-    let structured_output =
-        convert::json_field("structured-output", outcome.structured_output).map_err(contract)?;
+    raw.terminal = outcome.terminal;
+    let mut checkpoint = outcome.checkpoint;
     let failure = if exit.cancelled {
         Some((
             FailureReason::Cancelled,
@@ -122,9 +98,7 @@ pub(crate) fn classify(
         // The host knows why the turn ended; the driver's own report stays in the transcript.
         Some((reason, message, None))
     } else if let Some(f) = outcome.failure {
-        let details =
-            convert::json_field("failure details-json", f.details_json).map_err(contract)?;
-        Some((convert::failure_reason(f.reason), f.message, details))
+        Some((f.reason, f.message, f.details))
     } else if !exit.kept_alive && (exit.code != Some(0) || exit.signal.is_some()) {
         Some((
             FailureReason::AgentError,
@@ -157,16 +131,16 @@ pub(crate) fn classify(
         model: outcome.model,
         text: outcome.text,
         summary: outcome.summary,
-        usage: outcome.usage.map(convert::usage),
-        metadata: outcome.metadata.into_iter().collect::<BTreeMap<_, _>>(),
+        usage: outcome.usage,
+        metadata: outcome.metadata,
         checkpoint,
-        structured_output,
+        structured_output: outcome.structured_output,
         structured: None,
         exit,
         thread: None,
         duration: facts.started.elapsed(),
         raw,
-        transcript,
+        transcript: outcome.transcript,
     };
     match failure {
         None => Ok(result),
@@ -209,11 +183,11 @@ pub(crate) fn describe_exit(exit: &ExitInfo) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::DriverFailure;
 
     fn facts(host_failure: Option<(FailureReason, String)>) -> Classify {
         Classify {
             driver: "reference".into(),
-            codec: "reference/session/v1".into(),
             run_id: "run-1".into(),
             timeout: Some(Duration::from_millis(1500)),
             idle: Some(Duration::from_millis(700)),
@@ -222,8 +196,8 @@ mod tests {
         }
     }
 
-    fn outcome(failure: Option<wit::Failure>, valid_checkpoint: bool) -> wit::Outcome {
-        wit::Outcome {
+    fn outcome(failure: Option<DriverFailure>, valid_checkpoint: bool) -> DriverOutcome {
+        DriverOutcome {
             text: "hello".into(),
             summary: None,
             transcript: vec![],
@@ -231,16 +205,15 @@ mod tests {
             usage: None,
             model: Some("reference-1".into()),
             structured_output: None,
-            checkpoint: Some(wit::Checkpoint {
-                state: wit::SessionState {
-                    resume_id: "ref-1".into(),
-                    display_id: None,
-                    data: vec![],
-                },
+            checkpoint: Some(crate::result::Checkpoint {
+                codec: "reference/session/v1".into(),
+                resume_id: "ref-1".into(),
+                display_id: None,
+                data: Default::default(),
                 valid: valid_checkpoint,
             }),
             failure,
-            metadata: vec![],
+            metadata: Default::default(),
         }
     }
 
@@ -292,10 +265,10 @@ mod tests {
     #[test]
     fn host_knowledge_wins_over_the_driver_and_the_exit() {
         let driver_failure = || {
-            Some(wit::Failure {
-                reason: wit::FailureReason::AgentError,
+            Some(DriverFailure {
+                reason: FailureReason::AgentError,
                 message: "from the driver".into(),
-                details_json: None,
+                details: None,
             })
         };
         let cancelled = ExitInfo {
@@ -348,10 +321,10 @@ mod tests {
     #[test]
     fn the_driver_failure_comes_before_an_abnormal_exit() {
         let mut notices = Vec::new();
-        let failure = wit::Failure {
-            reason: wit::FailureReason::ResumeRejected,
+        let failure = DriverFailure {
+            reason: FailureReason::ResumeRejected,
             message: "unknown session".into(),
-            details_json: Some("{\"code\":7}".into()),
+            details: Some(serde_json::json!({"code": 7})),
         };
         let r = classify(
             &facts(None),
@@ -394,30 +367,6 @@ mod tests {
         assert!(!e.result.checkpoint.unwrap().valid);
         assert_eq!(notices.len(), 1);
         assert_eq!(notices[0].0, CHECKPOINT_INVALIDATED);
-    }
-
-    #[test]
-    fn malformed_driver_output_is_a_contract_error() {
-        let mut notices = Vec::new();
-        let mut bad = outcome(None, false);
-        bad.structured_output = Some("{not json".into());
-        let r = classify(
-            &facts(None),
-            bad,
-            RawStreams::default(),
-            exit(Some(0), None),
-            &mut notices,
-        );
-        assert!(
-            matches!(
-                r,
-                Err(Error::DriverContract {
-                    call: "session.finish",
-                    ..
-                })
-            ),
-            "{r:?}"
-        );
     }
 
     #[test]

@@ -21,11 +21,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::result::{Checkpoint, RunResult};
+use crate::session::{Resume, SessionMode};
 use crate::store::{
     Finalize, Lease, Query, RecordStatus, StoreError, ThreadRecord, ThreadStore,
     lease_target_for_key, new_owner, new_record_id,
 };
-use crate::wasm::wit;
 
 use crate::thread::{ThreadError, ThreadInfo, ThreadStart};
 
@@ -286,27 +286,22 @@ impl Coordinator {
     }
 
     /// The resume instructions for the next attempt.
-    pub(crate) fn resume(&self) -> Option<wit::Resume> {
+    pub(crate) fn resume(&self) -> Option<Resume> {
         let (mode, record) = if let Some((_, parent)) = &self.parent {
-            (wit::SessionMode::Fork, parent)
+            (SessionMode::Fork, parent)
         } else if self.fell_back.is_some() {
             return None;
         } else {
             let mode = if self.resume_only {
-                wit::SessionMode::ContinueOnly
+                SessionMode::ContinueOnly
             } else {
-                wit::SessionMode::ContinueOrStart
+                SessionMode::ContinueOrStart
             };
             (mode, self.current.as_ref()?)
         };
-        let cp = &record.checkpoint;
-        Some(wit::Resume {
+        Some(Resume {
             mode,
-            state: wit::SessionState {
-                resume_id: cp.resume_id.clone(),
-                display_id: cp.display_id.clone(),
-                data: cp.data.clone().into_iter().collect(),
-            },
+            checkpoint: record.checkpoint.clone(),
         })
     }
 

@@ -17,20 +17,20 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::approval::{
-    ApprovalHandler, ApprovalKind, ApprovalRequest, Choice, NewRequest, Resolution, Settled, Slot,
+    ApprovalHandler, ApprovalKind, ApprovalRequest, NewRequest, Resolution, Settled, Slot,
 };
 use crate::error::FailureReason;
 use crate::event::{ApprovalResolved, Event};
 use crate::policy::{ApprovalPolicy, DecisionMode, Fallback, QuestionMode};
+use crate::session::{AskRequest, Decision};
 use crate::stream::blank_meta;
-use crate::wasm::wit;
 
 /// Something the supervisor must do.
 pub(crate) enum Step {
     /// Emit this event.
     Emit(Box<Event>),
     /// Deliver this decision to the driver (`on-decision`).
-    Deliver(String, wit::Decision),
+    Deliver(String, Decision),
 }
 
 /// What the policy says to do with a request of some kind.
@@ -43,7 +43,7 @@ enum Mode {
 
 struct Pending {
     slot: Arc<Slot>,
-    request: wit::ApprovalRequest,
+    request: AskRequest,
     kind: ApprovalKind,
     attempt: u32,
     deadline: Option<Instant>,
@@ -111,7 +111,7 @@ impl Decisions {
     /// details that are not a JSON object).
     pub(crate) fn request(
         &mut self,
-        request: wit::ApprovalRequest,
+        request: AskRequest,
         out: &mut Vec<Step>,
     ) -> Result<(), String> {
         if request.id.is_empty() {
@@ -134,7 +134,7 @@ impl Decisions {
                 }
             }
         }
-        let kind = kind(&request.kind);
+        let kind = request.kind.clone();
         match self.mode(&kind) {
             Mode::Ask => self.ask(request, kind, 1, out),
             Mode::Approve => {
@@ -147,7 +147,7 @@ impl Decisions {
                     },
                     true,
                 ));
-                out.push(Step::Deliver(request.id, wit::Decision::Approve(None)));
+                out.push(Step::Deliver(request.id, Decision::Approve(None)));
             }
             Mode::Deny => {
                 let reason = format!("{kind} requests are auto-denied by the run policy");
@@ -171,13 +171,7 @@ impl Decisions {
         Ok(())
     }
 
-    fn ask(
-        &mut self,
-        request: wit::ApprovalRequest,
-        kind: ApprovalKind,
-        attempt: u32,
-        out: &mut Vec<Step>,
-    ) {
+    fn ask(&mut self, request: AskRequest, kind: ApprovalKind, attempt: u32, out: &mut Vec<Step>) {
         let timeout = self.policy.timeout;
         let new = NewRequest {
             id: request.id.clone(),
@@ -185,15 +179,7 @@ impl Decisions {
             title: request.title.clone(),
             tool_call_id: request.tool_call_id.clone(),
             tool_name: request.tool_name.clone(),
-            choices: request
-                .choices
-                .iter()
-                .map(|c| Choice {
-                    key: c.key.clone(),
-                    label: c.label.clone(),
-                    description: c.description.clone(),
-                })
-                .collect(),
+            choices: request.choices.clone(),
             details: request
                 .details_json
                 .as_deref()
@@ -310,10 +296,10 @@ impl Decisions {
         match resolution {
             Resolution::Approved { updated_input } => out.push(Step::Deliver(
                 id,
-                wit::Decision::Approve(updated_input.map(|v| v.to_string())),
+                Decision::Approve(updated_input.map(|v| v.to_string())),
             )),
             Resolution::Answered { answer } => {
-                out.push(Step::Deliver(id, wit::Decision::Answer(answer)))
+                out.push(Step::Deliver(id, Decision::Answer(answer)))
             }
             Resolution::Denied { reason } => {
                 if self.policy.on_reject == Fallback::Retry && p.attempt <= self.policy.max_retries
@@ -340,7 +326,7 @@ impl Decisions {
                         ),
                     );
                 }
-                out.push(Step::Deliver(id, wit::Decision::TimedOut));
+                out.push(Step::Deliver(id, Decision::TimedOut));
             }
             Resolution::Unanswered => {
                 self.fail(
@@ -351,16 +337,16 @@ impl Decisions {
                         p.request.id, p.request.title
                     ),
                 );
-                out.push(Step::Deliver(id, wit::Decision::Unanswered));
+                out.push(Step::Deliver(id, Decision::Unanswered));
             }
-            Resolution::Cancelled => out.push(Step::Deliver(id, wit::Decision::Cancelled)),
+            Resolution::Cancelled => out.push(Step::Deliver(id, Decision::Cancelled)),
             Resolution::Withdrawn => {}
         }
     }
 
     fn rejected(
         &mut self,
-        request: &wit::ApprovalRequest,
+        request: &AskRequest,
         fallback: Fallback,
         reason: String,
         out: &mut Vec<Step>,
@@ -374,10 +360,7 @@ impl Decisions {
                 ),
             );
         }
-        out.push(Step::Deliver(
-            request.id.clone(),
-            wit::Decision::Deny(reason),
-        ));
+        out.push(Step::Deliver(request.id.clone(), Decision::Deny(reason)));
     }
 
     fn fail(&mut self, reason: FailureReason, message: String) {
@@ -402,23 +385,14 @@ fn resolved(
     })))
 }
 
-fn kind(kind: &wit::ApprovalKind) -> ApprovalKind {
-    match kind {
-        wit::ApprovalKind::Permission => ApprovalKind::Permission,
-        wit::ApprovalKind::PlanReview => ApprovalKind::PlanReview,
-        wit::ApprovalKind::Question => ApprovalKind::Question,
-        wit::ApprovalKind::Other(name) => ApprovalKind::Other(name.clone()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::*;
 
-    fn request(id: &str, kind: wit::ApprovalKind) -> wit::ApprovalRequest {
-        wit::ApprovalRequest {
+    fn request(id: &str, kind: ApprovalKind) -> AskRequest {
+        AskRequest {
             id: id.into(),
             kind,
             title: format!("title of {id}"),
@@ -470,11 +444,11 @@ mod tests {
             None,
         );
         let mut out = Vec::new();
-        d.request(request("a", wit::ApprovalKind::Permission), &mut out)
+        d.request(request("a", ApprovalKind::Permission), &mut out)
             .unwrap();
         let steps = describe(&out);
         assert!(steps[0].starts_with("resolved:a#1:") && steps[0].ends_with("(policy)"));
-        assert_eq!(steps[1], "deliver:a:Decision::Approve(None)");
+        assert_eq!(steps[1], "deliver:a:Approve(None)");
         assert!(d.failure().is_none());
 
         // Auto-deny with `retry`: never re-asked (it would be refused again) — it aborts.
@@ -484,9 +458,9 @@ mod tests {
             None,
         );
         let mut out = Vec::new();
-        d.request(request("b", wit::ApprovalKind::PlanReview), &mut out)
+        d.request(request("b", ApprovalKind::PlanReview), &mut out)
             .unwrap();
-        assert!(describe(&out)[1].starts_with("deliver:b:Decision::Deny("));
+        assert!(describe(&out)[1].starts_with("deliver:b:Deny("));
         assert_eq!(d.failure().unwrap().0, FailureReason::ApprovalDenied);
         assert!(d.aborting());
 
@@ -497,7 +471,7 @@ mod tests {
             None,
         );
         let mut out = Vec::new();
-        d.request(request("c", wit::ApprovalKind::Permission), &mut out)
+        d.request(request("c", ApprovalKind::Permission), &mut out)
             .unwrap();
         assert!(d.failure().is_none());
     }
@@ -506,7 +480,7 @@ mod tests {
     fn a_timeout_re_asks_up_to_max_retries_then_aborts() {
         let mut d = Decisions::new("x".into(), policy(DecisionMode::Ask, Fallback::Retry), None);
         let mut out = Vec::new();
-        d.request(request("q", wit::ApprovalKind::Permission), &mut out)
+        d.request(request("q", ApprovalKind::Permission), &mut out)
             .unwrap();
         assert_eq!(describe(&out), ["ask:q#1"]);
         assert!(d.next_deadline().is_some());
@@ -520,11 +494,7 @@ mod tests {
         let mut out = Vec::new();
         d.on_deadline(later, &mut out);
         let steps = describe(&out);
-        assert_eq!(
-            steps.last().unwrap(),
-            "deliver:q:Decision::TimedOut",
-            "{steps:?}"
-        );
+        assert_eq!(steps.last().unwrap(), "deliver:q:TimedOut", "{steps:?}");
         assert_eq!(d.failure().unwrap().0, FailureReason::ApprovalTimeout);
         assert!(d.next_deadline().is_none());
     }
@@ -533,20 +503,17 @@ mod tests {
     fn cancel_resolves_pending_requests_and_tells_the_driver() {
         let mut d = Decisions::new("x".into(), policy(DecisionMode::Ask, Fallback::Abort), None);
         let mut out = Vec::new();
-        d.request(request("p", wit::ApprovalKind::Question), &mut out)
+        d.request(request("p", ApprovalKind::Question), &mut out)
             .unwrap();
         let mut out = Vec::new();
         d.close(Resolution::Cancelled, &mut out);
-        assert_eq!(
-            describe(&out).last().unwrap(),
-            "deliver:p:Decision::Cancelled"
-        );
+        assert_eq!(describe(&out).last().unwrap(), "deliver:p:Cancelled");
         // Withdrawn (the run ended) is only reported, never delivered.
         let mut d = Decisions::new("x".into(), policy(DecisionMode::Ask, Fallback::Abort), None);
         // (The emitted request is kept alive: a request whose every copy is dropped
         // unanswered resolves itself as unanswered.)
         let mut asked = Vec::new();
-        d.request(request("w", wit::ApprovalKind::Permission), &mut asked)
+        d.request(request("w", ApprovalKind::Permission), &mut asked)
             .unwrap();
         let mut out = Vec::new();
         d.close(Resolution::Withdrawn, &mut out);
@@ -559,20 +526,20 @@ mod tests {
         let mut d = Decisions::new("x".into(), policy(DecisionMode::Ask, Fallback::Abort), None);
         let mut out = Vec::new();
         assert!(
-            d.request(request("", wit::ApprovalKind::Permission), &mut out)
+            d.request(request("", ApprovalKind::Permission), &mut out)
                 .is_err()
         );
-        let mut bad = request("d", wit::ApprovalKind::Permission);
+        let mut bad = request("d", ApprovalKind::Permission);
         bad.details_json = Some("[1, 2]".into());
         assert!(
             d.request(bad, &mut out)
                 .unwrap_err()
                 .contains("JSON object")
         );
-        d.request(request("dup", wit::ApprovalKind::Permission), &mut out)
+        d.request(request("dup", ApprovalKind::Permission), &mut out)
             .unwrap();
         let err = d
-            .request(request("dup", wit::ApprovalKind::Permission), &mut out)
+            .request(request("dup", ApprovalKind::Permission), &mut out)
             .unwrap_err();
         assert!(err.contains("pending"), "{err}");
     }

@@ -41,11 +41,11 @@ use crate::error::{Error, FailureReason, StartRefusal};
 use crate::event::*;
 use crate::process::{PrivateDir, ProcessSpec};
 use crate::result::RunResult;
+use crate::session::{Action, Launch};
 use crate::stream::{Emitter, Stream, blank_meta};
 use crate::structured::Mechanism;
 use crate::wasm::convert::build_request;
 use crate::wasm::guest::{GuestInstance, GuestSession};
-use crate::wasm::wit;
 use coordinator::{Coordinator, FingerprintInput, ThreadBinding, thread_fingerprint};
 use resident::Resident;
 
@@ -152,7 +152,7 @@ enum Attach {
     /// Spawn what `session.start` asked for.
     Spawn(Box<Prepared>),
     /// Continue on the thread's resident process; `next-turn` returned these actions.
-    Reuse(Box<Resident>, Vec<wit::Action>),
+    Reuse(Box<Resident>, Vec<Action>),
 }
 
 /// What starts the turn once the process is attached.
@@ -160,13 +160,13 @@ enum Initial {
     /// A new process: the launch's stdin bytes, and whether stdin stays open.
     Launch { stdin: Vec<u8>, keep_open: bool },
     /// A resident process: the driver's `next-turn` actions (typically a stdin frame).
-    Actions(Vec<wit::Action>),
+    Actions(Vec<Action>),
 }
 
 /// Everything resolved before the process starts.
 struct Prepared {
     session: GuestSession,
-    launch: wit::Launch,
+    launch: Launch,
     spec: ProcessSpec,
     private_dir: PrivateDir,
 }
@@ -332,7 +332,7 @@ impl Run {
     /// Whether this run may keep its process for the thread's next turn: a thread run, a
     /// driver that declares resident processes, a launch that keeps stdin open, no one-shot
     /// request and no output schema (a schema is fixed on the command line of a process).
-    fn may_keep(&self, launch: &wit::Launch) -> bool {
+    fn may_keep(&self, launch: &Launch) -> bool {
         self.coordinator.is_some()
             && self.inner.driver.loaded.descriptor.persistent_process
             && launch.keep_stdin_open
@@ -344,7 +344,7 @@ impl Run {
     /// (`next-turn`). A process that cannot (other signature, the store moved on, it
     /// exited, one-shot requested, the driver refuses) is stopped — before anything is
     /// written to it, so no prompt can reach a process that is then replaced.
-    async fn reuse_resident(&mut self) -> Result<Option<(Box<Resident>, Vec<wit::Action>)>, Error> {
+    async fn reuse_resident(&mut self) -> Result<Option<(Box<Resident>, Vec<Action>)>, Error> {
         let Some(c) = &self.coordinator else {
             return Ok(None);
         };

@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 
 use super::{Prepared, Run};
 use crate::error::Error;
+use crate::grant::LaunchAsk;
 use crate::grant::ProcessGrant;
 use crate::process::PrivateDir;
+use crate::session::{Resume, SessionMode};
 use crate::structured::{self, Mechanism};
-use crate::wasm::convert::{build_request, launch_ask};
-use crate::wasm::guest::start_session;
-use crate::wasm::wit;
+use crate::wasm::convert::build_request;
 
 impl Run {
     pub(super) async fn prepare(&mut self) -> Result<Prepared, Error> {
@@ -68,22 +68,27 @@ impl Run {
             resume,
         );
         let mut session = instance.open_session(&request).await?;
-        let launch = start_session(&mut session, &name).await?;
-        let file_names: Vec<&str> = launch.files.iter().map(|f| f.name.as_str()).collect();
-        let cwd = grant
-            .check(&launch_ask(&launch, &file_names))
-            .map_err(|refusal| {
-                tracing::warn!(driver = %name, program = %launch.program, %refusal, "launch refused");
-                Error::LaunchRefused {
-                    driver: name.clone(),
-                    refusal,
-                }
-            })?;
+        let launch = session.start().await?;
+        let file_names: Vec<&str> = launch.files.iter().map(|(name, _)| name.as_str()).collect();
+        let ask = LaunchAsk {
+            program: &launch.program,
+            args: &launch.args,
+            env: &launch.env,
+            cwd: launch.cwd.as_deref(),
+            file_names: &file_names,
+        };
+        let cwd = grant.check(&ask).map_err(|refusal| {
+            tracing::warn!(driver = %name, program = %launch.program, %refusal, "launch refused");
+            Error::LaunchRefused {
+                driver: name.clone(),
+                refusal,
+            }
+        })?;
         let spec = grant.spec(launch.args.clone(), &launch.env, cwd)?;
         let files: Vec<(&str, &[u8])> = launch
             .files
             .iter()
-            .map(|f| (f.name.as_str(), f.contents.as_slice()))
+            .map(|(name, contents)| (name.as_str(), contents.as_slice()))
             .collect();
         let private_dir = PrivateDir::create(private_dir, &files).map_err(|e| Error::Spawn {
             driver: name.clone(),
@@ -100,7 +105,7 @@ impl Run {
 
     /// Check a caller-supplied checkpoint against the driver and turn it into the request's
     /// resume instructions.
-    pub(super) fn resume_request(&self) -> Result<Option<wit::Resume>, Error> {
+    pub(super) fn resume_request(&self) -> Result<Option<Resume>, Error> {
         if let Some(c) = &self.coordinator {
             return Ok(c.resume());
         }
@@ -132,13 +137,9 @@ impl Run {
         if cp.resume_id.is_empty() {
             return Err(refuse("the checkpoint has an empty resume id".into()));
         }
-        Ok(Some(wit::Resume {
-            mode: wit::SessionMode::ContinueOnly,
-            state: wit::SessionState {
-                resume_id: cp.resume_id.clone(),
-                display_id: cp.display_id.clone(),
-                data: cp.data.clone().into_iter().collect(),
-            },
+        Ok(Some(Resume {
+            mode: SessionMode::ContinueOnly,
+            checkpoint: cp.clone(),
         }))
     }
 }

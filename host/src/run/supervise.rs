@@ -19,10 +19,9 @@ use crate::error::Error;
 use crate::event::*;
 use crate::process::{self, Sig};
 use crate::result::{ChunkRecord, RawStreams, StreamKind};
+use crate::session::{Action, Decision, DriverSignal};
 use crate::stream::{Emitter, blank_meta};
-use crate::wasm::convert::convert_event;
 use crate::wasm::guest::GuestSession;
-use crate::wasm::wit;
 
 /// Read size for stdout/stderr chunks.
 const CHUNK: usize = 64 * 1024;
@@ -40,7 +39,7 @@ pub(super) struct Supervisor<'a> {
     pub(super) stdin_writer: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     pub(super) timers: HashMap<u64, Instant>,
     /// Decisions waiting to be delivered to the driver (`on-decision`).
-    pub(super) deliveries: VecDeque<(String, wit::Decision)>,
+    pub(super) deliveries: VecDeque<(String, Decision)>,
     /// Approval requests of this run.
     pub(super) asks: Decisions,
     /// The process is being stopped (cancel, timeout, …).
@@ -430,16 +429,13 @@ impl Supervisor<'_> {
         }
     }
 
-    pub(super) async fn apply(&mut self, actions: Vec<wit::Action>) -> Result<(), Error> {
+    pub(super) async fn apply(&mut self, actions: Vec<Action>) -> Result<(), Error> {
         for action in actions {
             match action {
-                wit::Action::Emit(event) => {
-                    let event = self.convert_event(event)?;
-                    self.emitter.emit(event).await;
-                }
-                wit::Action::WriteStdin(bytes) => self.write_stdin(bytes).await,
-                wit::Action::CloseStdin => self.stdin = None,
-                wit::Action::RequestApproval(request) => {
+                Action::Emit(event) => self.emitter.emit(*event).await,
+                Action::WriteStdin(bytes) => self.write_stdin(bytes).await,
+                Action::CloseStdin => self.stdin = None,
+                Action::RequestApproval(request) => {
                     let mut steps = Vec::new();
                     self.asks.request(request, &mut steps).map_err(|message| {
                         Error::DriverContract {
@@ -450,48 +446,37 @@ impl Supervisor<'_> {
                     })?;
                     self.perform(steps).await;
                 }
-                wit::Action::SetTimer(t) => {
-                    self.timers
-                        .insert(t.id, Instant::now() + Duration::from_millis(t.after_ms));
+                Action::SetTimer { id, after } => {
+                    self.timers.insert(id, Instant::now() + after);
                 }
-                wit::Action::CancelTimer(id) => {
+                Action::CancelTimer(id) => {
                     self.timers.remove(&id);
                 }
-                wit::Action::Signal(sig) => match sig {
-                    wit::Signal::Interrupt => {
+                Action::Signal(sig) => match sig {
+                    DriverSignal::Interrupt => {
                         self.signal(Sig::Interrupt, "requested by the driver").await
                     }
-                    wit::Signal::Terminate => self.terminate("requested by the driver").await,
-                    wit::Signal::Kill => self.signal(Sig::Kill, "requested by the driver").await,
+                    DriverSignal::Terminate => self.terminate("requested by the driver").await,
+                    DriverSignal::Kill => self.signal(Sig::Kill, "requested by the driver").await,
                 },
-                wit::Action::EndTurn => self.turn_ended = true,
+                Action::EndTurn => self.turn_ended = true,
             }
         }
         Ok(())
     }
 
     /// After exit only events make sense; anything else is logged, never silently lost.
-    pub(super) async fn apply_after_exit(
-        &mut self,
-        actions: Vec<wit::Action>,
-    ) -> Result<(), Error> {
+    pub(super) async fn apply_after_exit(&mut self, actions: Vec<Action>) -> Result<(), Error> {
         for action in actions {
             match action {
-                wit::Action::Emit(event) => {
-                    let event = self.convert_event(event)?;
-                    self.emitter.emit(event).await;
-                }
-                wit::Action::EndTurn => {}
+                Action::Emit(event) => self.emitter.emit(*event).await,
+                Action::EndTurn => {}
                 other => {
                     tracing::debug!(driver = %self.driver, action = ?other, "action after the process exited ignored");
                 }
             }
         }
         Ok(())
-    }
-
-    fn convert_event(&self, event: wit::Event) -> Result<Event, Error> {
-        convert_event(&self.driver, event)
     }
 
     /// Close stdin and wait (bounded) for the writer; returns its error, if any.

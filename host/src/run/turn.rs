@@ -20,11 +20,16 @@ use crate::error::{Error, FailureReason};
 use crate::event::*;
 use crate::process;
 use crate::result::{ExitInfo, LaunchRecord, RawStreams, RunResult};
+use crate::session::{DriverOutcome, SessionExit};
 use crate::stream::blank_meta;
 use crate::structured;
-use crate::wasm::wit;
 
 impl Run {
+    /// The driver's session codec (stamped on checkpoints).
+    fn codec(&self) -> String {
+        self.inner.driver.loaded.descriptor.sessions.codec.clone()
+    }
+
     pub(super) async fn supervise(&mut self, attach: Attach) -> Result<RunResult, Error> {
         let name = self.driver_name();
         let (mut session, mut spawned, launch_record, private_dir, initial, keep_alive, pipe) =
@@ -109,6 +114,7 @@ impl Run {
         let pid = spawned.pid;
         let pgid = spawned.guard.pgid();
 
+        let codec = self.codec();
         let mut sup = Supervisor {
             session: &mut session,
             emitter: &mut self.emitter,
@@ -183,7 +189,7 @@ impl Run {
             Err(e) => Err(e),
             Ok(LoopEnd::KeptAlive) => {
                 // The turn ended and the process lives on for the thread's next turn.
-                let outcome = sup.session.finish().await?;
+                let outcome = sup.session.finish(&codec).await?;
                 let raw = std::mem::take(&mut sup.raw);
                 let host_failure = sup.asks.failure();
                 let exit = ExitInfo {
@@ -234,16 +240,16 @@ impl Run {
         let mut exit = exit_info(status, cancelled, timed_out);
         exit.no_output = sup.idle_fired;
         let output_limit = sup.budget.failure();
-        let wit_status = wit::ExitStatus {
+        let session_exit = SessionExit {
             code: exit.code,
             signal: exit.signal,
             timed_out,
             cancelled,
         };
         sup.deliver_after_exit().await?;
-        let actions = sup.session.on_exit(wit_status).await?;
+        let actions = sup.session.on_exit(session_exit).await?;
         sup.apply_after_exit(actions).await?;
-        let outcome = sup.session.finish().await?;
+        let outcome = sup.session.finish(&codec).await?;
         let raw = std::mem::take(&mut sup.raw);
         let host_failure = sup
             .asks
@@ -265,7 +271,7 @@ impl Run {
     /// the structured-output check, and report the host's corrections as notices.
     pub(super) async fn conclude(
         &mut self,
-        outcome: wit::Outcome,
+        outcome: DriverOutcome,
         raw: RawStreams,
         exit: ExitInfo,
         host_failure: Option<(FailureReason, String)>,
@@ -291,7 +297,7 @@ impl Run {
 
     fn classify(
         &self,
-        outcome: wit::Outcome,
+        outcome: DriverOutcome,
         raw: RawStreams,
         exit: ExitInfo,
         host_failure: Option<(FailureReason, String)>,
@@ -300,7 +306,6 @@ impl Run {
         classify(
             &Classify {
                 driver: self.driver_name(),
-                codec: self.inner.driver.loaded.descriptor.sessions.codec.clone(),
                 run_id: self.run_id.clone(),
                 timeout: self.options.timeout,
                 idle: self.inner.settings.idle_timeout,

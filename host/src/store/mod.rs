@@ -282,6 +282,7 @@ pub fn new_owner() -> String {
     format!("{host}:{}:{}", std::process::id(), &unique_hex()[..12])
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 /// Milliseconds since the Unix epoch (stores keep times as integers).
 pub(crate) fn to_millis(t: SystemTime) -> i64 {
     match t.duration_since(SystemTime::UNIX_EPOCH) {
@@ -290,6 +291,7 @@ pub(crate) fn to_millis(t: SystemTime) -> i64 {
     }
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 /// Inverse of [`to_millis`].
 pub(crate) fn from_millis(ms: i64) -> SystemTime {
     if ms >= 0 {
@@ -299,11 +301,13 @@ pub(crate) fn from_millis(ms: i64) -> SystemTime {
     }
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 /// The checkpoint's driver-private data as stored (JSON object text).
 pub(crate) fn data_to_json(checkpoint: &Checkpoint) -> String {
     serde_json::to_string(&checkpoint.data).unwrap_or_else(|_| "{}".into())
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 /// Inverse of [`data_to_json`].
 pub(crate) fn data_from_json(
     store: &'static str,

@@ -9,14 +9,21 @@ use std::path::Path;
 
 use super::wit;
 use crate::agent::RunOptions;
+use crate::approval::{ApprovalKind, Choice};
 use crate::descriptor::*;
-use crate::error::Error;
+use crate::error::{Error, StartRefusal};
 use crate::event::Phase;
 use crate::event::{
     Event, EventMeta, ItemEvent, Notice, SessionStarted, TextDelta, ToolCall, ToolResult,
     UsageUpdate, VendorEvent,
 };
+use crate::inspect::{Check, CheckLevel};
+use crate::policy::{DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
 use crate::result::{Checkpoint, ItemKind, TerminalPayload, TranscriptItem, Usage};
+use crate::session::{
+    Action, AskRequest, ConfigRejection, Decision, DriverFailure, DriverOutcome, DriverSignal,
+    Launch, Probe, ProbeOutput, Resume, SessionExit, SessionMode,
+};
 use crate::stream::blank_meta;
 use crate::structured::Mechanism;
 
@@ -307,6 +314,10 @@ fn text_delta(meta: EventMeta, p: wit::TextPart) -> TextDelta {
     }
 }
 
+/// A run request in the driver's terms, opaque outside `wasm/` (built by [`build_request`],
+/// handed to `open_session` / `next_turn`).
+pub(crate) struct DriverRequest(pub(super) wit::RunRequest);
+
 /// The fully resolved request the driver sees.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn build_request(
@@ -317,9 +328,9 @@ pub(crate) fn build_request(
     mechanism: Option<Mechanism>,
     workspace: &Path,
     private_dir: &Path,
-    resume: Option<wit::Resume>,
-) -> wit::RunRequest {
-    wit::RunRequest {
+    resume: Option<Resume>,
+) -> DriverRequest {
+    DriverRequest(wit::RunRequest {
         run_id: run_id.to_owned(),
         prompt: prompt.to_owned(),
         config_json,
@@ -327,7 +338,7 @@ pub(crate) fn build_request(
         instructions: options.instructions.clone(),
         workspace: workspace.display().to_string(),
         private_dir: private_dir.display().to_string(),
-        policy: options.policy.unwrap_or_default().to_wit(),
+        policy: policy(options.policy.unwrap_or_default()),
         output_schema: match (&options.schema, mechanism) {
             (Some(schema), Some(m)) => Some(wit::OutputSchema {
                 schema_json: schema.json().to_string(),
@@ -340,7 +351,18 @@ pub(crate) fn build_request(
             }),
             _ => None,
         },
-        resume,
+        resume: resume.map(|r| wit::Resume {
+            mode: match r.mode {
+                SessionMode::ContinueOrStart => wit::SessionMode::ContinueOrStart,
+                SessionMode::ContinueOnly => wit::SessionMode::ContinueOnly,
+                SessionMode::Fork => wit::SessionMode::Fork,
+            },
+            state: wit::SessionState {
+                resume_id: r.checkpoint.resume_id,
+                display_id: r.checkpoint.display_id,
+                data: r.checkpoint.data.into_iter().collect(),
+            },
+        }),
         streaming: options.streaming.unwrap_or(true),
         mcp_servers: Vec::new(),
         skill_dirs: Vec::new(),
@@ -350,19 +372,314 @@ pub(crate) fn build_request(
             .unwrap_or_default()
             .into_iter()
             .collect(),
+    })
+}
+
+/// The run policy in the driver's terms.
+pub(crate) fn policy(p: Policy) -> wit::Policy {
+    let decision = |m: DecisionMode| match m {
+        DecisionMode::Inherit => wit::DecisionMode::Inherit,
+        DecisionMode::Ask => wit::DecisionMode::Ask,
+        DecisionMode::AutoApprove => wit::DecisionMode::AutoApprove,
+        DecisionMode::AutoDeny => wit::DecisionMode::AutoDeny,
+    };
+    let toggle = |t: Toggle| match t {
+        Toggle::Inherit => wit::Toggle::Inherit,
+        Toggle::Allow => wit::Toggle::Allow,
+        Toggle::Deny => wit::Toggle::Deny,
+    };
+    let fallback = |f: Fallback| match f {
+        Fallback::Abort => wit::Fallback::Abort,
+        Fallback::Continue => wit::Fallback::Continue,
+        Fallback::Retry => wit::Fallback::Retry,
+    };
+    let a = p.approvals;
+    wit::Policy {
+        sandbox: match p.sandbox {
+            Sandbox::Inherit => wit::Sandbox::Inherit,
+            Sandbox::ReadOnly => wit::Sandbox::ReadOnly,
+            Sandbox::WorkspaceWrite => wit::Sandbox::WorkspaceWrite,
+            Sandbox::Unrestricted => wit::Sandbox::Unrestricted,
+        },
+        web_search: toggle(p.web_search),
+        browser: toggle(p.browser),
+        permission: decision(a.permission),
+        plan_review: decision(a.plan_review),
+        question: match a.question {
+            QuestionMode::Inherit => wit::DecisionMode::Inherit,
+            QuestionMode::Ask => wit::DecisionMode::Ask,
+            QuestionMode::AutoDeny => wit::DecisionMode::AutoDeny,
+        },
+        approval_timeout_ms: a
+            .timeout
+            .map(|t| t.as_millis().min(u64::MAX as u128) as u64),
+        on_reject: fallback(a.on_reject),
+        on_timeout: fallback(a.on_timeout),
+        max_retries: a.max_retries,
     }
 }
 
-/// The grant's view of a driver's launch (`file_names`: the names of its private files).
-pub(crate) fn launch_ask<'a>(
-    launch: &'a wit::Launch,
-    file_names: &'a [&'a str],
-) -> crate::grant::LaunchAsk<'a> {
-    crate::grant::LaunchAsk {
-        program: &launch.program,
-        args: &launch.args,
-        env: &launch.env,
-        cwd: launch.cwd.as_deref(),
-        file_names,
+/// A session's launch in host terms.
+pub(crate) fn launch(l: wit::Launch) -> Launch {
+    Launch {
+        program: l.program,
+        args: l.args,
+        env: l.env,
+        cwd: l.cwd,
+        stdin: l.stdin,
+        keep_stdin_open: l.keep_stdin_open,
+        files: l.files.into_iter().map(|f| (f.name, f.contents)).collect(),
+    }
+}
+
+/// A `start-error` as the host's refusal kind and message.
+pub(crate) fn start_error(e: wit::StartError) -> (StartRefusal, String) {
+    match e {
+        wit::StartError::InvalidRequest(m) => (StartRefusal::InvalidRequest, m),
+        wit::StartError::Unsupported(m) => (StartRefusal::Unsupported, m),
+        wit::StartError::ResumeRejected(m) => (StartRefusal::ResumeRejected, m),
+    }
+}
+
+/// A `config-error` in host terms.
+pub(crate) fn config_rejection(e: wit::ConfigError) -> ConfigRejection {
+    ConfigRejection {
+        path: e.path,
+        message: e.message,
+    }
+}
+
+/// A driver's actions, validated (events must be well-formed: [`Error::DriverContract`]).
+pub(crate) fn actions(driver: &str, actions: Vec<wit::Action>) -> Result<Vec<Action>, Error> {
+    actions
+        .into_iter()
+        .map(|a| {
+            Ok(match a {
+                wit::Action::Emit(e) => Action::Emit(Box::new(convert_event(driver, e)?)),
+                wit::Action::WriteStdin(bytes) => Action::WriteStdin(bytes),
+                wit::Action::CloseStdin => Action::CloseStdin,
+                wit::Action::RequestApproval(r) => Action::RequestApproval(AskRequest {
+                    id: r.id,
+                    kind: match r.kind {
+                        wit::ApprovalKind::Permission => ApprovalKind::Permission,
+                        wit::ApprovalKind::PlanReview => ApprovalKind::PlanReview,
+                        wit::ApprovalKind::Question => ApprovalKind::Question,
+                        wit::ApprovalKind::Other(name) => ApprovalKind::Other(name),
+                    },
+                    title: r.title,
+                    tool_call_id: r.tool_call_id,
+                    tool_name: r.tool_name,
+                    choices: r
+                        .choices
+                        .into_iter()
+                        .map(|c| Choice {
+                            key: c.key,
+                            label: c.label,
+                            description: c.description,
+                        })
+                        .collect(),
+                    details_json: r.details_json,
+                }),
+                wit::Action::SetTimer(t) => Action::SetTimer {
+                    id: t.id,
+                    after: std::time::Duration::from_millis(t.after_ms),
+                },
+                wit::Action::CancelTimer(id) => Action::CancelTimer(id),
+                wit::Action::Signal(s) => Action::Signal(match s {
+                    wit::Signal::Interrupt => DriverSignal::Interrupt,
+                    wit::Signal::Terminate => DriverSignal::Terminate,
+                    wit::Signal::Kill => DriverSignal::Kill,
+                }),
+                wit::Action::EndTurn => Action::EndTurn,
+            })
+        })
+        .collect()
+}
+
+/// A decision in the driver's terms.
+pub(crate) fn decision(d: &Decision) -> wit::Decision {
+    match d {
+        Decision::Approve(input) => wit::Decision::Approve(input.clone()),
+        Decision::Deny(reason) => wit::Decision::Deny(reason.clone()),
+        Decision::Answer(answer) => wit::Decision::Answer(answer.clone()),
+        Decision::TimedOut => wit::Decision::TimedOut,
+        Decision::Unanswered => wit::Decision::Unanswered,
+        Decision::Cancelled => wit::Decision::Cancelled,
+    }
+}
+
+/// The process's end in the driver's terms.
+pub(crate) fn exit_status(e: SessionExit) -> wit::ExitStatus {
+    wit::ExitStatus {
+        code: e.code,
+        signal: e.signal,
+        timed_out: e.timed_out,
+        cancelled: e.cancelled,
+    }
+}
+
+/// A session's outcome, validated: malformed transcript items, terminal JSON, checkpoint,
+/// structured output or failure details are a contract violation of `session.finish`.
+pub(crate) fn outcome(driver: &str, codec: &str, o: wit::Outcome) -> Result<DriverOutcome, Error> {
+    let contract = |message: String| Error::DriverContract {
+        driver: driver.to_owned(),
+        call: "session.finish",
+        message,
+    };
+    let failure = match o.failure {
+        None => None,
+        Some(f) => Some(DriverFailure {
+            details: json_field("failure details-json", f.details_json).map_err(contract)?,
+            reason: failure_reason(f.reason),
+            message: f.message,
+        }),
+    };
+    Ok(DriverOutcome {
+        transcript: o
+            .transcript
+            .into_iter()
+            .map(item)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(contract)?,
+        terminal: o.terminal.map(terminal).transpose().map_err(contract)?,
+        checkpoint: o
+            .checkpoint
+            .map(|c| checkpoint(codec, c))
+            .transpose()
+            .map_err(contract)?,
+        structured_output: json_field("structured-output", o.structured_output)
+            .map_err(contract)?,
+        failure,
+        text: o.text,
+        summary: o.summary,
+        usage: o.usage.map(usage),
+        model: o.model,
+        metadata: o.metadata.into_iter().collect(),
+    })
+}
+
+/// Inspect's probes in host terms.
+pub(crate) fn probes(p: Vec<wit::ProbeCommand>) -> Vec<Probe> {
+    p.into_iter()
+        .map(|p| Probe {
+            id: p.id,
+            program: p.program,
+            args: p.args,
+            timeout: std::time::Duration::from_millis(p.timeout_ms),
+        })
+        .collect()
+}
+
+/// A probe's output in the driver's terms.
+pub(crate) fn probe_output(o: &ProbeOutput) -> wit::ProbeOutput {
+    wit::ProbeOutput {
+        id: o.id.clone(),
+        code: o.code,
+        stdout: o.stdout.clone(),
+        stderr: o.stderr.clone(),
+        error: o.error.clone(),
+    }
+}
+
+/// The driver's environment checks and the CLI version it read.
+pub(crate) fn environment(r: wit::EnvironmentReport) -> (Vec<Check>, Option<String>) {
+    let checks = r
+        .checks
+        .into_iter()
+        .map(|c| Check {
+            code: c.code,
+            level: match c.level {
+                wit::CheckLevel::Pass => CheckLevel::Pass,
+                wit::CheckLevel::Warn => CheckLevel::Warn,
+                wit::CheckLevel::Fail => CheckLevel::Fail,
+            },
+            message: c.message,
+            hint: c.hint,
+        })
+        .collect();
+    (checks, r.cli_version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn empty_outcome() -> wit::Outcome {
+        wit::Outcome {
+            text: String::new(),
+            summary: None,
+            transcript: vec![],
+            terminal: None,
+            usage: None,
+            model: None,
+            structured_output: None,
+            checkpoint: None,
+            failure: None,
+            metadata: vec![],
+        }
+    }
+
+    #[test]
+    fn malformed_outcomes_are_contract_errors_of_finish() {
+        let mut bad = empty_outcome();
+        bad.structured_output = Some("{not json".into());
+        let err = outcome("x", "c", bad).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::DriverContract {
+                    call: "session.finish",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let mut bad = empty_outcome();
+        bad.failure = Some(wit::Failure {
+            reason: wit::FailureReason::AgentError,
+            message: "m".into(),
+            details_json: Some("[]x".into()),
+        });
+        assert!(outcome("x", "c", bad).is_err());
+        let ok = outcome("x", "codec/v1", empty_outcome()).unwrap();
+        assert!(ok.failure.is_none() && ok.checkpoint.is_none());
+    }
+
+    #[test]
+    fn the_default_policy_reaches_drivers_as_inherit_with_a_30_s_approval_timeout() {
+        let w = policy(Policy::default());
+        assert_eq!(w.sandbox, wit::Sandbox::Inherit);
+        assert_eq!(w.approval_timeout_ms, Some(30_000));
+    }
+
+    #[test]
+    fn actions_with_malformed_events_are_refused() {
+        let bad = wit::Action::Emit(wit::Event::Text(wit::TextPart {
+            message_id: String::new(),
+            phase: wit::Phase::Delta,
+            text: "x".into(),
+            scope: wit::Scope {
+                parent_tool_call_id: None,
+            },
+        }));
+        assert!(matches!(
+            actions("x", vec![wit::Action::CloseStdin, bad]),
+            Err(Error::DriverContract { call: "emit", .. })
+        ));
+        let ok = actions(
+            "x",
+            vec![wit::Action::SetTimer(wit::Timer {
+                id: 3,
+                after_ms: 250,
+            })],
+        )
+        .unwrap();
+        assert_eq!(
+            ok,
+            [Action::SetTimer {
+                id: 3,
+                after: std::time::Duration::from_millis(250)
+            }]
+        );
     }
 }

@@ -15,8 +15,12 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{DriverWorld, DriverWorldPre, wit};
+use super::convert::{self, DriverRequest};
 use super::engine::engine;
 use crate::error::{Error, Limit, LoadError, StartRefusal};
+use crate::session::{
+    Action, ConfigRejection, Decision, DriverOutcome, Launch, Probe, ProbeOutput, SessionExit,
+};
 
 /// The seed of every random source a driver sees (WASI `random`, `insecure`,
 /// `insecure-seed`): fixed, so two instances of a driver see the same values and a driver is
@@ -196,10 +200,10 @@ pub(crate) fn audit_imports(name: &str, component: &Component) -> Result<Vec<Str
 }
 
 /// Pre-link a component against the driver world; the error says what is missing.
-pub(crate) fn prepare(
-    name: &str,
-    component: &Component,
-) -> Result<DriverWorldPre<GuestState>, Error> {
+/// A driver linked and ready to instantiate (one per loaded driver; opaque outside `wasm/`).
+pub(crate) struct DriverPre(DriverWorldPre<GuestState>);
+
+pub(crate) fn prepare(name: &str, component: &Component) -> Result<DriverPre, Error> {
     audit_imports(name, component)?;
     let pre = linker().instantiate_pre(component).map_err(|e| {
         Error::Load(LoadError::NotADriver {
@@ -207,7 +211,7 @@ pub(crate) fn prepare(
             reason: format!("it imports something the host does not provide: {e:#}"),
         })
     })?;
-    DriverWorldPre::new(pre).map_err(|e| {
+    DriverWorldPre::new(pre).map(DriverPre).map_err(|e| {
         Error::Load(LoadError::NotADriver {
             driver: name.to_owned(),
             reason: format!(
@@ -247,7 +251,7 @@ impl GuestInstance {
     /// Instantiate a fresh store.
     pub(crate) async fn new(
         driver: Arc<str>,
-        pre: &DriverWorldPre<GuestState>,
+        pre: &DriverPre,
         limits: GuestLimits,
     ) -> Result<Self, Error> {
         let stderr = MemoryOutputPipe::new(limits.stderr_bytes);
@@ -276,6 +280,7 @@ impl GuestInstance {
         store.set_epoch_deadline(limits.call_ticks);
         store.epoch_deadline_trap();
         let world = pre
+            .0
             .instantiate_async(&mut store)
             .await
             .map_err(|e| Error::DriverTrap {
@@ -378,50 +383,61 @@ impl GuestInstance {
         })
     }
 
-    pub(crate) async fn describe(&mut self) -> Result<wit::Descriptor, Error> {
-        driver_call!(self, "describe", call_describe)
+    /// The driver's descriptor, validated (`Err` names what is wrong with it).
+    pub(crate) async fn describe(
+        &mut self,
+    ) -> Result<Result<crate::descriptor::Descriptor, String>, Error> {
+        let raw = driver_call!(self, "describe", call_describe)?;
+        Ok(convert::descriptor(raw))
     }
 
     pub(crate) async fn validate_config(
         &mut self,
         config: &str,
-    ) -> Result<Result<(), wit::ConfigError>, Error> {
-        driver_call!(self, "validate-config", call_validate_config, config)
+    ) -> Result<Result<(), ConfigRejection>, Error> {
+        let r = driver_call!(self, "validate-config", call_validate_config, config)?;
+        Ok(r.map_err(convert::config_rejection))
     }
 
     pub(crate) async fn config_fingerprint(
         &mut self,
         config: &str,
-    ) -> Result<Result<String, wit::ConfigError>, Error> {
-        driver_call!(self, "config-fingerprint", call_config_fingerprint, config)
+    ) -> Result<Result<String, ConfigRejection>, Error> {
+        let r = driver_call!(self, "config-fingerprint", call_config_fingerprint, config)?;
+        Ok(r.map_err(convert::config_rejection))
     }
 
     pub(crate) async fn environment_probes(
         &mut self,
         config: &str,
-    ) -> Result<Result<Vec<wit::ProbeCommand>, wit::ConfigError>, Error> {
-        driver_call!(self, "environment-probes", call_environment_probes, config)
+    ) -> Result<Result<Vec<Probe>, ConfigRejection>, Error> {
+        let r = driver_call!(self, "environment-probes", call_environment_probes, config)?;
+        Ok(r.map(convert::probes).map_err(convert::config_rejection))
     }
 
+    /// The driver's checks over the probes' outputs, and the CLI version it read.
     pub(crate) async fn check_environment(
         &mut self,
         config: &str,
-        outputs: &[wit::ProbeOutput],
-    ) -> Result<wit::EnvironmentReport, Error> {
-        driver_call!(
+        outputs: &[ProbeOutput],
+    ) -> Result<(Vec<crate::inspect::Check>, Option<String>), Error> {
+        let outputs: Vec<wit::ProbeOutput> = outputs.iter().map(convert::probe_output).collect();
+        let report = driver_call!(
             self,
             "check-environment",
             call_check_environment,
             config,
-            outputs
-        )
+            &outputs
+        )?;
+        Ok(convert::environment(report))
     }
 
     /// Create a session resource.
     pub(crate) async fn open_session(
         mut self,
-        request: &wit::RunRequest,
+        request: &DriverRequest,
     ) -> Result<GuestSession, Error> {
+        let request = &request.0;
         self.before_call("session.constructor")?;
         let r = self
             .world
@@ -508,84 +524,77 @@ macro_rules! session_call {
 macro_rules! session_actions {
     ($self:ident, $name:literal, $method:ident $(, $arg:expr)*) => {{
         let actions = session_call!($self, $name, $method $(, $arg)*)?;
-        $self.instance.check_actions($name, actions)
+        let actions = $self.instance.check_actions($name, actions)?;
+        convert::actions(&$self.instance.driver, actions)
     }};
 }
 
 impl GuestSession {
-    pub(crate) async fn start(&mut self) -> Result<Result<wit::Launch, wit::StartError>, Error> {
-        session_call!(self, "session.start", call_start)
+    /// `session.start`: the launch, or the driver's refusal as [`Error::StartRefused`].
+    pub(crate) async fn start(&mut self) -> Result<Launch, Error> {
+        match session_call!(self, "session.start", call_start)? {
+            Ok(launch) => Ok(convert::launch(launch)),
+            Err(e) => {
+                let (kind, message) = convert::start_error(e);
+                Err(Error::StartRefused {
+                    driver: self.instance.driver.to_string(),
+                    kind,
+                    message,
+                })
+            }
+        }
     }
 
-    pub(crate) async fn on_stdout(&mut self, chunk: &[u8]) -> Result<Vec<wit::Action>, Error> {
+    pub(crate) async fn on_stdout(&mut self, chunk: &[u8]) -> Result<Vec<Action>, Error> {
         session_actions!(self, "session.on-stdout", call_on_stdout, chunk)
     }
 
-    pub(crate) async fn on_stderr(&mut self, chunk: &[u8]) -> Result<Vec<wit::Action>, Error> {
+    pub(crate) async fn on_stderr(&mut self, chunk: &[u8]) -> Result<Vec<Action>, Error> {
         session_actions!(self, "session.on-stderr", call_on_stderr, chunk)
     }
 
     pub(crate) async fn on_decision(
         &mut self,
         id: &str,
-        decision: &wit::Decision,
-    ) -> Result<Vec<wit::Action>, Error> {
-        session_actions!(self, "session.on-decision", call_on_decision, id, decision)
+        decision: &Decision,
+    ) -> Result<Vec<Action>, Error> {
+        let decision = convert::decision(decision);
+        session_actions!(self, "session.on-decision", call_on_decision, id, &decision)
     }
 
-    pub(crate) async fn on_timer(&mut self, id: u64) -> Result<Vec<wit::Action>, Error> {
+    pub(crate) async fn on_timer(&mut self, id: u64) -> Result<Vec<Action>, Error> {
         session_actions!(self, "session.on-timer", call_on_timer, id)
     }
 
-    pub(crate) async fn on_cancel(&mut self) -> Result<Vec<wit::Action>, Error> {
+    pub(crate) async fn on_cancel(&mut self) -> Result<Vec<Action>, Error> {
         session_actions!(self, "session.on-cancel", call_on_cancel)
     }
 
-    pub(crate) async fn on_exit(
-        &mut self,
-        status: wit::ExitStatus,
-    ) -> Result<Vec<wit::Action>, Error> {
+    pub(crate) async fn on_exit(&mut self, status: SessionExit) -> Result<Vec<Action>, Error> {
+        let status = convert::exit_status(status);
         session_actions!(self, "session.on-exit", call_on_exit, status)
     }
 
-    pub(crate) async fn finish(&mut self) -> Result<wit::Outcome, Error> {
-        session_call!(self, "session.finish", call_finish)
+    /// `session.finish`, validated; the checkpoint is stamped with the driver's `codec`.
+    pub(crate) async fn finish(&mut self, codec: &str) -> Result<DriverOutcome, Error> {
+        let outcome = session_call!(self, "session.finish", call_finish)?;
+        convert::outcome(&self.instance.driver, codec, outcome)
     }
 
-    /// Another turn on a resident process. The per-run CPU budget starts again: it bounds a
-    /// turn, not the life of the process.
+    /// Another turn on a resident process (`Ok(Err(refusal))` when the driver refuses it).
+    /// The per-run CPU budget starts again: it bounds a turn, not the life of the process.
     pub(crate) async fn next_turn(
         &mut self,
-        request: &wit::RunRequest,
-    ) -> Result<Result<Vec<wit::Action>, wit::StartError>, Error> {
+        request: &DriverRequest,
+    ) -> Result<Result<Vec<Action>, (StartRefusal, String)>, Error> {
         self.instance.guest_time = Duration::ZERO;
+        let request = &request.0;
         match session_call!(self, "session.next-turn", call_next_turn, request)? {
-            Ok(actions) => Ok(Ok(self
-                .instance
-                .check_actions("session.next-turn", actions)?)),
-            Err(e) => Ok(Err(e)),
-        }
-    }
-}
-
-/// `session.start`, with a refusal turned into [`Error::StartRefused`].
-pub(crate) async fn start_session(
-    session: &mut GuestSession,
-    driver: &str,
-) -> Result<wit::Launch, Error> {
-    match session.start().await? {
-        Ok(launch) => Ok(launch),
-        Err(e) => {
-            let (kind, message) = match e {
-                wit::StartError::InvalidRequest(m) => (StartRefusal::InvalidRequest, m),
-                wit::StartError::Unsupported(m) => (StartRefusal::Unsupported, m),
-                wit::StartError::ResumeRejected(m) => (StartRefusal::ResumeRejected, m),
-            };
-            Err(Error::StartRefused {
-                driver: driver.to_owned(),
-                kind,
-                message,
-            })
+            Ok(actions) => {
+                let actions = self.instance.check_actions("session.next-turn", actions)?;
+                Ok(Ok(convert::actions(&self.instance.driver, actions)?))
+            }
+            Err(e) => Ok(Err(convert::start_error(e))),
         }
     }
 }
