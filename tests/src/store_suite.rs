@@ -1,5 +1,5 @@
 //! The thread-store conformance suite: one set of checks every [`ThreadStore`] must pass
-//! (memory, SQLite, PostgreSQL — run from `tests/tests/stores.rs`), plus the two
+//! (memory, SQLite, PostgreSQL — run from `tests/tests/integration/stores.rs`), plus the two
 //! multi-process checks and the worker code of their helper binary
 //! (`src/bin/store-racer.rs`).
 //!

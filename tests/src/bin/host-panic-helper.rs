@@ -1,4 +1,4 @@
-//! Helper for `tests/tests/orphans.rs`: a host that panics in the middle of a run. It starts a
+//! Helper for `tests/tests/integration/orphans.rs`: a host that panics in the middle of a run. It starts a
 //! run whose provider forks a SIGTERM-ignoring grandchild, prints `PIDS <provider>
 //! <grandchild>` once both exist, then panics; the test checks that neither survives.
 

@@ -1,4 +1,4 @@
-//! Helper for `tests/tests/stores.rs`: one process of the multi-process store checks.
+//! Helper for `tests/tests/integration/stores.rs`: one process of the multi-process store checks.
 //!
 //! ```text
 //! store-racer race <store> <key> <record-id> <dir> <worker> <rounds> <ttl-ms> [--stale-hold]

@@ -1,6 +1,6 @@
 //! A hostile test-only driver: it behaves exactly like the reference driver unless the prompt
 //! carries one of these directives, each one attack on the host (the hostile-driver suite in
-//! `tests/tests/hostile.rs` runs them all):
+//! `tests/tests/integration/hostile.rs` runs them all):
 //!
 //! - `[[endless-loop]]`: spin forever on the first stdout chunk (CPU per call);
 //! - `[[memory-bomb]]`: allocate until memory runs out (memory limit);

@@ -1,0 +1,22 @@
+//! The integration and end-to-end tests, in one test binary (wasmtime and the host are linked
+//! once instead of once per file; on the 2-core CI machine that is the difference between
+//! one link and seventeen). Each module is one area; `cargo test --test integration cli::`
+//! runs one of them.
+
+mod approvals;
+mod claude_e2e;
+mod claude_mock;
+mod cli;
+mod cli_threads;
+mod codex_e2e;
+mod codex_mock;
+mod conformance;
+mod fuzz_host;
+mod hostile;
+mod loading;
+mod orphans;
+mod pipeline;
+mod resident;
+mod stores;
+mod structured;
+mod threads;
