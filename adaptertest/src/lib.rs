@@ -29,6 +29,7 @@ pub mod check;
 pub mod clauses;
 pub mod faults;
 pub mod replay;
+pub mod store_suite;
 
 pub use check::{ClauseResult, Report, Status, check_driver};
 pub use clauses::{Violation, check_declared_negatives, check_events, check_result};

@@ -12,7 +12,6 @@ pub mod mock_anthropic;
 pub mod mock_http;
 pub mod mock_openai;
 pub mod pg;
-pub mod store_suite;
 
 /// The cargo target directory these tests were built into.
 pub fn target_dir() -> PathBuf {
@@ -246,4 +245,23 @@ pub fn fake_cli(dir: &Path, name: &str, version_line: &str) -> PathBuf {
     std::fs::write(&path, format!("#!/bin/sh\necho '{version_line}'\n")).expect("fake CLI");
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     path
+}
+
+/// Open a store from a spec: `sqlite:<path>` or `postgres:<url>` (the racer's argument).
+pub async fn open_store(spec: &str) -> Result<Box<dyn adaptor::store::ThreadStore>, String> {
+    use adaptor::store::{PostgresStore, SqliteStore, ThreadStore};
+    if let Some(path) = spec.strip_prefix("sqlite:") {
+        return SqliteStore::open(path)
+            .map(|s| Box::new(s) as Box<dyn ThreadStore>)
+            .map_err(|e| e.to_string());
+    }
+    if let Some(url) = spec.strip_prefix("postgres:") {
+        return PostgresStore::connect(url)
+            .await
+            .map(|s| Box::new(s) as Box<dyn ThreadStore>)
+            .map_err(|e| e.to_string());
+    }
+    Err(format!(
+        "unknown store spec {spec:?} (want sqlite:<path> or postgres:<url>)"
+    ))
 }

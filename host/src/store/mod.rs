@@ -4,7 +4,7 @@
 //! lease-target encoding. Three implementations: [`MemoryStore`] (one process), [`SqliteStore`]
 //! (the embedded default: one file, WAL mode, safe across processes on one machine) and
 //! [`PostgresStore`] (many hosts). All three pass one conformance suite
-//! (`tests/src/store_suite.rs`). Must not: run providers or know the pipeline; a store holds
+//! (`adaptertest::store_suite`). Must not: run providers or know the pipeline; a store holds
 //! resume points, fingerprints and leases only — never chat history.
 //!
 //! ## Semantics every store implements
@@ -206,7 +206,8 @@ pub enum StoreError {
 }
 
 /// Persistence of thread records and leases. Implementations must give every method the
-/// semantics in this module's documentation; `tests/src/store_suite.rs` checks them.
+/// semantics in this module's documentation; `adaptertest::store_suite` checks them (and any
+/// third-party store can run the same checks).
 pub trait ThreadStore: Send + Sync + std::fmt::Debug {
     /// Store kind, for messages (`memory`, `sqlite`, `postgres`).
     fn kind(&self) -> &'static str;

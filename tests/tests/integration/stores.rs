@@ -1,4 +1,4 @@
-//! The thread-store conformance suite (`src/store_suite.rs`) against all three stores, plus
+//! The thread-store conformance suite (`adaptertest::store_suite`) against all three stores, plus
 //! the multi-process checks: 8 racing processes (`src/bin/store-racer.rs race`) and a
 //! finalize loop SIGKILLed at varied moments (`store-racer finalize-loop`). The memory store
 //! cannot be shared between processes, so it runs the same race on 8 threads in-process.
@@ -9,8 +9,9 @@
 
 use std::path::Path;
 
+use adaptertest::store_suite;
 use adaptor::store::{MemoryStore, PostgresStore, SqliteStore};
-use adaptor_integration_tests::{pg, store_suite, tmp};
+use adaptor_integration_tests::{open_store, pg, tmp};
 
 /// One `#[tokio::test]` per check per store, each on a fresh store.
 macro_rules! suite {
@@ -90,7 +91,15 @@ async fn memory_race_in_threads() {
 #[tokio::test]
 async fn sqlite_race_between_processes() {
     let dir = tmp();
-    store_suite::race_processes(Path::new(RACER), &sqlite_spec(dir.path()), WORKERS, ROUNDS).await;
+    let spec = sqlite_spec(dir.path());
+    store_suite::race_processes(
+        Path::new(RACER),
+        &spec,
+        || open_store(&spec),
+        WORKERS,
+        ROUNDS,
+    )
+    .await;
 }
 
 /// 8 processes race on one PostgreSQL database whose schema none of them has created yet
@@ -98,9 +107,11 @@ async fn sqlite_race_between_processes() {
 #[tokio::test]
 async fn postgres_race_between_processes() {
     let db = pg::test_database().await;
+    let spec = format!("postgres:{}", db.url());
     store_suite::race_processes(
         Path::new(RACER),
-        &format!("postgres:{}", db.url()),
+        &spec,
+        || open_store(&spec),
         WORKERS,
         ROUNDS,
     )
@@ -110,12 +121,90 @@ async fn postgres_race_between_processes() {
 #[tokio::test]
 async fn sqlite_survives_kill_during_finalize() {
     let dir = tmp();
-    store_suite::kill_during_finalize(Path::new(RACER), &sqlite_spec(dir.path()), KILLS).await;
+    let spec = sqlite_spec(dir.path());
+    store_suite::kill_during_finalize(Path::new(RACER), &spec, || open_store(&spec), KILLS).await;
 }
 
 #[tokio::test]
 async fn postgres_survives_kill_during_finalize() {
     let db = pg::test_database().await;
-    store_suite::kill_during_finalize(Path::new(RACER), &format!("postgres:{}", db.url()), KILLS)
-        .await;
+    let spec = format!("postgres:{}", db.url());
+    store_suite::kill_during_finalize(Path::new(RACER), &spec, || open_store(&spec), KILLS).await;
+}
+
+/// A store that forgets archived records' status: archiving does nothing. The suite must
+/// catch it through its public entry point, as it would a third party's bug.
+#[derive(Debug, Default)]
+struct ForgetfulArchive(MemoryStore);
+
+impl adaptor::store::ThreadStore for ForgetfulArchive {
+    fn kind(&self) -> &'static str {
+        "forgetful-archive"
+    }
+    fn resolve<'a>(
+        &'a self,
+        query: &'a adaptor::store::Query,
+    ) -> adaptor::store::StoreFuture<'a, Option<adaptor::store::ThreadRecord>> {
+        self.0.resolve(query)
+    }
+    fn list<'a>(
+        &'a self,
+        query: &'a adaptor::store::ListQuery,
+    ) -> adaptor::store::StoreFuture<'a, Vec<adaptor::store::ThreadRecord>> {
+        self.0.list(query)
+    }
+    fn finalize(&self, request: adaptor::store::Finalize) -> adaptor::store::StoreFuture<'_, ()> {
+        self.0.finalize(request)
+    }
+    fn archive<'a>(
+        &'a self,
+        _id: &'a str,
+        _leases: &'a [adaptor::store::Lease],
+    ) -> adaptor::store::StoreFuture<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+    fn acquire_lease<'a>(
+        &'a self,
+        target: &'a str,
+        owner: &'a str,
+        ttl: std::time::Duration,
+    ) -> adaptor::store::StoreFuture<'a, adaptor::store::Lease> {
+        self.0.acquire_lease(target, owner, ttl)
+    }
+    fn renew_lease<'a>(
+        &'a self,
+        lease: &'a adaptor::store::Lease,
+        ttl: std::time::Duration,
+    ) -> adaptor::store::StoreFuture<'a, adaptor::store::Lease> {
+        self.0.renew_lease(lease, ttl)
+    }
+    fn release_lease<'a>(
+        &'a self,
+        lease: &'a adaptor::store::Lease,
+    ) -> adaptor::store::StoreFuture<'a, ()> {
+        self.0.release_lease(lease)
+    }
+}
+
+#[tokio::test]
+async fn the_public_suite_passes_the_reference_store_and_catches_a_broken_one() {
+    let report = store_suite::run_checks(|| async { MemoryStore::new() }).await;
+    assert_eq!(report.len(), store_suite::CHECKS.len());
+    for (name, outcome) in &report {
+        assert!(outcome.is_ok(), "{name}: {outcome:?}");
+    }
+    let report = store_suite::run_checks(|| async { ForgetfulArchive::default() }).await;
+    let failed: Vec<&str> = report
+        .iter()
+        .filter(|(_, o)| o.is_err())
+        .map(|(n, _)| *n)
+        .collect();
+    assert!(
+        failed.contains(&"archive_unbinds_and_is_idempotent"),
+        "{report:?}"
+    );
+    assert!(
+        failed.len() < report.len(),
+        "only the archive checks fail: {failed:?}"
+    );
 }

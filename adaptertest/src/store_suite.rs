@@ -1,22 +1,45 @@
-//! The thread-store conformance suite: one set of checks every [`ThreadStore`] must pass
-//! (memory, SQLite, PostgreSQL — run from `tests/tests/integration/stores.rs`), plus the two
-//! multi-process checks and the worker code of their helper binary
-//! (`src/bin/store-racer.rs`).
+//! The thread-store conformance suite: one set of checks every [`ThreadStore`] must pass —
+//! the three built-in stores (memory, SQLite, PostgreSQL) run it in this repository's tests,
+//! and a third-party store runs exactly the same checks.
+//!
+//! - **Single-store checks** ([`CHECKS`], or each `pub async fn` by name): each takes a
+//!   fresh, empty store and panics with the store's [`ThreadStore::kind`] and what was wrong.
+//!   Run them with one test per check, each on a fresh store (see `run_checks`).
+//! - **Races**: [`race_in_threads`] — N workers in one process contend for one key, with
+//!   overlap, lost-update and fencing checks ([`assert_race`]); [`race_processes`] — the same
+//!   across OS processes, for stores shared between processes. The worker is
+//!   [`race_worker`]; a store author's helper binary opens the store from a spec string and
+//!   calls it (this repository's is `tests/src/bin/store-racer.rs`).
+//! - **Crash safety**: [`kill_during_finalize`] SIGKILLs a helper running
+//!   [`finalize_loop`] at varied moments and checks the store holds one whole generation.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use adaptertest::store_suite;
+//! let store = adaptor::store::MemoryStore::new(); // your store, fresh and empty
+//! store_suite::keys_are_opaque(&store).await;
+//! for (name, _) in store_suite::CHECKS {
+//!     println!("{name}"); // one test per check, each on a fresh store
+//! }
+//! # }
+//! ```
 //!
 //! Owns what "implements the store semantics" means in executable form (the semantics are
 //! written down in `adaptor::store`'s module documentation; `MemoryStore` is the reference).
-//! Must not: know which store it checks (only [`ThreadStore`] and [`open_store`]), or
-//! assert on speed — expiry checks use short TTLs and wait past them.
+//! Must not: know which store it checks (only [`ThreadStore`]), or assert on speed — expiry
+//! checks use short TTLs and wait past them.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use adaptor::Checkpoint;
 use adaptor::store::{
-    Finalize, Lease, ListQuery, MemoryStore, PostgresStore, Query, RecordStatus, SqliteStore,
-    StoreError, ThreadRecord, ThreadStore, lease_target_for_key, new_record_id,
+    Finalize, Lease, ListQuery, MemoryStore, Query, RecordStatus, StoreError, ThreadRecord,
+    ThreadStore, lease_target_for_key, new_record_id,
 };
 use serde::{Deserialize, Serialize};
 
@@ -853,26 +876,65 @@ pub async fn finalize_with_one_lost_lease_writes_nothing(store: &dyn ThreadStore
     store.release_lease(&good).await.expect("release");
 }
 
+/// A single-store check: give it a fresh, empty store; it panics naming what is wrong.
+pub type StoreCheck = for<'a> fn(&'a dyn ThreadStore) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+macro_rules! checks {
+    ($($name:ident),* $(,)?) => {
+        /// Every single-store check, by name, in a stable order.
+        pub const CHECKS: &[(&str, StoreCheck)] = &[
+            $((stringify!($name), |store: &dyn ThreadStore| -> Pin<Box<dyn Future<Output = ()> + '_>> {
+                Box::pin($name(store))
+            })),*
+        ];
+    };
+}
+
+checks!(
+    resolve_missing_is_none,
+    finalize_round_trips_every_field,
+    keys_are_opaque,
+    continuing_updates_in_place,
+    fresh_record_archives_previous,
+    require_key_absent_is_compare_and_set,
+    archive_unbinds_and_is_idempotent,
+    list_filters_and_orders,
+    leases_exclude_and_rotate_tokens,
+    expired_lease_is_lost_even_untaken,
+    takeover_after_expiry_fences_the_old_owner,
+    release_is_idempotent,
+    finalize_with_one_lost_lease_writes_nothing,
+);
+
+/// Run every check of [`CHECKS`], each on a fresh store from `fresh`, and report each one:
+/// `Ok(())`, or `Err` with its panic message. Nothing stops at the first failure.
+pub async fn run_checks<S, F, Fut>(mut fresh: F) -> Vec<(&'static str, Result<(), String>)>
+where
+    S: ThreadStore,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = S>,
+{
+    use futures::FutureExt;
+    let mut report = Vec::new();
+    for (name, check) in CHECKS {
+        let store = fresh().await;
+        let outcome = std::panic::AssertUnwindSafe(check(&store))
+            .catch_unwind()
+            .await
+            .map_err(|panic| {
+                panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_else(|| "the check panicked".to_owned())
+            });
+        report.push((*name, outcome));
+    }
+    report
+}
+
 // ---------------------------------------------------------------------------------------
 // Multi-process checks.
-
-/// Open a store from a spec: `sqlite:<path>` or `postgres:<url>` (the racer's argument).
-pub async fn open_store(spec: &str) -> Result<Box<dyn ThreadStore>, String> {
-    if let Some(path) = spec.strip_prefix("sqlite:") {
-        return SqliteStore::open(path)
-            .map(|s| Box::new(s) as Box<dyn ThreadStore>)
-            .map_err(|e| e.to_string());
-    }
-    if let Some(url) = spec.strip_prefix("postgres:") {
-        return PostgresStore::connect(url)
-            .await
-            .map(|s| Box::new(s) as Box<dyn ThreadStore>)
-            .map_err(|e| e.to_string());
-    }
-    Err(format!(
-        "unknown store spec {spec:?} (want sqlite:<path> or postgres:<url>)"
-    ))
-}
 
 /// One racer's settings.
 #[derive(Debug, Clone)]
@@ -1303,7 +1365,11 @@ fn assert_marker_dir_empty(dir: &Path) {
 
 /// The multi-process race: `workers` racer processes (`racer race …`) on the store `spec`,
 /// judged by [`assert_race`] through a store opened from the same spec.
-pub async fn race_processes(racer: &Path, spec: &str, workers: usize, rounds: u32) {
+pub async fn race_processes<F, Fut>(racer: &Path, spec: &str, open: F, workers: usize, rounds: u32)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<Box<dyn ThreadStore>, String>>,
+{
     let dir = tempfile::tempdir().expect("tempdir");
     let base = RaceConfig {
         worker: 0,
@@ -1357,7 +1423,7 @@ pub async fn race_processes(racer: &Path, spec: &str, workers: usize, rounds: u3
                 .unwrap_or_else(|e| panic!("racer {worker}: bad report {stdout:?}: {e}")),
         );
     }
-    let store = open_store(spec).await.expect("open store");
+    let store = open().await.expect("open store");
     assert_race(store.as_ref(), &base, workers, &reports).await;
     assert_marker_dir_empty(dir.path());
 }
@@ -1433,7 +1499,11 @@ fn assert_one_generation(kind: &str, r: &ThreadRecord) {
 /// SIGKILL a finalize loop at varied moments, `kills` times; after each kill the key has
 /// exactly one active record, every record is one whole generation, and the store still
 /// accepts a finalize.
-pub async fn kill_during_finalize(racer: &Path, spec: &str, kills: u32) {
+pub async fn kill_during_finalize<F, Fut>(racer: &Path, spec: &str, open: F, kills: u32)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<Box<dyn ThreadStore>, String>>,
+{
     let key = "killed loop ✓";
     let delays_ms = [0u64, 1, 3, 7, 15, 30, 55, 90, 140, 220];
     for round in 0..kills {
@@ -1478,7 +1548,7 @@ pub async fn kill_during_finalize(racer: &Path, spec: &str, kills: u32) {
             Some(libc::SIGKILL),
             "round {round}: the loop died of the kill, not of its own error"
         );
-        let store = open_store(spec).await.expect("reopen after the kill");
+        let store = open().await.expect("reopen after the kill");
         let kind = store.kind();
         let active = list(
             store.as_ref(),
