@@ -4,7 +4,7 @@
 #   ./x.sh run [adaptor run flags] "PROMPT"   build everything, run a prompt (reference driver by default)
 #   ./x.sh test                                fmt check, clippy, build drivers, the whole test suite
 #   ./x.sh install [--prefix DIR] [--profile release|dev]
-#                                              install adaptor, adaptertest, reference-provider and the
+#                                              install adaptor, adaptortest, reference-provider and the
 #                                              built-in drivers under DIR (default ~/.local)
 #   ./x.sh build-drivers                       build the WASM drivers into $TARGET/drivers
 #   ./x.sh bench                               turn-overhead / compile and 1000-run load benchmarks (release)
@@ -126,14 +126,14 @@ build_workspace() {
   cargo build --workspace --all-targets >&2
 }
 
-# Copy the installable files into a prefix: bin/{adaptor,adaptertest,adaptertest-provider,
+# Copy the installable files into a prefix: bin/{adaptor,adaptortest,adaptortest-provider,
 # reference-provider} and share/agent-adaptor/drivers/*.wasm (where `adaptor` looks,
 # relative to its own bin/). Files are replaced atomically (copy, then rename).
 install_into() {
   local prefix="$1" bin_src="$2"
   mkdir -p "$prefix/bin" "$prefix/share/agent-adaptor/drivers"
   local exe
-  for exe in adaptor adaptertest adaptertest-provider reference-provider; do
+  for exe in adaptor adaptortest adaptortest-provider reference-provider; do
     install -m 0755 "$bin_src/$exe" "$prefix/bin/.$exe.tmp"
     mv "$prefix/bin/.$exe.tmp" "$prefix/bin/$exe"
   done
@@ -143,7 +143,7 @@ install_into() {
     install -m 0644 "$TARGET/drivers/$name.wasm" "$prefix/share/agent-adaptor/drivers/.$name.wasm.tmp"
     mv "$prefix/share/agent-adaptor/drivers/.$name.wasm.tmp" "$prefix/share/agent-adaptor/drivers/$name.wasm"
   done
-  echo "x.sh: installed adaptor, adaptertest, reference-provider and ${#DRIVERS[@]} drivers under $prefix" >&2
+  echo "x.sh: installed adaptor, adaptortest, reference-provider and ${#DRIVERS[@]} drivers under $prefix" >&2
   case ":$PATH:" in
     *":$prefix/bin:"*) ;;
     *) echo "x.sh: add $prefix/bin to your PATH to run \`adaptor\` from anywhere" >&2 ;;
@@ -218,7 +218,7 @@ case "$cmd" in
     build_drivers
     case "$profile" in
       release)
-        cargo build --release -p adaptor-cli -p adaptertest -p reference-provider >&2
+        cargo build --release -p adaptor-cli -p adaptortest -p reference-provider >&2
         install_into "$prefix" "$TARGET/release" ;;
       dev)
         build_workspace
@@ -235,12 +235,12 @@ case "$cmd" in
     for entry in "${DRIVERS[@]}"; do
       crate="${entry%%:*}" name="${entry##*:}"
       dir="drivers/$name"
-      report="$("$TARGET/debug/adaptertest" report "$TARGET/drivers/$name.wasm" --cassette "$dir/cassettes")"
+      report="$("$TARGET/debug/adaptortest" report "$TARGET/drivers/$name.wasm" --cassette "$dir/cassettes")"
       REPORT="$report" python3 - "$dir/README.md" <<'PY'
 import os, sys
 path = sys.argv[1]
 text = open(path).read()
-begin, end = "<!-- adaptertest report: begin -->", "<!-- adaptertest report: end -->"
+begin, end = "<!-- adaptortest report: begin -->", "<!-- adaptortest report: end -->"
 head, rest = text.split(begin, 1)
 _, tail = rest.split(end, 1)
 open(path, "w").write(head + begin + "\n" + os.environ["REPORT"].rstrip("\n") + "\n" + end + tail)

@@ -65,7 +65,7 @@ pub struct RunArgs {
     /// config file, else the SQLite file under your data directory, or `$ADAPTOR_THREAD_DB`].
     #[arg(long, value_name = "PATH|URL")]
     pub(crate) store: Option<String>,
-    /// Save the run as a cassette `<DIR>/<run id>.json` (for `adaptertest replay`).
+    /// Save the run as a cassette `<DIR>/<run id>.json` (for `adaptortest replay`).
     #[arg(long, value_name = "DIR")]
     pub(crate) record: Option<PathBuf>,
     /// Pass this variable of your environment to the provider (repeatable). By default the

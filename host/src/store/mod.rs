@@ -4,7 +4,7 @@
 //! lease-target encoding. Three implementations: [`MemoryStore`] (one process), [`SqliteStore`]
 //! (the embedded default: one file, WAL mode, safe across processes on one machine) and
 //! [`PostgresStore`] (many hosts). All three pass one conformance suite
-//! (`adaptertest::store_suite`). Must not: run providers or know the pipeline; a store holds
+//! (`adaptortest::store_suite`). Must not: run providers or know the pipeline; a store holds
 //! resume points, fingerprints and leases only — never chat history.
 //!
 //! ## Semantics every store implements
@@ -206,7 +206,7 @@ pub enum StoreError {
 }
 
 /// Persistence of thread records and leases. Implementations must give every method the
-/// semantics in this module's documentation; `adaptertest::store_suite` checks them (and any
+/// semantics in this module's documentation; `adaptortest::store_suite` checks them (and any
 /// third-party store can run the same checks).
 pub trait ThreadStore: Send + Sync + std::fmt::Debug {
     /// Store kind, for messages (`memory`, `sqlite`, `postgres`).

@@ -6,17 +6,17 @@
 //! ```
 //!
 //! `<store>` is `sqlite:<path>` or `postgres:<url>`. `race` prints one JSON
-//! [`RaceReport`](adaptertest::store_suite::RaceReport) line; `finalize-loop`
+//! [`RaceReport`](adaptortest::store_suite::RaceReport) line; `finalize-loop`
 //! prints `ready` after its first commit and runs until killed. Failures go to stderr with
-//! exit code 1, bad usage exits 2. The logic lives in `adaptertest::store_suite` (shared with the
+//! exit code 1, bad usage exits 2. The logic lives in `adaptortest::store_suite` (shared with the
 //! in-process memory-store race); this file only parses arguments.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use adaptertest::store_suite::{RaceConfig, finalize_loop, race_worker};
 use adaptor_integration_tests::open_store;
+use adaptortest::store_suite::{RaceConfig, finalize_loop, race_worker};
 
 const USAGE: &str = "usage: store-racer race <store> <key> <record-id> <dir> <worker> <rounds> \
                      <ttl-ms> [--stale-hold] | store-racer finalize-loop <store> <key>";

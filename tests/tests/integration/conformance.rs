@@ -1,12 +1,12 @@
 //! The conformance kit against the built-in reference driver and deliberately broken
-//! drivers, through the library and the `adaptertest` binary.
+//! drivers, through the library and the `adaptortest` binary.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use adaptertest::check::{CheckOptions, Status, check_driver};
 use adaptor::cassette::Cassette;
 use adaptor_integration_tests::*;
+use adaptortest::check::{CheckOptions, Status, check_driver};
 
 /// Drivers installed as built-ins (each has a README with its report and committed cassettes).
 const BUILTIN_DRIVERS: &[&str] = &["reference", "claude", "codex"];
@@ -43,7 +43,7 @@ fn cassettes_of(driver: &str) -> Vec<(String, Cassette)> {
         .collect()
 }
 
-fn failed(report: &adaptertest::Report) -> Vec<String> {
+fn failed(report: &adaptortest::Report) -> Vec<String> {
     report
         .results
         .iter()
@@ -127,8 +127,8 @@ async fn each_broken_driver_fails_exactly_its_clause() {
     );
 }
 
-fn adaptertest() -> Command {
-    let exe = bin_dir().join("adaptertest");
+fn adaptortest() -> Command {
+    let exe = bin_dir().join("adaptortest");
     assert!(
         exe.is_file(),
         "{} is missing: build it first (`./x.sh test` does)",
@@ -139,7 +139,7 @@ fn adaptertest() -> Command {
 
 #[test]
 fn the_binary_reports_and_exits_by_verdict() {
-    let ok = adaptertest()
+    let ok = adaptortest()
         .args([
             "check",
             &driver_path("reference").display().to_string(),
@@ -162,7 +162,7 @@ fn the_binary_reports_and_exits_by_verdict() {
         "{text}"
     );
 
-    let bad = adaptertest()
+    let bad = adaptortest()
         .args([
             "check",
             &test_driver_path("broken").display().to_string(),
@@ -187,9 +187,9 @@ fn the_binary_reports_and_exits_by_verdict() {
     assert_eq!(failures, vec!["RSP-03"]);
 }
 
-/// `adaptertest replay --driver reference.wasm --json EXTRA… FILE`, parsed.
+/// `adaptortest replay --driver reference.wasm --json EXTRA… FILE`, parsed.
 fn replay_doc(extra: &[&str], file: &std::path::Path) -> serde_json::Value {
-    let out = adaptertest()
+    let out = adaptortest()
         .args([
             "replay",
             "--driver",
@@ -318,13 +318,13 @@ fn each_builtin_driver_readme_carries_its_current_report() {
         let readme =
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../drivers/{name}/README.md"));
         let text = std::fs::read_to_string(&readme).unwrap();
-        let begin = "<!-- adaptertest report: begin -->\n";
+        let begin = "<!-- adaptortest report: begin -->\n";
         let section = text
             .split_once(begin)
-            .and_then(|(_, rest)| rest.split_once("<!-- adaptertest report: end -->"))
+            .and_then(|(_, rest)| rest.split_once("<!-- adaptortest report: end -->"))
             .map(|(s, _)| s)
             .expect("report markers");
-        let out = adaptertest()
+        let out = adaptortest()
             .args([
                 "report",
                 &driver_path(name).display().to_string(),
@@ -339,7 +339,7 @@ fn each_builtin_driver_readme_carries_its_current_report() {
         assert_eq!(
             out.status.code(),
             Some(0),
-            "adaptertest report {name} failed:\n{}\n{}",
+            "adaptortest report {name} failed:\n{}\n{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
@@ -357,15 +357,15 @@ async fn declared_negatives_are_checked() {
     // The reference driver streams reasoning; a descriptor that denies it must be caught.
     let happy = Cassette::load(&cassette_dir().join("happy.json")).unwrap();
     let driver = adaptor::Driver::from_file(driver_path("reference")).unwrap();
-    let replayed = adaptertest::replay_cassette(&driver, &happy, &Default::default())
+    let replayed = adaptortest::replay_cassette(&driver, &happy, &Default::default())
         .await
         .unwrap();
     assert!(
-        adaptertest::check_declared_negatives(&replayed.events, driver.descriptor()).is_empty()
+        adaptortest::check_declared_negatives(&replayed.events, driver.descriptor()).is_empty()
     );
     let mut denying = driver.descriptor().clone();
     denying.streaming.reasoning = false;
-    let violations = adaptertest::check_declared_negatives(&replayed.events, &denying);
+    let violations = adaptortest::check_declared_negatives(&replayed.events, &denying);
     assert_eq!(violations.len(), 1);
     assert_eq!(violations[0].clause, "EVT-12");
 }

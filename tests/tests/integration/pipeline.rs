@@ -44,7 +44,7 @@ fn assert_lifecycle(events: &[Event]) {
     );
     let run_id = &events[0].meta().run_id;
     assert!(events.iter().all(|e| &e.meta().run_id == run_id));
-    let violations = adaptertest::check_events(events);
+    let violations = adaptortest::check_events(events);
     assert!(violations.is_empty(), "{violations:?}");
 }
 
@@ -119,7 +119,7 @@ async fn events_are_sequenced_with_one_start_and_one_finish() {
     let run_id = stream.run_id().to_owned();
     assert!(run_id.starts_with("run-"));
     let (events, result) = collect(stream).await;
-    let violations = adaptertest::check_result(&events, &result);
+    let violations = adaptortest::check_result(&events, &result);
     assert!(violations.is_empty(), "{violations:?}");
     let result = result.expect("success");
     assert_eq!(result.run_id, run_id);
@@ -165,7 +165,7 @@ async fn provider_failure_is_a_run_error_with_the_partial_result() {
     let agent = agent_builder(reference(state.path()), ws.path()).build();
     let (events, result) = collect(agent.stream("please [[fail]]")).await;
     assert_lifecycle(&events);
-    assert!(adaptertest::check_result(&events, &result).is_empty());
+    assert!(adaptortest::check_result(&events, &result).is_empty());
     let e = run_error(result);
     assert_eq!(e.reason, FailureReason::AgentError);
     assert_eq!(e.message, "reference failure requested");
@@ -673,23 +673,23 @@ fn the_lifecycle_checker_catches_broken_streams() {
         text(4, Phase::End),
         finished(5),
     ];
-    assert!(adaptertest::check_events(&ok).is_empty());
+    assert!(adaptortest::check_events(&ok).is_empty());
     let unclosed = vec![
         started.clone(),
         text(2, Phase::Start),
         text(3, Phase::Delta),
         finished(4),
     ];
-    assert_eq!(adaptertest::check_events(&unclosed)[0].clause, "EVT-11");
+    assert_eq!(adaptortest::check_events(&unclosed)[0].clause, "EVT-11");
     let two_starts = vec![started.clone(), started.clone(), finished(3)];
     assert!(
-        adaptertest::check_events(&two_starts)
+        adaptortest::check_events(&two_starts)
             .iter()
             .any(|v| v.clause == "EVT-01")
     );
     let delta_first = vec![started, text(2, Phase::Delta), finished(3)];
     assert!(
-        adaptertest::check_events(&delta_first)
+        adaptortest::check_events(&delta_first)
             .iter()
             .any(|v| v.clause == "EVT-03")
     );

@@ -1,4 +1,4 @@
-//! The thread-store conformance suite (`adaptertest::store_suite`) against all three stores, plus
+//! The thread-store conformance suite (`adaptortest::store_suite`) against all three stores, plus
 //! the multi-process checks: 8 racing processes (`src/bin/store-racer.rs race`) and a
 //! finalize loop SIGKILLed at varied moments (`store-racer finalize-loop`). The memory store
 //! cannot be shared between processes, so it runs the same race on 8 threads in-process.
@@ -9,9 +9,9 @@
 
 use std::path::Path;
 
-use adaptertest::store_suite;
 use adaptor::store::{MemoryStore, PostgresStore, SqliteStore};
 use adaptor_integration_tests::{open_store, pg, tmp};
+use adaptortest::store_suite;
 
 /// One `#[tokio::test]` per check per store, each on a fresh store.
 macro_rules! suite {

@@ -1,4 +1,4 @@
-//! # adaptertest — conformance checks for agent-adaptor drivers
+//! # adaptortest — conformance checks for agent-adaptor drivers
 //!
 //! This crate holds the clauses a driver's observable behaviour must satisfy, as pure
 //! functions over what a run produced. The clause ids follow the reference contract
@@ -22,8 +22,8 @@
 //! | USG-01 | the result's usage equals the last `usage` event, and is absent without one |
 //!
 //! Modules: [`clauses`] (the checks as pure functions), [`replay`] (run a cassette through the
-//! host's real pipeline against the scripted provider `adaptertest-provider`), [`check`]
-//! (the static and dynamic clause runner behind `adaptertest check`).
+//! host's real pipeline against the scripted provider `adaptortest-provider`), [`check`]
+//! (the static and dynamic clause runner behind `adaptortest check`).
 
 pub mod check;
 pub mod clauses;

@@ -1,9 +1,9 @@
-//! `adaptertest`: check a `.wasm` driver against the contract, or replay a cassette.
+//! `adaptortest`: check a `.wasm` driver against the contract, or replay a cassette.
 //!
 //! ```text
-//! adaptertest check DRIVER.wasm [--config JSON] [--cassette FILE|DIR]... [--no-faults]
+//! adaptortest check DRIVER.wasm [--config JSON] [--cassette FILE|DIR]... [--no-faults]
 //!                  [--live] [--json | --markdown]
-//! adaptertest replay --driver DRIVER.wasm CASSETTE [--stderr FILE] [--exit-code N] [--json]
+//! adaptortest replay --driver DRIVER.wasm CASSETTE [--stderr FILE] [--exit-code N] [--json]
 //! ```
 //!
 //! Exit codes: 0 all clauses pass (or the replay ran) · 1 a clause failed · 2 usage error.
@@ -11,15 +11,15 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use adaptertest::check::{CheckOptions, check_driver};
-use adaptertest::replay::{ReplayOptions, Timing, replay_cassette, replay_json};
 use adaptor::cassette::Cassette;
 use adaptor::{Driver, Event, Phase};
+use adaptortest::check::{CheckOptions, check_driver};
+use adaptortest::replay::{ReplayOptions, Timing, replay_cassette, replay_json};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
-    name = "adaptertest",
+    name = "adaptortest",
     version,
     about = "Conformance kit for agent-adaptor WASM drivers"
 )]
@@ -80,7 +80,7 @@ struct CheckArgs {
     #[arg(long)]
     no_faults: bool,
     /// Also run the live clauses: the real CLI answers "Reply with exactly: OK" (also
-    /// enabled by ADAPTERTEST_LIVE=1). Never on by default: it may call a paid service.
+    /// enabled by ADAPTORTEST_LIVE=1). Never on by default: it may call a paid service.
     #[arg(long)]
     live: bool,
     /// Print the capability matrix and results as Markdown.
@@ -89,7 +89,7 @@ struct CheckArgs {
 }
 
 fn usage(message: &str) -> ExitCode {
-    eprintln!("adaptertest: {message}");
+    eprintln!("adaptortest: {message}");
     ExitCode::from(2)
 }
 
@@ -205,7 +205,7 @@ async fn check(args: CheckArgs, force_markdown: bool) -> ExitCode {
             ..ReplayOptions::default()
         },
         skip_faults: no_faults,
-        live: live || std::env::var("ADAPTERTEST_LIVE").is_ok_and(|v| v == "1"),
+        live: live || std::env::var("ADAPTORTEST_LIVE").is_ok_and(|v| v == "1"),
         program_dirs: std::env::current_exe()
             .ok()
             .and_then(|e| e.parent().map(PathBuf::from))
@@ -217,7 +217,7 @@ async fn check(args: CheckArgs, force_markdown: bool) -> ExitCode {
         match Driver::from_file(&driver) {
             Ok(d) => print!(
                 "{}",
-                adaptertest::check::render_markdown(d.descriptor(), &report)
+                adaptortest::check::render_markdown(d.descriptor(), &report)
             ),
             Err(_) => print!("{}", report.render_text()),
         }
@@ -281,7 +281,7 @@ async fn main() -> ExitCode {
     }
 }
 
-fn print_replay(replayed: &adaptertest::Replayed) {
+fn print_replay(replayed: &adaptortest::Replayed) {
     for ev in &replayed.events {
         match ev {
             Event::TextDelta(d) if d.phase == Phase::Delta => {

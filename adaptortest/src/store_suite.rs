@@ -15,7 +15,7 @@
 //!
 //! ```no_run
 //! # async fn demo() {
-//! use adaptertest::store_suite;
+//! use adaptortest::store_suite;
 //! let store = adaptor::store::MemoryStore::new(); // your store, fresh and empty
 //! store_suite::keys_are_opaque(&store).await;
 //! for (name, _) in store_suite::CHECKS {

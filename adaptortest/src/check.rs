@@ -1,4 +1,4 @@
-//! The clause runner behind `adaptertest check`: static clauses on the component and its
+//! The clause runner behind `adaptortest check`: static clauses on the component and its
 //! descriptor, then dynamic clauses on every cassette replayed through the host.
 //!
 //! | id | clause |
@@ -77,7 +77,7 @@ impl Report {
 
     /// One line per clause.
     pub fn render_text(&self) -> String {
-        let mut out = format!("adaptertest: {} {}\n", self.driver, self.version);
+        let mut out = format!("adaptortest: {} {}\n", self.driver, self.version);
         for r in &self.results {
             let status = match r.status {
                 Status::Pass => "pass",
@@ -211,7 +211,7 @@ fn static_clauses(r: &mut Results, path: &Path, driver: &Driver, options: &Check
     } else {
         json!({})
     };
-    foreign["adaptertest_unknown_field"] = json!(true);
+    foreign["adaptortest_unknown_field"] = json!(true);
     match driver.clone().with_config(foreign) {
         Err(Error::InvalidConfig { path, .. }) => r.push(
             "CFG-03",
@@ -359,7 +359,7 @@ async fn live_clauses(r: &mut Results, driver: &Driver, options: &CheckOptions) 
             r.push(
                 id,
                 Status::Skip,
-                "live clauses run the real CLI: pass --live (or set ADAPTERTEST_LIVE=1)",
+                "live clauses run the real CLI: pass --live (or set ADAPTORTEST_LIVE=1)",
             );
         }
         return;

@@ -1,8 +1,8 @@
-//! `adaptertest-provider`: a scripted fake CLI that replays a cassette.
+//! `adaptortest-provider`: a scripted fake CLI that replays a cassette.
 //!
-//! Reads the cassette named by `ADAPTERTEST_CASSETTE`, drains its stdin (appending it to
-//! `ADAPTERTEST_STDIN_LOG` when set), writes the recorded stdout/stderr chunks in order — with
-//! the recorded timing, scaled by `ADAPTERTEST_TIMING` (`recorded` = 1.0, the default; `fast`
+//! Reads the cassette named by `ADAPTORTEST_CASSETTE`, drains its stdin (appending it to
+//! `ADAPTORTEST_STDIN_LOG` when set), writes the recorded stdout/stderr chunks in order — with
+//! the recorded timing, scaled by `ADAPTORTEST_TIMING` (`recorded` = 1.0, the default; `fast`
 //! = 0; or a factor) — and ends with the recorded exit code or signal. A cassette that ends
 //! with exit code 0 ends like a CLI that finished its turn: it first reads its input until the
 //! host closes it (at the end of the turn) or stdin has been quiet for 2 s (at most 10 s in
@@ -18,25 +18,25 @@ use adaptor::StreamKind;
 use adaptor::cassette::Cassette;
 
 fn fail(message: &str) -> ! {
-    eprintln!("adaptertest-provider: {message}");
+    eprintln!("adaptortest-provider: {message}");
     std::process::exit(120);
 }
 
 fn main() {
-    let path = std::env::var_os("ADAPTERTEST_CASSETTE")
-        .unwrap_or_else(|| fail("ADAPTERTEST_CASSETTE is not set"));
+    let path = std::env::var_os("ADAPTORTEST_CASSETTE")
+        .unwrap_or_else(|| fail("ADAPTORTEST_CASSETTE is not set"));
     let cassette =
         Cassette::load(std::path::Path::new(&path)).unwrap_or_else(|e| fail(&e.to_string()));
-    let factor = match std::env::var("ADAPTERTEST_TIMING").as_deref() {
+    let factor = match std::env::var("ADAPTORTEST_TIMING").as_deref() {
         Err(_) | Ok("recorded") => 1.0,
         Ok("fast") => 0.0,
         Ok(other) => other
             .parse::<f64>()
             .ok()
             .filter(|f| f.is_finite() && *f >= 0.0)
-            .unwrap_or_else(|| fail("ADAPTERTEST_TIMING must be `recorded`, `fast` or a factor")),
+            .unwrap_or_else(|| fail("ADAPTORTEST_TIMING must be `recorded`, `fast` or a factor")),
     };
-    let stdin_log = std::env::var_os("ADAPTERTEST_STDIN_LOG");
+    let stdin_log = std::env::var_os("ADAPTORTEST_STDIN_LOG");
     let start = Instant::now();
     // Milliseconds since `start` of the last stdin activity.
     let last_input = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));

@@ -1,5 +1,5 @@
 //! Replaying a cassette through the host's real pipeline: the driver under test launches
-//! `adaptertest-provider` (its config's `command` is pointed at it), which replays the
+//! `adaptortest-provider` (its config's `command` is pointed at it), which replays the
 //! recorded bytes with their timing and exit status. Everything the host normally does —
 //! grant check, process group, chunk feeding, events, classification — happens for real.
 //!
@@ -74,21 +74,21 @@ pub struct Replayed {
     pub result: Result<RunResult, Error>,
 }
 
-/// The scripted provider binary: `$ADAPTERTEST_PROVIDER`, else `adaptertest-provider` beside
+/// The scripted provider binary: `$ADAPTORTEST_PROVIDER`, else `adaptortest-provider` beside
 /// the running executable (or one directory up, for test binaries in `deps/`).
 pub fn scripted_provider() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("ADAPTERTEST_PROVIDER") {
+    if let Some(p) = std::env::var_os("ADAPTORTEST_PROVIDER") {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     exe.ancestors()
         .skip(1)
         .take(2)
-        .map(|d| d.join("adaptertest-provider"))
+        .map(|d| d.join("adaptortest-provider"))
         .find(|p| p.is_file())
         .ok_or_else(|| {
             format!(
-                "adaptertest-provider not found beside {}; build it (`cargo build -p adaptertest`) or set ADAPTERTEST_PROVIDER",
+                "adaptortest-provider not found beside {}; build it (`cargo build -p adaptortest`) or set ADAPTORTEST_PROVIDER",
                 exe.display()
             )
         })
@@ -102,7 +102,7 @@ pub async fn replay_cassette(
 ) -> Result<Replayed, Error> {
     let provider = scripted_provider().map_err(|detail| Error::ProgramNotFound {
         driver: driver.name().to_owned(),
-        program: "adaptertest-provider".into(),
+        program: "adaptortest-provider".into(),
         detail,
     })?;
     let dir = tempfile::tempdir().map_err(|e| Error::InvalidWorkspace {
@@ -139,8 +139,8 @@ pub async fn replay_cassette(
     let driver = driver.clone().with_config(config)?;
     let agent = Agent::builder(driver)
         .workspace(&workspace)
-        .env("ADAPTERTEST_CASSETTE", cassette_path.display().to_string())
-        .env("ADAPTERTEST_TIMING", options.timing.env())
+        .env("ADAPTORTEST_CASSETTE", cassette_path.display().to_string())
+        .env("ADAPTORTEST_TIMING", options.timing.env())
         .grace_period(Duration::from_millis(500))
         .timeout(options.timeout);
     let agent = match options.idle_timeout {
@@ -165,7 +165,7 @@ pub async fn replay_cassette(
     Ok(Replayed { events, result })
 }
 
-/// The JSON document `adaptertest replay --json` prints: `events` and `outcome`.
+/// The JSON document `adaptortest replay --json` prints: `events` and `outcome`.
 pub fn replay_json(replayed: &Replayed) -> Value {
     let (res, failure) = match &replayed.result {
         Ok(r) => (Some(r), Value::Null),
