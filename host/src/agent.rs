@@ -227,6 +227,32 @@ pub(crate) struct Settings {
     pub resident_idle: Duration,
 }
 
+impl RunOptions {
+    /// What of these options a driver's request carries.
+    pub(crate) fn request_options(&self) -> crate::session::RequestOptions<'_> {
+        crate::session::RequestOptions {
+            model: self.model.as_deref(),
+            instructions: self.instructions.as_deref(),
+            policy: self.policy.unwrap_or_default(),
+            schema: self.schema.as_ref(),
+            streaming: self.streaming.unwrap_or(true),
+            metadata: self.metadata.as_ref(),
+        }
+    }
+}
+
+impl Settings {
+    /// The process rules these settings give every grant.
+    pub(crate) fn grant_rules(&self) -> crate::grant::GrantRules<'_> {
+        crate::grant::GrantRules {
+            program_dirs: &self.program_dirs,
+            pass_env: &self.pass_env,
+            set_env: &self.set_env,
+            parent_death_signal: self.parent_death_signal,
+        }
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Self {
@@ -496,4 +522,30 @@ impl Agent {
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::SeqCst)
     }
+}
+
+/// Run `prompt` on `runner` (an [`Agent`](crate::Agent) or a [`Thread`](crate::Thread)) with the schema
+/// of `T` and decode the answer.
+pub async fn run_as<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
+    runner: &impl Runner,
+    prompt: impl Into<String>,
+) -> Result<(T, RunResult), Error> {
+    run_as_with(runner, prompt, RunOptions::new()).await
+}
+
+/// [`run_as`] with per-call options. A schema already in `options` (e.g. with
+/// `return_invalid` or a name) is used as given; otherwise the schema of `T`.
+pub async fn run_as_with<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
+    runner: &impl Runner,
+    prompt: impl Into<String>,
+    options: RunOptions,
+) -> Result<(T, RunResult), Error> {
+    let options = if options.schema.is_some() {
+        options
+    } else {
+        options.schema(crate::structured::Schema::of::<T>()?)
+    };
+    let result = runner.start(prompt.into(), options).result().await?;
+    let value = result.decode::<T>()?;
+    Ok((value, result))
 }

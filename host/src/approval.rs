@@ -28,7 +28,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
 use crate::event::EventMeta;
-use crate::stream::blank_meta;
+use crate::event::blank_meta;
 
 /// What is being asked.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]

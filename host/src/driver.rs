@@ -225,6 +225,16 @@ impl Driver {
         Ok(())
     }
 
+    /// The program this driver runs as configured: the config's `command`, else the
+    /// descriptor's default program.
+    pub(crate) fn configured_program(&self) -> String {
+        self.config
+            .get("command")
+            .and_then(|c| c.as_str())
+            .unwrap_or(&self.loaded.descriptor.default_program)
+            .to_owned()
+    }
+
     /// Machine name.
     pub fn name(&self) -> &str {
         &self.loaded.name

@@ -23,7 +23,7 @@ pub enum Error {
     Approval(#[from] crate::approval::ApprovalError),
     /// A thread could not run or be saved (see [`ThreadError`](crate::ThreadError)).
     #[error(transparent)]
-    Thread(#[from] crate::thread::ThreadError),
+    Thread(#[from] ThreadError),
     /// The driver rejected its configuration.
     #[error("driver `{driver}` rejected its config at `{path}`: {message}")]
     InvalidConfig {
@@ -418,3 +418,142 @@ impl fmt::Display for RunError {
 }
 
 impl std::error::Error for RunError {}
+
+/// A failure of the thread layer. Every variant names the thread key; those that happen
+/// after the provider ran carry its result, so nothing the run produced is lost.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ThreadError {
+    /// The agent has no thread store (`AgentBuilder::thread_store`).
+    #[error(
+        "thread {key:?}: the agent has no thread store (set one with AgentBuilder::thread_store)"
+    )]
+    StoreRequired {
+        /// The key.
+        key: String,
+    },
+    /// The driver cannot do what the thread needs (resume, fork).
+    #[error("thread {key:?}: driver `{driver}` does not support {what}")]
+    Unsupported {
+        /// The key.
+        key: String,
+        /// The driver.
+        driver: String,
+        /// `resuming sessions` or `forking sessions`.
+        what: &'static str,
+    },
+    /// Resume-only run (or fork) and the key has no active checkpoint.
+    #[error("thread {key:?} has no active checkpoint")]
+    NotFound {
+        /// The key (for a fork: the parent's key).
+        key: String,
+    },
+    /// Another owner is running this thread.
+    #[error("thread {key:?} is busy: leased by `{holder}`")]
+    Busy {
+        /// The key.
+        key: String,
+        /// Lease owner.
+        holder: String,
+    },
+    /// The stored session belongs to another configuration (driver, codec, model,
+    /// workspace, instructions, identity…); refused before any process started.
+    #[error("thread {key:?} is incompatible with this agent: {reason}")]
+    Incompatible {
+        /// The key.
+        key: String,
+        /// What differs.
+        reason: String,
+    },
+    /// The thread's lease expired or was taken over during the run; nothing was persisted.
+    #[error("thread {key:?}: the lease was lost during the run; nothing was persisted")]
+    LeaseLost {
+        /// The key.
+        key: String,
+        /// What the run produced (absent if it was stopped before finishing).
+        result: Option<Box<RunResult>>,
+    },
+    /// The run succeeded but gave no valid checkpoint, so the thread could not be saved.
+    #[error("thread {key:?}: the run succeeded but produced no valid checkpoint to persist")]
+    CheckpointMissing {
+        /// The key.
+        key: String,
+        /// The run's result.
+        result: Box<RunResult>,
+    },
+    /// A fork's target key already has an active record.
+    #[error("thread {key:?} already exists")]
+    AlreadyExists {
+        /// The key.
+        key: String,
+    },
+    /// The driver refused to resume the stored session, and the mode allows no fresh start
+    /// (resume-only or fork).
+    #[error("thread {key:?}: resume rejected: {message}")]
+    ResumeRejected {
+        /// The key.
+        key: String,
+        /// The driver's explanation.
+        message: String,
+    },
+    /// The store failed.
+    #[error("thread {key:?}: {source}")]
+    Store {
+        /// The key.
+        key: String,
+        /// The store's error.
+        source: StoreError,
+        /// The run's result, if the failure came when persisting it.
+        result: Option<Box<RunResult>>,
+    },
+}
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// Another owner holds an unexpired lease on the target.
+    #[error("`{target}` is leased by `{holder}` until it is released or expires")]
+    Busy {
+        /// The lease target.
+        target: String,
+        /// The owner holding it.
+        holder: String,
+    },
+    /// The lease is no longer current (expired, or taken over by another owner).
+    #[error("the lease on `{target}` was lost (expired or taken over)")]
+    LeaseLost {
+        /// The lease target.
+        target: String,
+    },
+    /// The key already has an active record (fork onto a used key).
+    #[error("thread key {key:?} already has an active record")]
+    AlreadyExists {
+        /// The key.
+        key: String,
+    },
+    /// No record with this id.
+    #[error("no thread record with id `{id}`")]
+    NotFound {
+        /// The record id.
+        id: String,
+    },
+    /// A stored row could not be decoded.
+    #[error("{store} store: record `{id}` is unreadable: {message}")]
+    Corrupt {
+        /// Store kind (`sqlite`, `postgres`, `memory`).
+        store: &'static str,
+        /// The record id (or lease target).
+        id: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// The backend failed (I/O, connection, SQL).
+    #[error("{store} store: {message}")]
+    Backend {
+        /// Store kind (`sqlite`, `postgres`, `memory`).
+        store: &'static str,
+        /// The backend's message.
+        message: String,
+    },
+}

@@ -399,3 +399,14 @@ impl Event {
         }
     }
 }
+
+/// A placeholder meta; the emitter overwrites it.
+pub(crate) fn blank_meta() -> EventMeta {
+    EventMeta {
+        run_id: String::new(),
+        thread_key: None,
+        sequence: 0,
+        time: std::time::SystemTime::UNIX_EPOCH,
+        driver: String::new(),
+    }
+}

@@ -21,30 +21,7 @@ use crate::wasm::guest::GuestInstance;
 /// Bytes kept from a probe's stdout and from its stderr.
 const PROBE_OUTPUT_CAP: usize = 64 * 1024;
 
-/// Severity of a check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CheckLevel {
-    /// Fine.
-    Pass,
-    /// Works, with a caveat.
-    Warn,
-    /// Broken.
-    Fail,
-}
-
-/// One environment check.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Check {
-    /// Stable code, e.g. `cli.version`.
-    pub code: String,
-    /// Severity.
-    pub level: CheckLevel,
-    /// What was found.
-    pub message: String,
-    /// What to do about it.
-    pub hint: Option<String>,
-}
+pub use crate::session::{Check, CheckLevel};
 
 /// The environment part of an inspection.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -118,9 +95,14 @@ impl Agent {
                     path: e.path,
                     message: e.message,
                 })?;
-        let workspace = crate::run::resolve_workspace(inner.defaults.workspace.as_deref())?;
+        let workspace = crate::grant::resolve_workspace(inner.defaults.workspace.as_deref())?;
         // The same grant as a launch: the configured command, resolved once.
-        let grant = ProcessGrant::resolve(driver, &inner.settings, workspace.clone());
+        let grant = ProcessGrant::resolve(
+            &name,
+            driver.configured_program(),
+            workspace.clone(),
+            &inner.settings.grant_rules(),
+        );
         let mut outputs = Vec::new();
         for probe in probes {
             if let Err(refusal) = grant.check_program(&probe.program) {

@@ -38,12 +38,18 @@
 //! - **facade**: `agent` (options, builder, `Runner`), `stream`, `thread`, `driver`
 //!   (loading), `inspect`, and the tool entries `replay` and `cassette`.
 //!
-//! Knots that remain (shared nouns imported both ways, on purpose): `agent` ↔ `run`
-//! (the facade starts runs; a run reads the agent's settings), `stream` ↔ `approval`
-//! (events carry approval requests, requests carry event metadata), `agent` ↔ `thread`
-//! (an agent hands out threads, a thread runs on its agent). The sans-IO session itself is
-//! spoken in host types (`session`: launch, actions, decisions, outcome, probes); only
-//! `wasm/convert` maps them onto the WIT types.
+//! Two knots of shared nouns remain in the import graph, on purpose (a unit test,
+//! `architecture`, fails if another cycle appears, if a module outside `wasm/` names wasmtime
+//! or a WIT type, or if a module outside `process/` spawns):
+//!
+//! - `agent` ↔ `run` ↔ `thread`: the facade starts runs and hands out threads; a run reads
+//!   its agent's settings and a thread runs on its agent.
+//! - `approval` ↔ `error` ↔ `event` ↔ `result` ↔ `structured`: events carry approval requests
+//!   and failure reasons, approval requests carry event metadata, results carry structured
+//!   output and thread info, errors carry partial results.
+//!
+//! The sans-IO session itself is spoken in host types (`session`: launch, actions,
+//! decisions, outcome, probes); only `wasm/convert` maps them onto the WIT types.
 
 #![warn(missing_docs)]
 
@@ -68,7 +74,10 @@ mod structured;
 mod thread;
 mod wasm;
 
-pub use agent::{Agent, AgentBuilder, RunOptions, Runner, Spawn};
+#[cfg(test)]
+mod architecture;
+
+pub use agent::{Agent, AgentBuilder, RunOptions, Runner, Spawn, run_as, run_as_with};
 pub use approval::{
     ApprovalError, ApprovalFuture, ApprovalHandler, ApprovalKind, ApprovalRequest, Choice,
     Resolution,
@@ -78,7 +87,9 @@ pub use descriptor::{
     SessionCaps, StreamingCaps, StructuredOutputCaps, VersionRange,
 };
 pub use driver::{Driver, LoadOptions, available_drivers, driver_dirs};
-pub use error::{Error, FailureReason, LaunchRefusal, Limit, LoadError, RunError, StartRefusal};
+pub use error::{
+    Error, FailureReason, LaunchRefusal, Limit, LoadError, RunError, StartRefusal, ThreadError,
+};
 pub use event::{
     ApprovalResolved, Dropped, Event, EventMeta, ItemEvent, Notice, Phase, ProcessInfo,
     ProcessInfoKind, RunFinished, RunStarted, SessionStarted, TextDelta, ThreadFallback, ToolCall,
@@ -89,14 +100,12 @@ pub use inspect::{Availability, Check, CheckLevel, EnvironmentReport, Inspection
 pub use policy::{ApprovalPolicy, DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
 pub use result::{
     Checkpoint, ChunkRecord, ExitInfo, ItemKind, LaunchRecord, RawStreams, RunResult, StreamKind,
-    TerminalPayload, TranscriptItem, Usage,
+    TerminalPayload, ThreadInfo, ThreadStart, TranscriptItem, Usage,
 };
 pub use run::CHECKPOINT_INVALIDATED;
 pub use stream::{Canceller, Stream};
-pub use structured::{
-    Mechanism, PROMPT_SCHEMA_MARKER, Schema, StructuredOutput, run_as, run_as_with,
-};
-pub use thread::{DEFAULT_LEASE_TTL, Thread, ThreadError, ThreadInfo, ThreadStart};
+pub use structured::{Mechanism, PROMPT_SCHEMA_MARKER, Schema, StructuredOutput};
+pub use thread::{DEFAULT_LEASE_TTL, Thread};
 pub use wasm::engine::CompileSource;
 pub use wasm::guest::GuestLimits;
 

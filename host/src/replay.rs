@@ -14,11 +14,12 @@ use std::time::Instant;
 use crate::RunOptions;
 use crate::driver::Driver;
 use crate::error::Error;
+use crate::event::blank_meta;
 use crate::event::{Event, Notice, RunStarted};
 use crate::result::{ChunkRecord, ExitInfo, LaunchRecord, RawStreams, RunResult, StreamKind};
 use crate::run::{Classify, classify, finished_event, new_run_id};
 use crate::session::{Action, Decision, SessionExit};
-use crate::stream::{blank_meta, stamp};
+use crate::stream::stamp;
 use crate::wasm::convert::build_request;
 use crate::wasm::guest::GuestInstance;
 
@@ -109,7 +110,7 @@ async fn drive(
         run_id,
         prompt,
         driver.config.to_string(),
-        options,
+        options.request_options(),
         None,
         workspace,
         Path::new("/adaptor-replay/private"),

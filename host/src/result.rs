@@ -231,7 +231,7 @@ pub struct RunResult {
     /// Process outcome.
     pub exit: ExitInfo,
     /// For thread runs: the thread, its record and how the run related to it.
-    pub thread: Option<crate::thread::ThreadInfo>,
+    pub thread: Option<ThreadInfo>,
     /// Wall-clock duration of the run.
     pub duration: Duration,
     pub(crate) raw: RawStreams,
@@ -258,4 +258,40 @@ impl RunResult {
     pub fn session_id(&self) -> Option<&str> {
         self.checkpoint.as_ref().map(|c| c.resume_id.as_str())
     }
+}
+
+/// How a thread run related to the stored session (on [`RunResult::thread`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum ThreadStart {
+    /// No active record: a new provider session.
+    New,
+    /// The stored session was resumed.
+    Resumed,
+    /// Forked from another thread's checkpoint.
+    Forked {
+        /// The parent thread's key.
+        parent_key: String,
+        /// The parent's record.
+        parent_record_id: String,
+    },
+    /// The provider rejected the stored session; the run started a fresh one (at most once
+    /// per run). Also announced by [`Event::ThreadFallback`](crate::Event::ThreadFallback).
+    FreshAfterRejection {
+        /// The record that could not be resumed (archived once the new one was persisted).
+        previous_record_id: String,
+        /// Why the resume was rejected.
+        reason: String,
+    },
+}
+
+/// What a thread run did to its thread (on [`RunResult::thread`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ThreadInfo {
+    /// The key.
+    pub key: String,
+    /// The record now active for the key.
+    pub record_id: String,
+    /// How the run started.
+    pub start: ThreadStart,
 }

@@ -10,10 +10,31 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use serde::Serialize;
+
 use crate::approval::{ApprovalKind, Choice};
 use crate::error::FailureReason;
 use crate::event::Event;
+use crate::policy::Policy;
 use crate::result::{Checkpoint, TerminalPayload, TranscriptItem, Usage};
+use crate::structured::Schema;
+
+/// The per-run options a driver's request carries (borrowed from the run's options).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestOptions<'a> {
+    /// Model override.
+    pub model: Option<&'a str>,
+    /// Extra instructions.
+    pub instructions: Option<&'a str>,
+    /// The run policy.
+    pub policy: Policy,
+    /// The output schema, if any.
+    pub schema: Option<&'a Schema>,
+    /// Whether the transport streams.
+    pub streaming: bool,
+    /// Caller metadata.
+    pub metadata: Option<&'a BTreeMap<String, String>>,
+}
 
 /// What a session's `start` asks the host to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,4 +232,29 @@ pub(crate) struct ConfigRejection {
     pub path: String,
     /// Why.
     pub message: String,
+}
+
+/// Severity of a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckLevel {
+    /// Fine.
+    Pass,
+    /// Works, with a caveat.
+    Warn,
+    /// Broken.
+    Fail,
+}
+
+/// One environment check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// Stable code, e.g. `cli.version`.
+    pub code: String,
+    /// Severity.
+    pub level: CheckLevel,
+    /// What was found.
+    pub message: String,
+    /// What to do about it.
+    pub hint: Option<String>,
 }

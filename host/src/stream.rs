@@ -17,19 +17,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
-use crate::event::{Dropped, Event, EventMeta, RunFinished};
+pub(crate) use crate::event::blank_meta;
+use crate::event::{Dropped, Event, RunFinished};
 use crate::result::RunResult;
-
-/// A placeholder meta; the emitter overwrites it.
-pub(crate) fn blank_meta() -> EventMeta {
-    EventMeta {
-        run_id: String::new(),
-        thread_key: None,
-        sequence: 0,
-        time: SystemTime::UNIX_EPOCH,
-        driver: String::new(),
-    }
-}
 
 /// Fill in an event's host metadata with the sequence after `previous`; returns the new
 /// sequence. The only place sequence numbers are assigned.

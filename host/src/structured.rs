@@ -12,7 +12,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use crate::agent::{RunOptions, Runner};
 use crate::descriptor::Descriptor;
 use crate::error::Error;
 use crate::result::RunResult;
@@ -350,32 +349,6 @@ impl RunResult {
             message: e.to_string(),
         })
     }
-}
-
-/// Run `prompt` on `runner` (an [`Agent`](crate::Agent) or a [`Thread`](crate::Thread)) with the schema
-/// of `T` and decode the answer.
-pub async fn run_as<T: DeserializeOwned + schemars::JsonSchema>(
-    runner: &impl Runner,
-    prompt: impl Into<String>,
-) -> Result<(T, RunResult), Error> {
-    run_as_with(runner, prompt, RunOptions::new()).await
-}
-
-/// [`run_as`] with per-call options. A schema already in `options` (e.g. with
-/// `return_invalid` or a name) is used as given; otherwise the schema of `T`.
-pub async fn run_as_with<T: DeserializeOwned + schemars::JsonSchema>(
-    runner: &impl Runner,
-    prompt: impl Into<String>,
-    options: RunOptions,
-) -> Result<(T, RunResult), Error> {
-    let options = if options.schema.is_some() {
-        options
-    } else {
-        options.schema(Schema::of::<T>()?)
-    };
-    let result = runner.start(prompt.into(), options).result().await?;
-    let value = result.decode::<T>()?;
-    Ok((value, result))
 }
 
 #[cfg(test)]

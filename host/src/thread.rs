@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::agent::{Agent, RunOptions};
 use crate::error::Error;
+use crate::error::ThreadError;
 use crate::result::{Checkpoint, RunResult};
 use crate::run::coordinator::ThreadBinding;
 use crate::store::{Query, StoreError, ThreadRecord, ThreadStore};
@@ -19,131 +20,6 @@ use crate::stream::Stream;
 
 /// Default lease time-to-live; the lease is renewed every third of it while a run is going.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
-
-/// A failure of the thread layer. Every variant names the thread key; those that happen
-/// after the provider ran carry its result, so nothing the run produced is lost.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ThreadError {
-    /// The agent has no thread store (`AgentBuilder::thread_store`).
-    #[error(
-        "thread {key:?}: the agent has no thread store (set one with AgentBuilder::thread_store)"
-    )]
-    StoreRequired {
-        /// The key.
-        key: String,
-    },
-    /// The driver cannot do what the thread needs (resume, fork).
-    #[error("thread {key:?}: driver `{driver}` does not support {what}")]
-    Unsupported {
-        /// The key.
-        key: String,
-        /// The driver.
-        driver: String,
-        /// `resuming sessions` or `forking sessions`.
-        what: &'static str,
-    },
-    /// Resume-only run (or fork) and the key has no active checkpoint.
-    #[error("thread {key:?} has no active checkpoint")]
-    NotFound {
-        /// The key (for a fork: the parent's key).
-        key: String,
-    },
-    /// Another owner is running this thread.
-    #[error("thread {key:?} is busy: leased by `{holder}`")]
-    Busy {
-        /// The key.
-        key: String,
-        /// Lease owner.
-        holder: String,
-    },
-    /// The stored session belongs to another configuration (driver, codec, model,
-    /// workspace, instructions, identity…); refused before any process started.
-    #[error("thread {key:?} is incompatible with this agent: {reason}")]
-    Incompatible {
-        /// The key.
-        key: String,
-        /// What differs.
-        reason: String,
-    },
-    /// The thread's lease expired or was taken over during the run; nothing was persisted.
-    #[error("thread {key:?}: the lease was lost during the run; nothing was persisted")]
-    LeaseLost {
-        /// The key.
-        key: String,
-        /// What the run produced (absent if it was stopped before finishing).
-        result: Option<Box<RunResult>>,
-    },
-    /// The run succeeded but gave no valid checkpoint, so the thread could not be saved.
-    #[error("thread {key:?}: the run succeeded but produced no valid checkpoint to persist")]
-    CheckpointMissing {
-        /// The key.
-        key: String,
-        /// The run's result.
-        result: Box<RunResult>,
-    },
-    /// A fork's target key already has an active record.
-    #[error("thread {key:?} already exists")]
-    AlreadyExists {
-        /// The key.
-        key: String,
-    },
-    /// The driver refused to resume the stored session, and the mode allows no fresh start
-    /// (resume-only or fork).
-    #[error("thread {key:?}: resume rejected: {message}")]
-    ResumeRejected {
-        /// The key.
-        key: String,
-        /// The driver's explanation.
-        message: String,
-    },
-    /// The store failed.
-    #[error("thread {key:?}: {source}")]
-    Store {
-        /// The key.
-        key: String,
-        /// The store's error.
-        source: StoreError,
-        /// The run's result, if the failure came when persisting it.
-        result: Option<Box<RunResult>>,
-    },
-}
-
-/// How a thread run related to the stored session (on [`RunResult::thread`]).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
-pub enum ThreadStart {
-    /// No active record: a new provider session.
-    New,
-    /// The stored session was resumed.
-    Resumed,
-    /// Forked from another thread's checkpoint.
-    Forked {
-        /// The parent thread's key.
-        parent_key: String,
-        /// The parent's record.
-        parent_record_id: String,
-    },
-    /// The provider rejected the stored session; the run started a fresh one (at most once
-    /// per run). Also announced by [`Event::ThreadFallback`](crate::Event::ThreadFallback).
-    FreshAfterRejection {
-        /// The record that could not be resumed (archived once the new one was persisted).
-        previous_record_id: String,
-        /// Why the resume was rejected.
-        reason: String,
-    },
-}
-
-/// What a thread run did to its thread (on [`RunResult::thread`]).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ThreadInfo {
-    /// The key.
-    pub key: String,
-    /// The record now active for the key.
-    pub record_id: String,
-    /// How the run started.
-    pub start: ThreadStart,
-}
 
 /// A conversation with a provider under a key: each run resumes the session the previous
 /// successful run left (stored in the agent's [`ThreadStore`]), across runs and restarts.

@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
-use crate::agent::Settings;
 use crate::error::{Error, LaunchRefusal};
 use crate::process::{self, ProcessSpec};
 
@@ -52,6 +51,41 @@ pub(crate) struct LaunchAsk<'a> {
     pub file_names: &'a [&'a str],
 }
 
+/// What the embedder decided about the processes of its runs (the agent's settings).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GrantRules<'a> {
+    /// Directories searched after PATH (trusted wherever they are).
+    pub program_dirs: &'a [PathBuf],
+    /// Host variables passed on by name, beyond the allowlist.
+    pub pass_env: &'a [String],
+    /// Variables set for every process.
+    pub set_env: &'a [(String, String)],
+    /// `PR_SET_PDEATHSIG` on Linux.
+    pub parent_death_signal: bool,
+}
+
+/// The canonical workspace: `dir`, else the current directory; it must be a directory.
+pub(crate) fn resolve_workspace(dir: Option<&Path>) -> Result<PathBuf, Error> {
+    let dir = match dir {
+        Some(d) => d.to_path_buf(),
+        None => std::env::current_dir().map_err(|e| Error::InvalidWorkspace {
+            path: ".".into(),
+            reason: e.to_string(),
+        })?,
+    };
+    let canonical = dir.canonicalize().map_err(|e| Error::InvalidWorkspace {
+        path: dir.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    if !canonical.is_dir() {
+        return Err(Error::InvalidWorkspace {
+            path: dir.display().to_string(),
+            reason: "not a directory".into(),
+        });
+    }
+    Ok(canonical)
+}
+
 /// The grant of one run: decided once, used for its launch and for Inspect's probes alike.
 #[derive(Debug, Clone)]
 pub(crate) struct ProcessGrant {
@@ -68,47 +102,42 @@ pub(crate) struct ProcessGrant {
 }
 
 impl ProcessGrant {
-    /// Decide the grant: the driver's configured `command` (else its default program),
-    /// resolved against PATH outside the workspace, then the host's program directories;
-    /// the environment from the allowlist and the agent's settings.
+    /// Decide the grant: `configured` (the driver config's `command`, else its default
+    /// program) resolved against PATH outside the workspace, then the host's program
+    /// directories; the environment from the allowlist and the embedder's rules.
     pub(crate) fn resolve(
-        driver: &crate::Driver,
-        settings: &Settings,
+        driver: &str,
+        configured: String,
         workspace: PathBuf,
+        rules: &GrantRules<'_>,
     ) -> ProcessGrant {
-        let configured = driver
-            .config
-            .get("command")
-            .and_then(|c| c.as_str())
-            .unwrap_or(&driver.loaded.descriptor.default_program)
-            .to_owned();
         let path_var = std::env::var_os("PATH");
         let resolved = process::resolve_program(
             &configured,
             path_var.as_deref(),
             &workspace,
-            &settings.program_dirs,
+            rules.program_dirs,
         );
         let mut base_env: BTreeMap<OsString, OsString> = BTreeMap::new();
         for name in DEFAULT_ENV_ALLOWLIST
             .iter()
             .copied()
-            .chain(settings.pass_env.iter().map(String::as_str))
+            .chain(rules.pass_env.iter().map(String::as_str))
         {
             if let Some(value) = std::env::var_os(name) {
                 base_env.insert(name.into(), value);
             }
         }
-        for (k, v) in &settings.set_env {
+        for (k, v) in rules.set_env {
             base_env.insert(k.into(), v.into());
         }
         ProcessGrant {
-            driver: driver.name().to_owned(),
+            driver: driver.to_owned(),
             configured,
             resolved,
             workspace,
             base_env,
-            parent_death_signal: settings.parent_death_signal,
+            parent_death_signal: rules.parent_death_signal,
         }
     }
 

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, FailureReason, RunError};
 use crate::event::RunFinished;
+use crate::event::blank_meta;
 use crate::process;
 use crate::result::{ExitInfo, RawStreams, RunResult};
 use crate::session::DriverOutcome;
-use crate::stream::blank_meta;
 
 /// The `RunFinished` event describing `result`.
 pub(crate) fn finished_event(result: &Result<RunResult, Error>) -> RunFinished {

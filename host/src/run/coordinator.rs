@@ -27,7 +27,8 @@ use crate::store::{
     lease_target_for_key, new_owner, new_record_id,
 };
 
-use crate::thread::{ThreadError, ThreadInfo, ThreadStart};
+use crate::error::ThreadError;
+use crate::result::{ThreadInfo, ThreadStart};
 
 /// What the pipeline needs to coordinate one thread run.
 #[derive(Debug, Clone)]

@@ -20,10 +20,10 @@ use crate::approval::{
     ApprovalHandler, ApprovalKind, ApprovalRequest, NewRequest, Resolution, Settled, Slot,
 };
 use crate::error::FailureReason;
+use crate::event::blank_meta;
 use crate::event::{ApprovalResolved, Event};
 use crate::policy::{ApprovalPolicy, DecisionMode, Fallback, QuestionMode};
 use crate::session::{AskRequest, Decision};
-use crate::stream::blank_meta;
 
 /// Something the supervisor must do.
 pub(crate) enum Step {

@@ -38,20 +38,21 @@ use tracing::Instrument;
 
 use crate::agent::{AgentInner, RunOptions, Spawn};
 use crate::error::{Error, FailureReason, StartRefusal};
+use crate::event::blank_meta;
 use crate::event::*;
 use crate::process::{PrivateDir, ProcessSpec};
 use crate::result::RunResult;
 use crate::session::{Action, Launch};
-use crate::stream::{Emitter, Stream, blank_meta};
+use crate::stream::{Emitter, Stream};
 use crate::structured::Mechanism;
 use crate::wasm::convert::build_request;
 use crate::wasm::guest::{GuestInstance, GuestSession};
 use coordinator::{Coordinator, FingerprintInput, ThreadBinding, thread_fingerprint};
 use resident::Resident;
 
+use crate::grant::resolve_workspace;
 pub use classify::CHECKPOINT_INVALIDATED;
 pub(crate) use classify::{Classify, classify, finished_event};
-pub(crate) use prepare::resolve_workspace;
 
 pub(crate) fn new_run_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -369,7 +370,7 @@ impl Run {
             &self.run_id,
             &self.prompt,
             self.inner.driver.config.to_string(),
-            &self.options,
+            self.options.request_options(),
             None,
             &workspace,
             r.private_dir.path(),

@@ -5,12 +5,10 @@
 //! Must not: spawn (see `process`), or emit events (nothing has started yet: an error here is
 //! returned with no events).
 
-use std::path::{Path, PathBuf};
-
 use super::{Prepared, Run};
 use crate::error::Error;
-use crate::grant::LaunchAsk;
 use crate::grant::ProcessGrant;
+use crate::grant::{LaunchAsk, resolve_workspace};
 use crate::process::PrivateDir;
 use crate::session::{Resume, SessionMode};
 use crate::structured::{self, Mechanism};
@@ -35,7 +33,12 @@ impl Run {
             });
         }
         // The grant is decided once: program resolved, environment rules fixed.
-        let grant = ProcessGrant::resolve(driver, &self.inner.settings, workspace.clone());
+        let grant = ProcessGrant::resolve(
+            &name,
+            driver.configured_program(),
+            workspace.clone(),
+            &self.inner.settings.grant_rules(),
+        );
         grant.program()?;
         let resume = self.resume_request()?;
         if self.options.schema.is_some() {
@@ -61,7 +64,7 @@ impl Run {
             &self.run_id,
             &prompt,
             config_json,
-            &self.options,
+            self.options.request_options(),
             self.mechanism,
             &workspace,
             &private_dir,
@@ -142,25 +145,4 @@ impl Run {
             checkpoint: cp.clone(),
         }))
     }
-}
-
-pub(crate) fn resolve_workspace(dir: Option<&Path>) -> Result<PathBuf, Error> {
-    let dir = match dir {
-        Some(d) => d.to_path_buf(),
-        None => std::env::current_dir().map_err(|e| Error::InvalidWorkspace {
-            path: ".".into(),
-            reason: e.to_string(),
-        })?,
-    };
-    let canonical = dir.canonicalize().map_err(|e| Error::InvalidWorkspace {
-        path: dir.display().to_string(),
-        reason: e.to_string(),
-    })?;
-    if !canonical.is_dir() {
-        return Err(Error::InvalidWorkspace {
-            path: dir.display().to_string(),
-            reason: "not a directory".into(),
-        });
-    }
-    Ok(canonical)
 }

@@ -16,11 +16,12 @@ use super::decisions::{Decisions, Step};
 use super::output::{Admit, OutputBudget};
 use crate::approval::Resolution;
 use crate::error::Error;
+use crate::event::blank_meta;
 use crate::event::*;
 use crate::process::{self, Sig};
 use crate::result::{ChunkRecord, RawStreams, StreamKind};
 use crate::session::{Action, Decision, DriverSignal};
-use crate::stream::{Emitter, blank_meta};
+use crate::stream::Emitter;
 use crate::wasm::guest::GuestSession;
 
 /// Read size for stdout/stderr chunks.

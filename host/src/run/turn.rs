@@ -17,11 +17,11 @@ use super::resident::Resident;
 use super::supervise::{LoopEnd, Supervisor, write_stdin};
 use super::{Attach, Classify, Initial, Prepared, Run, classify};
 use crate::error::{Error, FailureReason};
+use crate::event::blank_meta;
 use crate::event::*;
 use crate::process;
 use crate::result::{ExitInfo, LaunchRecord, RawStreams, RunResult};
 use crate::session::{DriverOutcome, SessionExit};
-use crate::stream::blank_meta;
 use crate::structured;
 
 impl Run {

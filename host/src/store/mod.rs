@@ -41,6 +41,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::error::StoreError;
 use crate::result::Checkpoint;
 
 pub use memory::MemoryStore;
@@ -155,56 +156,6 @@ pub struct Finalize {
     pub leases: Vec<Lease>,
 }
 
-/// Why a store operation failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// Another owner holds an unexpired lease on the target.
-    #[error("`{target}` is leased by `{holder}` until it is released or expires")]
-    Busy {
-        /// The lease target.
-        target: String,
-        /// The owner holding it.
-        holder: String,
-    },
-    /// The lease is no longer current (expired, or taken over by another owner).
-    #[error("the lease on `{target}` was lost (expired or taken over)")]
-    LeaseLost {
-        /// The lease target.
-        target: String,
-    },
-    /// The key already has an active record (fork onto a used key).
-    #[error("thread key {key:?} already has an active record")]
-    AlreadyExists {
-        /// The key.
-        key: String,
-    },
-    /// No record with this id.
-    #[error("no thread record with id `{id}`")]
-    NotFound {
-        /// The record id.
-        id: String,
-    },
-    /// A stored row could not be decoded.
-    #[error("{store} store: record `{id}` is unreadable: {message}")]
-    Corrupt {
-        /// Store kind (`sqlite`, `postgres`, `memory`).
-        store: &'static str,
-        /// The record id (or lease target).
-        id: String,
-        /// What was wrong.
-        message: String,
-    },
-    /// The backend failed (I/O, connection, SQL).
-    #[error("{store} store: {message}")]
-    Backend {
-        /// Store kind (`sqlite`, `postgres`, `memory`).
-        store: &'static str,
-        /// The backend's message.
-        message: String,
-    },
-}
-
 /// Persistence of thread records and leases. Implementations must give every method the
 /// semantics in this module's documentation; `adaptortest::store_suite` checks them (and any
 /// third-party store can run the same checks).
@@ -272,7 +223,8 @@ fn unique_hex() -> String {
         std::process::id(),
         std::ptr::addr_of!(local)
     );
-    crate::wasm::engine::sha256_hex(seed.as_bytes())[..32].to_owned()
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(seed.as_bytes()))[..32].to_owned()
 }
 
 /// A lease owner name unique to this process and call: `<host>:<pid>:<hex>`.

@@ -8,23 +8,21 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::wit;
-use crate::agent::RunOptions;
 use crate::approval::{ApprovalKind, Choice};
 use crate::descriptor::*;
 use crate::error::{Error, StartRefusal};
 use crate::event::Phase;
+use crate::event::blank_meta;
 use crate::event::{
     Event, EventMeta, ItemEvent, Notice, SessionStarted, TextDelta, ToolCall, ToolResult,
     UsageUpdate, VendorEvent,
 };
-use crate::inspect::{Check, CheckLevel};
 use crate::policy::{DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
 use crate::result::{Checkpoint, ItemKind, TerminalPayload, TranscriptItem, Usage};
 use crate::session::{
-    Action, AskRequest, ConfigRejection, Decision, DriverFailure, DriverOutcome, DriverSignal,
-    Launch, Probe, ProbeOutput, Resume, SessionExit, SessionMode,
+    Action, AskRequest, Check, CheckLevel, ConfigRejection, Decision, DriverFailure, DriverOutcome,
+    DriverSignal, Launch, Probe, ProbeOutput, RequestOptions, Resume, SessionExit, SessionMode,
 };
-use crate::stream::blank_meta;
 use crate::structured::Mechanism;
 
 pub(crate) fn descriptor(d: wit::Descriptor) -> Result<Descriptor, String> {
@@ -324,7 +322,7 @@ pub(crate) fn build_request(
     run_id: &str,
     prompt: &str,
     config_json: String,
-    options: &RunOptions,
+    options: RequestOptions<'_>,
     mechanism: Option<Mechanism>,
     workspace: &Path,
     private_dir: &Path,
@@ -334,12 +332,12 @@ pub(crate) fn build_request(
         run_id: run_id.to_owned(),
         prompt: prompt.to_owned(),
         config_json,
-        model: options.model.clone(),
-        instructions: options.instructions.clone(),
+        model: options.model.map(str::to_owned),
+        instructions: options.instructions.map(str::to_owned),
         workspace: workspace.display().to_string(),
         private_dir: private_dir.display().to_string(),
-        policy: policy(options.policy.unwrap_or_default()),
-        output_schema: match (&options.schema, mechanism) {
+        policy: policy(options.policy),
+        output_schema: match (options.schema, mechanism) {
             (Some(schema), Some(m)) => Some(wit::OutputSchema {
                 schema_json: schema.json().to_string(),
                 name: schema.wit_name(),
@@ -363,15 +361,13 @@ pub(crate) fn build_request(
                 data: r.checkpoint.data.into_iter().collect(),
             },
         }),
-        streaming: options.streaming.unwrap_or(true),
+        streaming: options.streaming,
         mcp_servers: Vec::new(),
         skill_dirs: Vec::new(),
         metadata: options
             .metadata
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .collect(),
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default(),
     })
 }
 

@@ -420,7 +420,7 @@ impl GuestInstance {
         &mut self,
         config: &str,
         outputs: &[ProbeOutput],
-    ) -> Result<(Vec<crate::inspect::Check>, Option<String>), Error> {
+    ) -> Result<(Vec<crate::session::Check>, Option<String>), Error> {
         let outputs: Vec<wit::ProbeOutput> = outputs.iter().map(convert::probe_output).collect();
         let report = driver_call!(
             self,
