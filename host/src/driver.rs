@@ -169,11 +169,7 @@ impl Driver {
                 loaded: self.loaded,
                 config,
             }),
-            Err(e) => Err(Error::InvalidConfig {
-                driver: self.loaded.name.to_string(),
-                path: e.path,
-                message: e.message,
-            }),
+            Err(e) => Err(e.into_error(self.loaded.name.to_string())),
         }
     }
 
@@ -184,13 +180,8 @@ impl Driver {
             &self.loaded.pre,
             GuestLimits::default(),
         ))?;
-        run_sync(instance.config_fingerprint(&self.config.to_string()))?.map_err(|e| {
-            Error::InvalidConfig {
-                driver: self.loaded.name.to_string(),
-                path: e.path,
-                message: e.message,
-            }
-        })
+        run_sync(instance.config_fingerprint(&self.config.to_string()))?
+            .map_err(|e| e.into_error(self.loaded.name.to_string()))
     }
 
     /// Instantiate the driver in a fresh sandbox and check that its descriptor is unchanged

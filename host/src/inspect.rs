@@ -86,15 +86,10 @@ impl Agent {
             inner.settings.limits,
         )
         .await?;
-        let probes =
-            instance
-                .environment_probes(&config)
-                .await?
-                .map_err(|e| Error::InvalidConfig {
-                    driver: name.clone(),
-                    path: e.path,
-                    message: e.message,
-                })?;
+        let probes = instance
+            .environment_probes(&config)
+            .await?
+            .map_err(|e| e.into_error(name.clone()))?;
         let workspace = crate::grant::resolve_workspace(inner.defaults.workspace.as_deref())?;
         // The same grant as a launch: the configured command, resolved once.
         let grant = ProcessGrant::resolve(

@@ -234,6 +234,17 @@ pub(crate) struct ConfigRejection {
     pub message: String,
 }
 
+impl ConfigRejection {
+    /// The typed error naming `driver`, the field and why.
+    pub(crate) fn into_error(self, driver: impl Into<String>) -> crate::error::Error {
+        crate::error::Error::InvalidConfig {
+            driver: driver.into(),
+            path: self.path,
+            message: self.message,
+        }
+    }
+}
+
 /// Severity of a check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]

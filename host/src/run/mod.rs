@@ -289,11 +289,7 @@ impl Run {
         let config_fingerprint = instance
             .config_fingerprint(&driver.config.to_string())
             .await?
-            .map_err(|e| Error::InvalidConfig {
-                driver: name.clone(),
-                path: e.path,
-                message: e.message,
-            })?;
+            .map_err(|e| e.into_error(name.clone()))?;
         let sessions = &driver.loaded.descriptor.sessions;
         let fingerprint = thread_fingerprint(&FingerprintInput {
             driver: &name,

@@ -26,11 +26,7 @@ impl Run {
         let mut instance = self.fresh_instance().await?;
         let config_json = driver.config.to_string();
         if let Err(e) = instance.validate_config(&config_json).await? {
-            return Err(Error::InvalidConfig {
-                driver: name,
-                path: e.path,
-                message: e.message,
-            });
+            return Err(e.into_error(name));
         }
         // The grant is decided once: program resolved, environment rules fixed.
         let grant = ProcessGrant::resolve(
