@@ -148,6 +148,15 @@ struct Run {
     kept: Option<Resident>,
 }
 
+/// A thread run that starts a fresh session because the stored one was rejected before
+/// launch (announced with `ThreadFallback` once the run has started).
+struct Fallback {
+    /// The record that could not be resumed.
+    previous_record_id: String,
+    /// Why the driver refused it.
+    reason: String,
+}
+
 /// How a turn gets its process.
 enum Attach {
     /// Spawn what `session.start` asked for.
@@ -200,8 +209,12 @@ impl Run {
                 model: self.options.model.clone(),
             }))
             .await;
-        if let Some((previous, reason)) = fallback.take() {
-            self.announce_fallback(previous, reason).await;
+        if let Some(Fallback {
+            previous_record_id,
+            reason,
+        }) = fallback.take()
+        {
+            self.announce_fallback(previous_record_id, reason).await;
         }
         if let Some(c) = self.coordinator.as_mut() {
             c.start_renewal(self.cancel.clone());
@@ -318,7 +331,7 @@ impl Run {
 
     /// The process for this turn: the thread's resident process when it can serve it,
     /// otherwise a prepared launch (see [`prepare_thread_aware`](Self::prepare_thread_aware)).
-    async fn attach(&mut self) -> Result<(Attach, Option<(String, String)>), Error> {
+    async fn attach(&mut self) -> Result<(Attach, Option<Fallback>), Error> {
         if let Some((resident, actions)) = self.reuse_resident().await? {
             return Ok((Attach::Reuse(resident, actions), None));
         }
@@ -392,9 +405,7 @@ impl Run {
 
     /// [`prepare`](Self::prepare); when the driver refuses the stored session before launch
     /// and the thread may fall back, prepare a fresh session instead and say so.
-    async fn prepare_thread_aware(
-        &mut self,
-    ) -> Result<(Prepared, Option<(String, String)>), Error> {
+    async fn prepare_thread_aware(&mut self) -> Result<(Prepared, Option<Fallback>), Error> {
         match self.prepare().await {
             Err(Error::StartRefused {
                 kind: StartRefusal::ResumeRejected,
@@ -403,7 +414,13 @@ impl Run {
             }) if self.coordinator.is_some() => {
                 let c = self.coordinator.as_mut().expect("checked");
                 match c.fall_back(&message) {
-                    Some(previous) => Ok((self.prepare().await?, Some((previous, message)))),
+                    Some(previous_record_id) => Ok((
+                        self.prepare().await?,
+                        Some(Fallback {
+                            previous_record_id,
+                            reason: message,
+                        }),
+                    )),
                     None => Err(c.rejected(message)),
                 }
             }

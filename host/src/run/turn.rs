@@ -19,10 +19,31 @@ use super::{Attach, Classify, Initial, Prepared, Run, classify};
 use crate::error::{Error, FailureReason};
 use crate::event::blank_meta;
 use crate::event::*;
-use crate::process;
+use crate::process::{self, PrivateDir};
 use crate::result::{ExitInfo, LaunchRecord, RawStreams, RunResult};
 use crate::session::{DriverOutcome, SessionExit};
 use crate::structured;
+use crate::wasm::guest::GuestSession;
+
+/// The process a turn runs on, once attached (spawned, or the thread's resident one).
+struct Attached {
+    session: GuestSession,
+    spawned: process::Spawned,
+    launch: LaunchRecord,
+    private_dir: PrivateDir,
+    /// What starts the turn.
+    initial: Initial,
+    /// Whether the process may stay for the thread's next turn.
+    keep_alive: bool,
+    /// A resident process's open stdin; a new process's stdin is piped here.
+    stdin: Option<StdinPipe>,
+}
+
+/// An open stdin: where the turn's writes go, and the task that writes them.
+struct StdinPipe {
+    sender: mpsc::UnboundedSender<Vec<u8>>,
+    writer: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
 
 impl Run {
     /// The driver's session codec (stamped on checkpoints).
@@ -32,85 +53,95 @@ impl Run {
 
     pub(super) async fn supervise(&mut self, attach: Attach) -> Result<RunResult, Error> {
         let name = self.driver_name();
-        let (mut session, mut spawned, launch_record, private_dir, initial, keep_alive, pipe) =
-            match attach {
-                Attach::Spawn(prepared) => {
-                    let Prepared {
-                        session,
-                        launch,
-                        spec,
-                        private_dir,
-                    } = *prepared;
-                    let spawned = process::spawn(&spec).map_err(|source| Error::Spawn {
-                        driver: name.clone(),
-                        program: spec.program.display().to_string(),
-                        source,
-                    })?;
-                    tracing::info!(
-                        pid = spawned.pid,
-                        program = %spec.program.display(),
-                        args = ?spec.args,
-                        cwd = %spec.cwd.display(),
-                        "launched provider process"
-                    );
-                    self.emitter
-                        .emit(Event::ProcessInfo(ProcessInfo {
-                            meta: blank_meta(),
-                            process: ProcessInfoKind::Spawn,
-                            pid: Some(spawned.pid),
-                            text: format!("{} {}", spec.program.display(), spec.args.join(" ")),
-                            bytes: 0,
-                        }))
-                        .await;
-                    let keep_alive = self.may_keep(&launch);
-                    let record = LaunchRecord {
-                        program: launch.program.clone(),
-                        resolved: spec.program.clone(),
-                        args: spec.args.clone(),
-                        cwd: spec.cwd.clone(),
-                    };
-                    let initial = Initial::Launch {
-                        stdin: launch.stdin,
-                        keep_open: launch.keep_stdin_open,
-                    };
-                    (
-                        session,
-                        spawned,
-                        record,
-                        private_dir,
-                        initial,
-                        keep_alive,
-                        None,
-                    )
+        let Attached {
+            mut session,
+            mut spawned,
+            launch: launch_record,
+            private_dir,
+            initial,
+            keep_alive,
+            stdin: pipe,
+        } = match attach {
+            Attach::Spawn(prepared) => {
+                let Prepared {
+                    session,
+                    launch,
+                    spec,
+                    private_dir,
+                } = *prepared;
+                let spawned = process::spawn(&spec).map_err(|source| Error::Spawn {
+                    driver: name.clone(),
+                    program: spec.program.display().to_string(),
+                    source,
+                })?;
+                tracing::info!(
+                    pid = spawned.pid,
+                    program = %spec.program.display(),
+                    args = ?spec.args,
+                    cwd = %spec.cwd.display(),
+                    "launched provider process"
+                );
+                self.emitter
+                    .emit(Event::ProcessInfo(ProcessInfo {
+                        meta: blank_meta(),
+                        process: ProcessInfoKind::Spawn,
+                        pid: Some(spawned.pid),
+                        text: format!("{} {}", spec.program.display(), spec.args.join(" ")),
+                        bytes: 0,
+                    }))
+                    .await;
+                let keep_alive = self.may_keep(&launch);
+                let record = LaunchRecord {
+                    program: launch.program.clone(),
+                    resolved: spec.program.clone(),
+                    args: spec.args.clone(),
+                    cwd: spec.cwd.clone(),
+                };
+                let initial = Initial::Launch {
+                    stdin: launch.stdin,
+                    keep_open: launch.keep_stdin_open,
+                };
+                Attached {
+                    session,
+                    spawned,
+                    launch: record,
+                    private_dir,
+                    initial,
+                    keep_alive,
+                    stdin: None,
                 }
-                Attach::Reuse(resident, actions) => {
-                    let r = *resident;
-                    tracing::info!(
-                        pid = r.spawned.pid,
-                        "next turn on the thread's resident provider process"
-                    );
-                    self.emitter
-                        .emit(Event::Notice(Notice {
-                            meta: blank_meta(),
-                            notice: "process.reused".into(),
-                            message: format!(
-                                "this turn runs on the thread's resident provider process (pid {})",
-                                r.spawned.pid
-                            ),
-                            data: Some(serde_json::json!({ "pid": r.spawned.pid })),
-                        }))
-                        .await;
-                    (
-                        r.session,
-                        r.spawned,
-                        r.launch,
-                        r.private_dir,
-                        Initial::Actions(actions),
-                        true,
-                        Some((r.stdin, r.stdin_writer)),
-                    )
+            }
+            Attach::Reuse(resident, actions) => {
+                let r = *resident;
+                tracing::info!(
+                    pid = r.spawned.pid,
+                    "next turn on the thread's resident provider process"
+                );
+                self.emitter
+                    .emit(Event::Notice(Notice {
+                        meta: blank_meta(),
+                        notice: "process.reused".into(),
+                        message: format!(
+                            "this turn runs on the thread's resident provider process (pid {})",
+                            r.spawned.pid
+                        ),
+                        data: Some(serde_json::json!({ "pid": r.spawned.pid })),
+                    }))
+                    .await;
+                Attached {
+                    session: r.session,
+                    spawned: r.spawned,
+                    launch: r.launch,
+                    private_dir: r.private_dir,
+                    initial: Initial::Actions(actions),
+                    keep_alive: true,
+                    stdin: Some(StdinPipe {
+                        sender: r.stdin,
+                        writer: r.stdin_writer,
+                    }),
                 }
-            };
+            }
+        };
         let pid = spawned.pid;
         let pgid = spawned.guard.pgid();
 
@@ -146,8 +177,8 @@ impl Run {
             ),
         };
         match pipe {
-            Some((tx, writer)) => {
-                sup.stdin = Some(tx);
+            Some(StdinPipe { sender, writer }) => {
+                sup.stdin = Some(sender);
                 sup.stdin_writer = writer;
             }
             None => {
