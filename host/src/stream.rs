@@ -44,6 +44,13 @@ struct DropStats {
 }
 
 /// Assigns sequence and time, applies backpressure, counts drops.
+///
+/// Cancel unblocks it: a send waiting for a consumer that stopped reading gives up when the
+/// run is cancelled, and from then on nothing waits — an event that finds the buffer full is
+/// counted in the drop report instead (it is never lost silently). The drop report and
+/// `RunFinished` still come last: when they cannot be delivered at once after a cancel, a
+/// small task delivers them as soon as the consumer reads again (or drops the stream), so the
+/// run itself — and `Agent::close` — never waits for a consumer.
 pub(crate) struct Emitter {
     tx: mpsc::Sender<Event>,
     run_id: String,
@@ -53,6 +60,7 @@ pub(crate) struct Emitter {
     blocking: bool,
     dropped: DropStats,
     consumer_gone: bool,
+    cancel: CancellationToken,
 }
 
 impl Emitter {
@@ -61,6 +69,7 @@ impl Emitter {
         run_id: String,
         driver: String,
         blocking: bool,
+        cancel: CancellationToken,
     ) -> Self {
         Self {
             tx,
@@ -71,6 +80,7 @@ impl Emitter {
             blocking,
             dropped: DropStats::default(),
             consumer_gone: false,
+            cancel,
         }
     }
 
@@ -84,48 +94,91 @@ impl Emitter {
         event.meta_mut().thread_key.clone_from(&self.thread_key);
     }
 
+    /// Deliver without waiting; a full buffer counts the event as dropped.
+    fn offer(&mut self, event: Event) {
+        match self.tx.try_send(event) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(event)) => {
+                let seq = event.meta().sequence;
+                let d = &mut self.dropped;
+                if d.count == 0 {
+                    d.first = seq;
+                }
+                d.count += 1;
+                d.last = seq;
+                *d.by_kind.entry(event.kind().to_owned()).or_default() += 1;
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => self.consumer_gone = true,
+        }
+    }
+
     /// Emit one event.
     pub(crate) async fn emit(&mut self, mut event: Event) {
         self.stamp(&mut event);
         if self.consumer_gone {
             return;
         }
-        if !self.blocking && event.is_droppable() {
-            match self.tx.try_send(event) {
-                Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(event)) => {
-                    let seq = event.meta().sequence;
-                    let d = &mut self.dropped;
-                    if d.count == 0 {
-                        d.first = seq;
-                    }
-                    d.count += 1;
-                    d.last = seq;
-                    *d.by_kind.entry(event.kind().to_owned()).or_default() += 1;
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => self.consumer_gone = true,
-            }
+        if (!self.blocking && event.is_droppable()) || self.cancel.is_cancelled() {
+            self.offer(event);
             return;
         }
-        if self.tx.send(event).await.is_err() {
-            self.consumer_gone = true;
+        let tx = self.tx.clone();
+        let reserved = tokio::select! {
+            biased;
+            permit = tx.reserve() => Some(permit),
+            // The consumer stopped reading and the run was cancelled: stop waiting.
+            _ = self.cancel.cancelled() => None,
+        };
+        match reserved {
+            Some(Ok(permit)) => permit.send(event),
+            Some(Err(_)) => self.consumer_gone = true,
+            None => self.offer(event),
         }
     }
 
     /// Emit the drop report (if anything was dropped) and `RunFinished`, the last event.
     pub(crate) async fn finish(&mut self, finished: RunFinished) {
+        if self.consumer_gone {
+            return;
+        }
+        let mut last = Vec::new();
         if self.dropped.count > 0 {
             let d = std::mem::take(&mut self.dropped);
-            self.emit(Event::Dropped(Dropped {
+            let mut report = Event::Dropped(Dropped {
                 meta: blank_meta(),
                 count: d.count,
                 by_kind: d.by_kind,
                 first_sequence: d.first,
                 last_sequence: d.last,
-            }))
-            .await;
+            });
+            self.stamp(&mut report);
+            last.push(report);
         }
-        self.emit(Event::RunFinished(finished)).await;
+        let mut finished = Event::RunFinished(finished);
+        self.stamp(&mut finished);
+        last.push(finished);
+        let tx = self.tx.clone();
+        let mut deliver = Box::pin(async move {
+            for event in last {
+                if tx.send(event).await.is_err() {
+                    return;
+                }
+            }
+        });
+        if self.cancel.is_cancelled() {
+            // Never wait for a consumer after a cancel: deliver in the background.
+            tokio::spawn(deliver);
+            return;
+        }
+        tokio::select! {
+            biased;
+            () = &mut deliver => {}
+            // Cancelled while waiting for the consumer: the same delivery, from where it is,
+            // goes on in the background.
+            _ = self.cancel.cancelled() => {
+                tokio::spawn(deliver);
+            }
+        }
     }
 }
 

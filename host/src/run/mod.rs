@@ -103,6 +103,7 @@ fn launch(
         run_id.clone(),
         inner.driver.name().to_owned(),
         inner.settings.blocking_events,
+        cancel.clone(),
     );
     let span = tracing::info_span!("run", run_id = %run_id, driver = %inner.driver.name());
     let run = Run {

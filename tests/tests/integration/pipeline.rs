@@ -893,3 +893,53 @@ async fn a_provider_writing_an_overlong_line_is_stopped() {
     assert!(e.message.contains("max_line_bytes"), "{}", e.message);
     assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.valid));
 }
+
+/// A consumer that keeps its stream but stops reading, then cancels: `cancel` + `close`
+/// return within the grace period, in blocking mode and in the default drop mode (where
+/// non-droppable events fill the buffer). The stream, read later, still ends with the drop
+/// report and `RunFinished`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_unblocks_a_send_to_a_consumer_that_stopped_reading() {
+    for blocking in [true, false] {
+        let (state, ws) = (tmp(), tmp());
+        let mut builder = agent_builder(reference(state.path()), ws.path()).event_buffer(2);
+        if blocking {
+            builder = builder.blocking_events();
+        }
+        let agent = builder.build();
+        let mut stream = agent.stream("[[spam 20000]] a chatty answer");
+        // Read the first event, then stop reading while the provider keeps writing.
+        assert!(matches!(stream.next().await, Some(Event::RunStarted(_))));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        stream.cancel();
+        let closed = tokio::time::timeout(Duration::from_secs(5), agent.close()).await;
+        assert!(
+            closed.is_ok(),
+            "blocking={blocking}: close did not return after cancel"
+        );
+        // The stream is still readable: whatever was delivered, then the drop report, then
+        // `RunFinished` last.
+        let mut events = Vec::new();
+        while let Some(ev) = stream.next().await {
+            events.push(ev);
+        }
+        assert!(
+            matches!(events.last(), Some(Event::RunFinished(f)) if f.failed),
+            "blocking={blocking}: {:?}",
+            events.last()
+        );
+        let dropped = events.iter().find_map(|e| match e {
+            Event::Dropped(d) => Some(d.count),
+            _ => None,
+        });
+        assert!(
+            dropped.is_some_and(|n| n > 0),
+            "blocking={blocking}: undeliverable events are reported, not lost silently"
+        );
+        let result = stream.result().await;
+        assert!(
+            matches!(&result, Err(adaptor::Error::Run(e)) if e.reason == adaptor::FailureReason::Cancelled),
+            "{result:?}"
+        );
+    }
+}
