@@ -82,6 +82,10 @@ pub struct RunArgs {
     pub(crate) prompt: String,
 }
 
+/// After Ctrl-C, how long the event loop has to finish by itself before the watchdog stops
+/// the process (the run's own grace period is 2 s).
+const INTERRUPT_PATIENCE: Duration = Duration::from_secs(4);
+
 /// Examples shown by `adaptor run --help`.
 pub const EXAMPLES: &str = "\
 Examples:
@@ -230,6 +234,21 @@ pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -
         (None, _) => agent.stream_with(prompt.clone(), options),
     };
     let mut view = View::new(json, color.stdout_styled(), status);
+    // Ctrl-C is handled in the loop below. If the loop cannot get there — it is blocked
+    // writing to a stdout nobody reads (`adaptor run … | sleep 60`) — this watchdog cancels
+    // the run, waits until every run of the agent has stopped and reaped its processes, and
+    // ends the process with 130.
+    let watchdog_agent = agent.clone();
+    let watchdog_cancel = stream.canceller();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            watchdog_cancel.cancel();
+            tokio::time::sleep(INTERRUPT_PATIENCE).await;
+            errln!("\nadaptor: output is blocked; stopping after Ctrl-C");
+            watchdog_agent.close().await;
+            std::process::exit(i32::from(EXIT_INTERRUPTED));
+        }
+    });
     let mut interrupted = false;
     let mut stdout_lost = None;
     let ctrl_c = tokio::signal::ctrl_c();

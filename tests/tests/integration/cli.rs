@@ -766,3 +766,39 @@ fn completions_for_each_shell_and_help_with_examples() {
         assert!(help.contains("Examples:\n  adaptor "), "{sub:?}: {help}");
     }
 }
+
+/// Ctrl-C while the CLI is blocked writing to a stdout nobody reads (`| sleep 60`): the run is
+/// cancelled, its provider reaped, and the CLI exits 130 within seconds.
+#[test]
+fn ctrl_c_ends_a_run_whose_stdout_is_not_read() {
+    let state = tempfile::tempdir().unwrap();
+    let mut child = adaptor()
+        .args([
+            "run",
+            "--json",
+            "--config",
+            &config(state.path()),
+            "[[spam 200000]] [[sleep 200]] nobody reads this",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Keep the pipe open but never read it, so the CLI blocks on a full pipe.
+    let _unread = child.stdout.take();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill(2) on a pid this test spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("adaptor still running 15 s after Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(130));
+}
