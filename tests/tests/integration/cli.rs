@@ -489,22 +489,25 @@ fn the_provider_beside_adaptor_is_found_when_the_build_dir_is_inside_the_workspa
     );
 }
 
+/// `adaptor run --json PROMPT` with stdout piped (and stderr as given).
+fn spawn_json_run(state: &std::path::Path, prompt: &str, stderr: Stdio) -> std::process::Child {
+    adaptor()
+        .args(["run", "--json", "--config", &config(state), prompt])
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn a_closed_stdout_ends_the_run_quietly_with_141() {
     use std::io::BufRead;
     let state = tempfile::tempdir().unwrap();
-    let mut child = adaptor()
-        .args([
-            "run",
-            "--json",
-            "--config",
-            &config(state.path()),
-            "[[spam 200000]] [[sleep 300]] a long answer",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_json_run(
+        state.path(),
+        "[[spam 200000]] [[sleep 300]] a long answer",
+        Stdio::piped(),
+    );
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let mut provider = None;
     for line in lines.by_ref().take(50) {
@@ -772,18 +775,11 @@ fn completions_for_each_shell_and_help_with_examples() {
 #[test]
 fn ctrl_c_ends_a_run_whose_stdout_is_not_read() {
     let state = tempfile::tempdir().unwrap();
-    let mut child = adaptor()
-        .args([
-            "run",
-            "--json",
-            "--config",
-            &config(state.path()),
-            "[[spam 200000]] [[sleep 200]] nobody reads this",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_json_run(
+        state.path(),
+        "[[spam 200000]] [[sleep 200]] nobody reads this",
+        Stdio::null(),
+    );
     // Keep the pipe open but never read it, so the CLI blocks on a full pipe.
     let _unread = child.stdout.take();
     std::thread::sleep(Duration::from_millis(1500));
