@@ -94,21 +94,26 @@ impl Emitter {
         event.meta_mut().thread_key.clone_from(&self.thread_key);
     }
 
-    /// Deliver without waiting; a full buffer counts the event as dropped.
-    fn offer(&mut self, event: Event) {
-        match self.tx.try_send(event) {
+    /// Deliver without waiting; a full buffer counts the event as dropped. (Over the fields,
+    /// so it can run while a reservation borrows the sender.)
+    fn offer(
+        tx: &mpsc::Sender<Event>,
+        dropped: &mut DropStats,
+        consumer_gone: &mut bool,
+        event: Event,
+    ) {
+        match tx.try_send(event) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(event)) => {
                 let seq = event.meta().sequence;
-                let d = &mut self.dropped;
-                if d.count == 0 {
-                    d.first = seq;
+                if dropped.count == 0 {
+                    dropped.first = seq;
                 }
-                d.count += 1;
-                d.last = seq;
-                *d.by_kind.entry(event.kind().to_owned()).or_default() += 1;
+                dropped.count += 1;
+                dropped.last = seq;
+                *dropped.by_kind.entry(event.kind().to_owned()).or_default() += 1;
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => self.consumer_gone = true,
+            Err(mpsc::error::TrySendError::Closed(_)) => *consumer_gone = true,
         }
     }
 
@@ -119,20 +124,19 @@ impl Emitter {
             return;
         }
         if (!self.blocking && event.is_droppable()) || self.cancel.is_cancelled() {
-            self.offer(event);
+            Self::offer(&self.tx, &mut self.dropped, &mut self.consumer_gone, event);
             return;
         }
-        let tx = self.tx.clone();
         let reserved = tokio::select! {
             biased;
-            permit = tx.reserve() => Some(permit),
+            permit = self.tx.reserve() => Some(permit),
             // The consumer stopped reading and the run was cancelled: stop waiting.
             _ = self.cancel.cancelled() => None,
         };
         match reserved {
             Some(Ok(permit)) => permit.send(event),
             Some(Err(_)) => self.consumer_gone = true,
-            None => self.offer(event),
+            None => Self::offer(&self.tx, &mut self.dropped, &mut self.consumer_gone, event),
         }
     }
 

@@ -373,7 +373,7 @@ pub(crate) fn build_request(
 
 /// The run policy in the driver's terms.
 pub(crate) fn policy(p: Policy) -> wit::Policy {
-    let decision = |m: DecisionMode| match m {
+    let mode = |m: DecisionMode| match m {
         DecisionMode::Inherit => wit::DecisionMode::Inherit,
         DecisionMode::Ask => wit::DecisionMode::Ask,
         DecisionMode::AutoApprove => wit::DecisionMode::AutoApprove,
@@ -399,8 +399,8 @@ pub(crate) fn policy(p: Policy) -> wit::Policy {
         },
         web_search: toggle(p.web_search),
         browser: toggle(p.browser),
-        permission: decision(a.permission),
-        plan_review: decision(a.plan_review),
+        permission: mode(a.permission),
+        plan_review: mode(a.plan_review),
         question: match a.question {
             QuestionMode::Inherit => wit::DecisionMode::Inherit,
             QuestionMode::Ask => wit::DecisionMode::Ask,
