@@ -4,7 +4,7 @@
 //!
 //! - **Single-store checks** ([`CHECKS`], or each `pub async fn` by name): each takes a
 //!   fresh, empty store and panics with the store's [`ThreadStore::kind`] and what was wrong.
-//!   Run them with one test per check, each on a fresh store (see `run_checks`).
+//!   [`run_checks`] runs them all, each on a fresh store, and reports every failure.
 //! - **Races**: [`race_in_threads`] — N workers in one process contend for one key, with
 //!   overlap, lost-update and fencing checks ([`assert_race`]); [`race_processes`] — the same
 //!   across OS processes, for stores shared between processes. The worker is
@@ -16,10 +16,10 @@
 //! ```no_run
 //! # async fn demo() {
 //! use adaptortest::store_suite;
-//! let store = adaptor::store::MemoryStore::new(); // your store, fresh and empty
-//! store_suite::keys_are_opaque(&store).await;
-//! for (name, _) in store_suite::CHECKS {
-//!     println!("{name}"); // one test per check, each on a fresh store
+//! // Each check gets a fresh, empty store from the closure (use yours).
+//! let report = store_suite::run_checks(|| async { adaptor::store::MemoryStore::new() }).await;
+//! for (name, outcome) in &report {
+//!     assert!(outcome.is_ok(), "{name}: {outcome:?}");
 //! }
 //! # }
 //! ```
