@@ -141,6 +141,8 @@ pub async fn replay_cassette(
         .workspace(&workspace)
         .env("ADAPTORTEST_CASSETTE", cassette_path.display().to_string())
         .env("ADAPTORTEST_TIMING", options.timing.env())
+        // The replaying provider reads the cassette; nothing else outside its confinement.
+        .containment(adaptor::Containment::new().allow_read(&cassette_path))
         .grace_period(Duration::from_millis(500))
         .timeout(options.timeout);
     let agent = match options.idle_timeout {

@@ -225,6 +225,7 @@ pub(crate) struct Settings {
     pub thread_store: Option<Arc<dyn ThreadStore>>,
     pub lease_ttl: Duration,
     pub resident_idle: Duration,
+    pub containment: crate::containment::Containment,
 }
 
 impl RunOptions {
@@ -249,6 +250,8 @@ impl Settings {
             pass_env: &self.pass_env,
             set_env: &self.set_env,
             parent_death_signal: self.parent_death_signal,
+            containment: &self.containment,
+            grace: self.grace_period,
         }
     }
 }
@@ -271,6 +274,7 @@ impl Default for Settings {
             thread_store: None,
             lease_ttl: crate::thread::DEFAULT_LEASE_TTL,
             resident_idle: Duration::from_secs(300),
+            containment: crate::containment::Containment::default(),
         }
     }
 }
@@ -372,6 +376,15 @@ impl AgentBuilder {
         self
     }
 
+    /// How provider processes (runs and Inspect probes) are confined: the paths they may
+    /// read and write beyond the defaults, the CLI's state directories, variables drivers
+    /// may set although denied, and whether a kernel that cannot confine them refuses the
+    /// run (the default) or runs best-effort. See [`Containment`](crate::Containment).
+    pub fn containment(mut self, containment: crate::containment::Containment) -> Self {
+        self.settings.containment = containment;
+        self
+    }
+
     /// Sandbox limits for driver instances.
     pub fn guest_limits(mut self, limits: GuestLimits) -> Self {
         self.settings.limits = limits;
@@ -407,6 +420,7 @@ impl AgentBuilder {
 
     /// Build the agent.
     pub fn build(self) -> Agent {
+        crate::process::sweep_stale_run_dirs();
         let cancel = CancellationToken::new();
         Agent {
             inner: Arc::new(AgentInner {

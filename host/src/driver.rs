@@ -218,6 +218,31 @@ impl Driver {
 
     /// The program this driver runs as configured: the config's `command`, else the
     /// descriptor's default program.
+    /// The process grant of a run (or an Inspect) of this driver in `workspace`: the
+    /// configured program, the embedder's `rules`, and the paths the caller's config names in
+    /// fields the driver's schema marks with `x-adaptor-path`.
+    pub(crate) fn process_grant(
+        &self,
+        workspace: PathBuf,
+        rules: &crate::grant::GrantRules<'_>,
+    ) -> Result<crate::grant::ProcessGrant, Error> {
+        let config_paths = crate::grant::confine::config_paths(
+            &self.loaded.descriptor.config_schema,
+            &self.config,
+        )
+        .map_err(|r| Error::ContainmentUnavailable {
+            driver: self.name().to_owned(),
+            reason: format!("the driver config's `{}`: {}", r.pointer, r.reason),
+        })?;
+        Ok(crate::grant::ProcessGrant::resolve(
+            self.name(),
+            self.configured_program(),
+            workspace,
+            rules,
+            config_paths,
+        ))
+    }
+
     pub(crate) fn configured_program(&self) -> String {
         self.config
             .get("command")

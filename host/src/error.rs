@@ -84,6 +84,16 @@ pub enum Error {
         /// What was refused.
         refusal: LaunchRefusal,
     },
+    /// The kernel cannot confine the provider as the caller's [`Containment`](crate::Containment)
+    /// requires (no Landlock, no PID namespace, a path to allow that does not exist). Nothing
+    /// was spawned. [`Containment::best_effort`](crate::Containment::best_effort) runs anyway.
+    #[error("cannot confine the provider of driver `{driver}`: {reason}")]
+    ContainmentUnavailable {
+        /// Driver name.
+        driver: String,
+        /// What is missing.
+        reason: String,
+    },
     /// The granted program could not be found.
     #[error("program `{program}` for driver `{driver}` was not found: {detail}")]
     ProgramNotFound {
@@ -233,6 +243,18 @@ pub enum LaunchRefusal {
     /// An argument contains a NUL byte.
     #[error("argument {0} contains a NUL byte")]
     Arg(usize),
+    /// The driver set an environment variable the host's denylist covers
+    /// ([`DRIVER_ENV_DENYLIST`](crate::DRIVER_ENV_DENYLIST)): a loader, interpreter, shell or
+    /// tool-config variable, or one that moves the CLI's state.
+    #[error(
+        "environment variable `{name}` may not be set by a driver (denylist entry `{rule}`); a caller can allow it with Containment::allow_driver_env"
+    )]
+    DeniedEnv {
+        /// The variable.
+        name: String,
+        /// The denylist entry that covers it.
+        rule: String,
+    },
 }
 
 /// A driver failed to load.

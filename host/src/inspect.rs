@@ -11,10 +11,11 @@ use serde::Serialize;
 use tokio::io::AsyncReadExt;
 
 use crate::agent::Agent;
+use crate::containment::ContainmentReport;
 use crate::descriptor::{ModelInfo, VersionRange};
 use crate::error::Error;
-use crate::grant::ProcessGrant;
-use crate::process::{self, ProcessSpec};
+use crate::grant::RunPaths;
+use crate::process::{self, PrivateDir, ProcessSpec};
 use crate::session::ProbeOutput;
 use crate::wasm::guest::GuestInstance;
 
@@ -69,6 +70,10 @@ pub struct Inspection {
     pub skills: Availability<bool>,
     /// The config JSON Schema.
     pub config_schema: serde_json::Value,
+    /// How the CLI's processes are confined on this machine (the probes ran under it):
+    /// Landlock ABI, what is enforced, the filesystem rules. An error when the containment
+    /// cannot be had (no Landlock in enforce mode, the program not found, …).
+    pub containment: Availability<ContainmentReport>,
 }
 
 impl Agent {
@@ -92,11 +97,24 @@ impl Agent {
             .map_err(|e| e.into_error(name.clone()))?;
         let workspace = crate::grant::resolve_workspace(inner.defaults.workspace.as_deref())?;
         // The same grant as a launch: the configured command, resolved once.
-        let grant = ProcessGrant::resolve(
-            &name,
-            driver.configured_program(),
+        let grant = driver.process_grant(workspace.clone(), &inner.settings.grant_rules())?;
+        // The probes run under a launch's confinement, with a read-only workspace and a
+        // private TMPDIR of their own.
+        let run_dir = PrivateDir::create(PrivateDir::root_for(&crate::run::new_run_id()), &[])
+            .map_err(|source| Error::Spawn {
+                driver: name.clone(),
+                program: grant.configured().to_owned(),
+                source,
+            })?;
+        let confined = grant.spec(
+            Vec::new(),
+            &[],
             workspace.clone(),
-            &inner.settings.grant_rules(),
+            RunPaths {
+                files: None,
+                tmp: &PrivateDir::tmp_for(run_dir.root()),
+                read_only: true,
+            },
         );
         let mut outputs = Vec::new();
         for probe in probes {
@@ -106,28 +124,42 @@ impl Agent {
                     refusal,
                 });
             }
-            let output = match grant.spec(probe.args, &[], workspace.clone()) {
-                Err(_) => ProbeOutput {
+            let output = match &confined {
+                Err(e) => ProbeOutput {
                     id: probe.id,
                     code: None,
                     stdout: Vec::new(),
                     stderr: Vec::new(),
-                    error: Some(format!(
-                        "`{}` not found: {}",
-                        grant.configured(),
-                        grant.unresolved().unwrap_or("not resolved")
-                    )),
+                    error: Some(match e {
+                        Error::ProgramNotFound { .. } => format!(
+                            "`{}` not found: {}",
+                            grant.configured(),
+                            grant.unresolved().unwrap_or("not resolved")
+                        ),
+                        other => other.to_string(),
+                    }),
                 },
-                Ok(spec) => {
+                Ok((spec, _)) => {
                     tracing::info!(driver = %name, probe = %probe.id, "running environment probe");
                     let timeout = probe
                         .timeout
                         .clamp(Duration::from_millis(100), Duration::from_secs(60));
+                    let spec = ProcessSpec {
+                        args: probe.args,
+                        ..spec.clone()
+                    };
                     run_probe(probe.id, &spec, timeout, inner.settings.grace_period).await
                 }
             };
             outputs.push(output);
         }
+        drop(run_dir);
+        let containment = match confined {
+            Ok((_, report)) => Availability::Supported { value: report },
+            Err(e) => Availability::Unsupported {
+                reason: e.to_string(),
+            },
+        };
         let (checks, cli_version) = instance.check_environment(&config, &outputs).await?;
         let status = checks
             .iter()
@@ -155,6 +187,7 @@ impl Agent {
                 }
             },
             config_schema: descriptor.config_schema.clone(),
+            containment,
         })
     }
 }

@@ -25,13 +25,15 @@
 //! The layering reads off the folders, bottom to top:
 //!
 //! - **vocabulary** (leaves, no I/O): `error`, `event`, `result`, `descriptor`, `policy`,
-//!   `approval`, `structured`, `session` (the driver session's actions and outcome in host
-//!   types);
+//!   `approval`, `structured`, `containment` (the caller's confinement settings and the
+//!   report of what the kernel enforces), `session` (the driver session's actions and
+//!   outcome in host types);
 //! - **`wasm/`** — the only place that names wasmtime (`engine`, `guest`) and the
 //!   WIT-generated types (`bindings`, `convert`);
 //! - **`grant/` + `process/`** — the only places that decide (`grant`: the run's
-//!   `ProcessGrant`: program, workspace, environment) and perform
-//!   (`process`: spawn, signal, reap) process actions;
+//!   `ProcessGrant`: program, workspace, environment and its denylist, the filesystem
+//!   confinement) and perform (`process`: confine with Landlock and a PID namespace, spawn,
+//!   signal, reap) process actions;
 //! - **`run/`** — the one pipeline: `prepare`, `turn`, `supervise`, `output`, `classify`,
 //!   `decisions`, `resident`, `coordinator` (the thread stage);
 //! - **`store/`** — thread stores behind the `ThreadStore` trait;
@@ -56,6 +58,7 @@
 mod agent;
 mod approval;
 pub mod cassette;
+mod containment;
 mod descriptor;
 mod driver;
 mod error;
@@ -82,6 +85,7 @@ pub use approval::{
     ApprovalError, ApprovalFuture, ApprovalHandler, ApprovalKind, ApprovalRequest, Choice,
     Resolution,
 };
+pub use containment::{Containment, ContainmentMode, ContainmentReport, PathAccess, PathRule};
 pub use descriptor::{
     ApprovalCaps, DecisionModes, Descriptor, McpCaps, ModelInfo, PolicyCaps, SandboxLevels,
     SessionCaps, StreamingCaps, StructuredOutputCaps, VersionRange,
@@ -95,12 +99,12 @@ pub use event::{
     ProcessInfoKind, RunFinished, RunStarted, SessionStarted, TextDelta, ThreadFallback, ToolCall,
     ToolResult, UsageUpdate, VendorEvent,
 };
-pub use grant::DEFAULT_ENV_ALLOWLIST;
+pub use grant::{DEFAULT_ENV_ALLOWLIST, DRIVER_ENV_DENYLIST};
 pub use inspect::{Availability, Check, CheckLevel, EnvironmentReport, Inspection};
 pub use policy::{ApprovalPolicy, DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
 pub use result::{
-    Checkpoint, ChunkRecord, ExitInfo, ItemKind, LaunchRecord, RawStreams, RunResult, StreamKind,
-    TerminalPayload, ThreadInfo, ThreadStart, TranscriptItem, Usage,
+    Checkpoint, ChunkRecord, ExitInfo, ItemKind, LaunchRecord, ProcessIdentity, RawStreams,
+    RunResult, StreamKind, TerminalPayload, ThreadInfo, ThreadStart, TranscriptItem, Usage,
 };
 pub use run::CHECKPOINT_INVALIDATED;
 pub use stream::{Canceller, Stream};

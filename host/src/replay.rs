@@ -130,6 +130,8 @@ async fn drive(
             resolved: launch.program.clone().into(),
             args: launch.args.clone(),
             cwd: workspace.to_path_buf(),
+            process: None,
+            containment: None,
         }),
         ..RawStreams::default()
     };

@@ -140,6 +140,24 @@ pub struct LaunchRecord {
     pub args: Vec<String>,
     /// Working directory.
     pub cwd: std::path::PathBuf,
+    /// The process identity, recorded at spawn (none for a replay).
+    pub process: Option<ProcessIdentity>,
+    /// How the process was confined (none for a replay).
+    pub containment: Option<crate::containment::ContainmentReport>,
+}
+
+/// Who the host's child for a run is: enough to tell it from a later process that reuses
+/// the pid. Under a PID namespace this is the keeper process (the provider runs as pid 2 of
+/// the namespace, below it); signals to the group reach the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ProcessIdentity {
+    /// The pid of the host's child.
+    pub pid: u32,
+    /// Its process group (every signal the host sends goes to the group).
+    pub pgid: i32,
+    /// Its start time in clock ticks after boot (`/proc/<pid>/stat` field 22), where the
+    /// platform has it.
+    pub start_ticks: Option<u64>,
 }
 
 /// Complete raw process I/O.

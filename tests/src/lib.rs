@@ -105,6 +105,56 @@ pub fn pid_alive(pid: u32) -> bool {
     }
 }
 
+/// The live descendants of `pid` (children, their children, …), as the host sees them.
+/// A provider runs in a PID namespace of its own, where it sees other pids: tests find its
+/// processes from the host's child (the `ProcessInfo` spawn pid) down.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for e in entries.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+                continue;
+            };
+            let Some(rest) = stat.rsplit(')').next() else {
+                continue;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            if fields.len() > 1
+                && fields[0] != "Z"
+                && fields[0] != "X"
+                && let Ok(ppid) = fields[1].parse::<u32>()
+            {
+                parents.push((p, ppid));
+            }
+        }
+    }
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// The pid of the run's spawned process (the `ProcessInfo` spawn event).
+pub fn spawn_pid(events: &[adaptor::Event]) -> Option<u32> {
+    events.iter().find_map(|e| match e {
+        adaptor::Event::ProcessInfo(p) if p.process == adaptor::ProcessInfoKind::Spawn => p.pid,
+        _ => None,
+    })
+}
+
 /// True if any live (non-zombie) process is in process group `pgid`.
 pub fn group_alive(pgid: u32) -> bool {
     let Ok(entries) = std::fs::read_dir("/proc") else {

@@ -251,13 +251,23 @@ pub(crate) fn config_overrides(request: &RunRequest, config: &Value) -> Vec<Stri
     args
 }
 
-/// Codex's sandbox mode for a policy sandbox level.
+/// Codex's sandbox mode for a policy sandbox level: always `danger-full-access`.
+///
+/// Codex 0.171 restricts the filesystem of its commands only with bubblewrap ("filesystem-
+/// restricted execution requires bubblewrap"; the legacy Landlock mode panics with that
+/// message), and bubblewrap mounts. The host runs every provider inside a Landlock domain,
+/// where the kernel refuses `mount(2)`: a Codex sandbox of its own cannot start there, and
+/// every command would fail with `bwrap: setting up …`. The host's confinement is the
+/// sandbox instead: it enforces `read-only` (no workspace writes) and `workspace-write` /
+/// `inherit` / `unrestricted` (writes in the workspace, the run's TMPDIR and Codex's state
+/// only) for Codex and all its commands, as for every CLI. What Codex's own modes add and the
+/// host does not is network isolation of commands: under the host, commands keep the
+/// network (see the driver README).
 pub(crate) fn sandbox_mode(sandbox: Sandbox) -> Option<&'static str> {
     match sandbox {
-        Sandbox::Inherit => None,
-        Sandbox::ReadOnly => Some("read-only"),
-        Sandbox::WorkspaceWrite => Some("workspace-write"),
-        Sandbox::Unrestricted => Some("danger-full-access"),
+        Sandbox::Inherit | Sandbox::ReadOnly | Sandbox::WorkspaceWrite | Sandbox::Unrestricted => {
+            Some("danger-full-access")
+        }
     }
 }
 

@@ -27,7 +27,7 @@ fn exec_command_line() {
             "--json",
             "--skip-git-repo-check",
             "--sandbox",
-            "workspace-write",
+            "danger-full-access",
             "--model",
             "gpt-5.5",
             "-c",

@@ -126,7 +126,7 @@ fn config_schema() -> Value {
         "properties": {
             "command": {"type": "string", "description": "Provider program (default: reference-provider on PATH)."},
             "model": {"type": "string", "description": "Model name reported by the provider (default reference-1)."},
-            "state_dir": {"type": "string", "description": "Directory where the provider keeps sessions."},
+            "state_dir": {"type": "string", "x-adaptor-path": "state", "description": "Directory where the provider keeps sessions (absolute; the host lets the provider read and write it, and creates it when missing)."},
             "delay_ms": {"type": "integer", "minimum": 0, "description": "Pause between output lines, in milliseconds."},
             "extra_args": {"type": "array", "items": {"type": "string"}, "description": "Arguments appended to the command line."},
             "transport": {"type": "string", "enum": ["one-shot", "stdio"], "description": "`stdio`: the prompt travels as a JSON frame and stdin stays open, so a thread can keep the provider for its next turns (resident process). Default `one-shot`: the prompt is stdin itself, except when approvals are asked (then `stdio`)."}

@@ -2,23 +2,33 @@
 //! before anything starts, and the check of every launch a driver asks for against it.
 //!
 //! A [`ProcessGrant`] is one value: the program as configured and resolved to an absolute
-//! path (program resolution lives here and nowhere else), the canonical workspace, and the
+//! path (program resolution lives here and nowhere else), the canonical workspace, the
 //! environment rules (an allowlist of the host's variables, the variables the embedder opted
-//! into or set, then the driver's additions). A launch passes when the program is the
-//! configured one (by name or resolved path), its working directory stays inside the
-//! workspace, private file names are plain names and environment names, values and arguments
-//! are well-formed. Must not: spawn (see `process`) or name WIT types (the pipeline hands a
+//! into or set — which always win — then the driver's additions, none of them on the
+//! denylist of `env`) and the confinement (`confine`: what the provider may read and write,
+//! applied by the kernel). A launch passes when the program is the configured one (by name
+//! or resolved path), its working directory stays inside the workspace, private file names
+//! are plain names, environment names are not denied and names, values and arguments are
+//! well-formed. Must not: spawn (see `process`) or name WIT types (the pipeline hands a
 //! [`LaunchAsk`] view).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
+use crate::containment::{Containment, ContainmentReport};
 use crate::error::{Error, LaunchRefusal};
 use crate::process::{self, ProcessSpec};
 
+pub(crate) mod confine;
+pub(crate) mod env;
+
+pub use env::DRIVER_ENV_DENYLIST;
+
 /// Variables passed from the host's environment by default. Anything else (API keys,
-/// tokens) must be opted into per variable with `AgentBuilder::pass_env`.
+/// tokens) must be opted into per variable with `AgentBuilder::pass_env`. `TMPDIR` is not
+/// passed: each provider gets a private one of its run (unless the caller sets or passes
+/// `TMPDIR` itself).
 pub const DEFAULT_ENV_ALLOWLIST: &[&str] = &[
     "PATH",
     "HOME",
@@ -28,7 +38,6 @@ pub const DEFAULT_ENV_ALLOWLIST: &[&str] = &[
     "LC_ALL",
     "LC_CTYPE",
     "TERM",
-    "TMPDIR",
     "TZ",
     "XDG_CONFIG_HOME",
     "XDG_DATA_HOME",
@@ -62,6 +71,21 @@ pub(crate) struct GrantRules<'a> {
     pub set_env: &'a [(String, String)],
     /// `PR_SET_PDEATHSIG` on Linux.
     pub parent_death_signal: bool,
+    /// The caller's containment settings.
+    pub containment: &'a Containment,
+    /// SIGTERM → SIGKILL grace for leftovers.
+    pub grace: std::time::Duration,
+}
+
+/// The run's own directories a launch is confined to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunPaths<'a> {
+    /// The private files directory, when the launch has files.
+    pub files: Option<&'a Path>,
+    /// The per-run `TMPDIR`.
+    pub tmp: &'a Path,
+    /// No writes to the workspace.
+    pub read_only: bool,
 }
 
 /// The canonical workspace: `dir`, else the current directory; it must be a directory.
@@ -98,18 +122,26 @@ pub(crate) struct ProcessGrant {
     workspace: PathBuf,
     /// The environment every process starts from (before the driver's additions).
     base_env: BTreeMap<OsString, OsString>,
+    /// Names the caller set or passed: driver additions never replace them.
+    caller_names: Vec<String>,
     parent_death_signal: bool,
+    containment: Containment,
+    grace: std::time::Duration,
+    config_paths: Vec<confine::ConfigPath>,
 }
 
 impl ProcessGrant {
     /// Decide the grant: `configured` (the driver config's `command`, else its default
     /// program) resolved against PATH outside the workspace, then the host's program
-    /// directories; the environment from the allowlist and the embedder's rules.
+    /// directories; the environment from the allowlist and the embedder's rules; the paths
+    /// of the caller's driver config that the driver's schema marks (see
+    /// [`confine::config_paths`]).
     pub(crate) fn resolve(
         driver: &str,
         configured: String,
         workspace: PathBuf,
         rules: &GrantRules<'_>,
+        config_paths: Vec<confine::ConfigPath>,
     ) -> ProcessGrant {
         let path_var = std::env::var_os("PATH");
         let resolved = process::resolve_program(
@@ -131,13 +163,23 @@ impl ProcessGrant {
         for (k, v) in rules.set_env {
             base_env.insert(k.into(), v.into());
         }
+        let caller_names = rules
+            .pass_env
+            .iter()
+            .cloned()
+            .chain(rules.set_env.iter().map(|(k, _)| k.clone()))
+            .collect();
         ProcessGrant {
             driver: driver.to_owned(),
             configured,
             resolved,
             workspace,
             base_env,
+            caller_names,
             parent_death_signal: rules.parent_death_signal,
+            containment: rules.containment.clone(),
+            grace: rules.grace,
+            config_paths,
         }
     }
 
@@ -189,6 +231,7 @@ impl ProcessGrant {
             {
                 return Err(LaunchRefusal::Env(name.clone()));
             }
+            env::check_driver_var(name, &self.containment.allow_env)?;
         }
         for file in launch.file_names {
             if !is_plain_file_name(file) {
@@ -199,24 +242,74 @@ impl ProcessGrant {
     }
 
     /// What to spawn for a checked launch: the resolved program, the arguments, the
-    /// environment (base, then the driver's `additions`) and the working directory.
+    /// environment (base, then the driver's `additions` — never over a caller-set name —
+    /// and the run's `TMPDIR` unless the caller chose one), the working directory and the
+    /// confinement, with the report of what the kernel enforces.
     pub(crate) fn spec(
         &self,
         args: Vec<String>,
         additions: &[(String, String)],
         cwd: PathBuf,
-    ) -> Result<ProcessSpec, Error> {
+        run: RunPaths<'_>,
+    ) -> Result<(ProcessSpec, ContainmentReport), Error> {
         let mut env = self.base_env.clone();
         for (k, v) in additions {
+            if self.caller_names.iter().any(|c| c == k) {
+                tracing::warn!(driver = %self.driver, variable = %k, "the driver's value for a caller-set variable is ignored: the caller's wins");
+                continue;
+            }
             env.insert(k.into(), v.into());
         }
-        Ok(ProcessSpec {
-            program: self.program()?.to_path_buf(),
-            args,
-            env: env.into_iter().collect(),
-            cwd,
-            parent_death_signal: self.parent_death_signal,
+        if !self.caller_names.iter().any(|c| c == "TMPDIR") {
+            env.insert("TMPDIR".into(), run.tmp.into());
+        }
+        let program = self.program()?.to_path_buf();
+        let tmp = env
+            .get(std::ffi::OsStr::new("TMPDIR"))
+            .map(PathBuf::from)
+            .unwrap_or_else(|| run.tmp.to_path_buf());
+        let plan = confine::ConfinementPlan::decide(&confine::PlanInputs {
+            configured: &self.configured,
+            program: &program,
+            workspace: &self.workspace,
+            read_only: run.read_only,
+            files_dir: run.files,
+            tmp_dir: &tmp,
+            env: &env,
+            containment: &self.containment,
+            config_paths: &self.config_paths,
         })
+        .map_err(|e| Error::ContainmentUnavailable {
+            driver: self.driver.clone(),
+            reason: match e {
+                confine::MissingPath::Missing(path) => {
+                    format!(
+                        "the path {} the caller allowed does not exist",
+                        path.display()
+                    )
+                }
+                confine::MissingPath::Refused(r) => {
+                    format!("the driver config's `{}`: {}", r.pointer, r.reason)
+                }
+            },
+        })?;
+        let (confinement, report) = process::kernel_support()
+            .confine(self.containment.mode, plan.rules, plan.create, self.grace)
+            .map_err(|reason| Error::ContainmentUnavailable {
+                driver: self.driver.clone(),
+                reason,
+            })?;
+        Ok((
+            ProcessSpec {
+                program,
+                args,
+                env: env.into_iter().collect(),
+                cwd,
+                parent_death_signal: self.parent_death_signal,
+                confinement: Some(confinement),
+            },
+            report,
+        ))
     }
 
     fn cwd(&self, requested: Option<&str>) -> Result<PathBuf, LaunchRefusal> {
@@ -260,7 +353,19 @@ mod tests {
             resolved: Ok(PathBuf::from("/usr/bin/reference-provider")),
             workspace: ws.to_path_buf(),
             base_env: BTreeMap::new(),
+            caller_names: vec!["SET_BY_HOST".into()],
             parent_death_signal: true,
+            containment: Containment::new().best_effort(),
+            grace: std::time::Duration::from_millis(100),
+            config_paths: Vec::new(),
+        }
+    }
+
+    fn run_paths(tmp: &Path) -> RunPaths<'_> {
+        RunPaths {
+            files: None,
+            tmp,
+            read_only: false,
         }
     }
 
@@ -315,25 +420,67 @@ mod tests {
         let mut grant = grant(ws.path());
         grant.base_env.insert("PATH".into(), "/usr/bin".into());
         grant.base_env.insert("SET_BY_HOST".into(), "host".into());
-        let spec = grant
+        let (spec, _) = grant
             .spec(
                 vec!["-p".into()],
-                &[("EXTRA".into(), "1".into())],
+                &[
+                    ("EXTRA".into(), "1".into()),
+                    ("SET_BY_HOST".into(), "driver".into()),
+                ],
                 ws.path().to_path_buf(),
+                run_paths(Path::new("/tmp/run-tmp")),
             )
             .unwrap();
-        let names: Vec<_> = spec.env.iter().map(|(k, _)| k.clone()).collect();
-        assert_eq!(names, ["EXTRA", "PATH", "SET_BY_HOST"]);
+        let env: Vec<_> = spec
+            .env
+            .iter()
+            .map(|(k, v)| (k.to_str().unwrap(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            env,
+            [
+                ("EXTRA", "1"),
+                ("PATH", "/usr/bin"),
+                ("SET_BY_HOST", "host"),
+                ("TMPDIR", "/tmp/run-tmp")
+            ],
+            "the caller's value wins; the run's TMPDIR is set"
+        );
         assert_eq!(spec.program, Path::new("/usr/bin/reference-provider"));
         grant.resolved = Err("not on PATH".into());
         assert!(matches!(
-            grant.spec(vec![], &[], ws.path().to_path_buf()),
+            grant.spec(
+                vec![],
+                &[],
+                ws.path().to_path_buf(),
+                run_paths(Path::new("/tmp/run-tmp"))
+            ),
             Err(Error::ProgramNotFound { .. })
         ));
         assert_eq!(grant.unresolved(), Some("not on PATH"));
         // The program check still works by configured name without a resolved path.
         assert!(grant.check_program("reference-provider").is_ok());
         assert!(grant.check_program("/usr/bin/reference-provider").is_err());
+    }
+
+    #[test]
+    fn denied_variables_are_refused_unless_the_caller_allows_them() {
+        let ws = tempfile::tempdir().unwrap();
+        let mut grant = grant(ws.path());
+        let env = [("LD_PRELOAD".to_owned(), "/tmp/x.so".to_owned())];
+        let ask = LaunchAsk {
+            env: &env,
+            ..launch("reference-provider", None)
+        };
+        assert_eq!(
+            grant.check(&ask),
+            Err(LaunchRefusal::DeniedEnv {
+                name: "LD_PRELOAD".into(),
+                rule: "LD_*".into()
+            })
+        );
+        grant.containment = Containment::new().allow_driver_env("LD_PRELOAD");
+        assert!(grant.check(&ask).is_ok());
     }
 
     #[test]

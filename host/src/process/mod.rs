@@ -1,19 +1,117 @@
 //! Provider processes: spawning, signalling and reaping — the one place that spawns.
 //!
 //! Owns: program lookup (PATH, never through a workspace entry; `grant` calls it once per
-//! run), spawning a [`ProcessSpec`] as the leader of a new process group, signalling and
-//! reaping groups, the run's private directory, and the OS-specific process-group code (in
-//! `unix.rs`; macOS and Windows follow behind the same functions). Must not: decide what may
-//! be spawned (that is `grant`), parse output or decide run outcomes.
+//! run), spawning a [`ProcessSpec`] as the leader of a new process group under the
+//! confinement `grant` decided (Landlock and a PID namespace on Linux, in `linux.rs`),
+//! signalling and reaping groups, the run's private directory (and sweeping the ones a
+//! crashed host left), and the OS-specific process-group code (in `unix.rs`; macOS and
+//! Windows follow behind the same functions). Must not: decide what may be spawned (that is
+//! `grant`), parse output or decide run outcomes.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::containment::{ContainmentMode, ContainmentReport, PathRule};
+
+#[cfg(target_os = "linux")]
+mod linux;
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
 pub(crate) use unix::{Spawned, exit_parts, group_alive, killed_status, signal_group, spawn};
+
+/// How a launch is confined (decided by `grant`, applied by [`spawn`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Confinement {
+    /// The filesystem rules (applied with Landlock when `landlock`).
+    pub rules: Vec<PathRule>,
+    /// State directories to create (0700) before launch.
+    pub create: Vec<PathBuf>,
+    /// Apply the rules with Landlock.
+    pub landlock: bool,
+    /// Run in a PID namespace of its own.
+    pub pid_namespace: bool,
+    /// What the reaper waits between SIGTERM and SIGKILL for leftovers.
+    pub grace: Duration,
+}
+
+/// What the running kernel offers for confinement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KernelSupport {
+    /// Landlock ABI version.
+    pub landlock_abi: Option<u32>,
+    /// PID (and mount) namespaces can be created.
+    pub pid_namespace: bool,
+}
+
+/// What the running kernel offers (probed once per process).
+pub(crate) fn kernel_support() -> KernelSupport {
+    #[cfg(target_os = "linux")]
+    {
+        KernelSupport {
+            landlock_abi: linux::landlock_abi(),
+            pid_namespace: linux::pid_namespace_available(),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        KernelSupport {
+            landlock_abi: None,
+            pid_namespace: false,
+        }
+    }
+}
+
+impl KernelSupport {
+    /// The confinement `mode` asks for, given `rules`: an error naming what is missing in
+    /// [`ContainmentMode::Enforce`], else what can be had.
+    pub(crate) fn confine(
+        self,
+        mode: ContainmentMode,
+        rules: Vec<PathRule>,
+        create: Vec<PathBuf>,
+        grace: Duration,
+    ) -> Result<(Confinement, ContainmentReport), String> {
+        let mut notes = Vec::new();
+        if self.landlock_abi.is_none() {
+            notes.push(
+                "the kernel has no Landlock (Linux 5.13+ with `landlock` in the LSM list): filesystem rules are not enforced".to_owned(),
+            );
+        }
+        if !self.pid_namespace {
+            notes.push(
+                "PID namespaces are not available (not root and no unprivileged user namespaces): descendants that leave the process group can survive the run".to_owned(),
+            );
+        }
+        if mode == ContainmentMode::Enforce && !notes.is_empty() {
+            return Err(format!(
+                "{}; Containment::best_effort() runs anyway",
+                notes.join("; ")
+            ));
+        }
+        let landlock = self.landlock_abi.is_some();
+        let report = ContainmentReport {
+            mode,
+            landlock_abi: self.landlock_abi,
+            filesystem_enforced: landlock,
+            signals_scoped: self.landlock_abi.is_some_and(|v| v >= 6),
+            pid_namespace: self.pid_namespace,
+            rules: rules.clone(),
+            notes,
+        };
+        Ok((
+            Confinement {
+                rules,
+                create,
+                landlock,
+                pid_namespace: self.pid_namespace,
+                grace,
+            },
+            report,
+        ))
+    }
+}
 
 /// What to spawn.
 #[derive(Debug, Clone)]
@@ -25,6 +123,8 @@ pub(crate) struct ProcessSpec {
     /// Linux: have the kernel SIGKILL the provider if the host dies (`PR_SET_PDEATHSIG`).
     /// Costs a fork instead of posix_spawn (about 1.2 ms per launch, measured).
     pub parent_death_signal: bool,
+    /// The confinement (none: unconfined, only in unit tests of the grant).
+    pub confinement: Option<Confinement>,
 }
 
 /// Signals the host sends.
@@ -158,39 +258,63 @@ fn is_executable(p: &Path) -> bool {
     }
 }
 
-/// A run's private 0700 directory (schemas, prompt files, MCP configs a launch asked for);
-/// removed with its contents on drop.
+/// A run's private 0700 directory, removed with its contents on drop:
+///
+/// - `files/`: the private files a launch asked for (schemas, prompt files, MCP configs),
+///   each 0600 and never executable (the provider may only read them);
+/// - `tmp/`: the provider's `TMPDIR`;
+/// - `lock`: held (`flock`) while the run lives, so [`sweep_stale_run_dirs`] can tell the
+///   directories of a crashed host from those of live runs.
 pub(crate) struct PrivateDir {
-    path: PathBuf,
+    root: PathBuf,
     created: bool,
+    _lock: Option<std::fs::File>,
 }
 
+/// Prefix of run directories in the system temporary directory.
+const RUN_DIR_PREFIX: &str = "adaptor-run-";
+
 impl PrivateDir {
-    pub(crate) fn path_for(run_id: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("adaptor-{run_id}"))
+    /// The root of run `run_id`'s directory.
+    pub(crate) fn root_for(run_id: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("{RUN_DIR_PREFIX}{run_id}"))
     }
 
-    /// Where it is (it may not exist when the launch asked for no files).
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
+    /// Where the private files go (the request's `private-dir`).
+    pub(crate) fn files_for(root: &Path) -> PathBuf {
+        root.join("files")
     }
 
-    /// Create it (0700) with `files` (name, contents; names already checked by the grant),
-    /// unless there are none.
-    pub(crate) fn create(path: PathBuf, files: &[(&str, &[u8])]) -> std::io::Result<PrivateDir> {
-        if files.is_empty() {
-            return Ok(PrivateDir {
-                path,
-                created: false,
-            });
-        }
-        unix::create_private_dir(&path)?;
-        let dir = PrivateDir {
-            path,
+    /// The provider's `TMPDIR`.
+    pub(crate) fn tmp_for(root: &Path) -> PathBuf {
+        root.join("tmp")
+    }
+
+    /// The root.
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The files directory.
+    pub(crate) fn path(&self) -> PathBuf {
+        Self::files_for(&self.root)
+    }
+
+    /// Create it (0700, with `tmp/` and `files/`) and write `files` (name, contents; names
+    /// already checked by the grant) 0600.
+    pub(crate) fn create(root: PathBuf, files: &[(&str, &[u8])]) -> std::io::Result<PrivateDir> {
+        unix::create_private_dir(&root)?;
+        let mut dir = PrivateDir {
+            root,
             created: true,
+            _lock: None,
         };
+        dir._lock = Some(unix::lock_file(&dir.root.join("lock"))?);
+        unix::create_private_dir(&Self::tmp_for(&dir.root))?;
+        let files_dir = Self::files_for(&dir.root);
+        unix::create_private_dir(&files_dir)?;
         for (name, contents) in files {
-            unix::create_private_file(&dir.path.join(name), contents)?;
+            unix::create_private_file(&files_dir.join(name), contents)?;
         }
         Ok(dir)
     }
@@ -199,11 +323,44 @@ impl PrivateDir {
 impl Drop for PrivateDir {
     fn drop(&mut self) {
         if self.created
-            && let Err(e) = std::fs::remove_dir_all(&self.path)
+            && let Err(e) = std::fs::remove_dir_all(&self.root)
         {
-            tracing::warn!(path = %self.path.display(), error = %e, "could not remove the run's private directory");
+            tracing::warn!(path = %self.root.display(), error = %e, "could not remove the run's private directory");
         }
     }
+}
+
+/// Remove the run directories that hosts which crashed left in the system temporary
+/// directory (their `lock` is no longer held). Runs once per process, when the first Agent
+/// is built. Returns how many were removed; a directory that cannot be removed is logged.
+pub(crate) fn sweep_stale_run_dirs() -> usize {
+    static SWEPT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SWEPT.get_or_init(|| {
+        let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if !name.to_string_lossy().starts_with(RUN_DIR_PREFIX) {
+                continue;
+            }
+            let root = entry.path();
+            if !unix::lock_is_free(&root.join("lock")) {
+                continue;
+            }
+            match std::fs::remove_dir_all(&root) {
+                Ok(()) => removed += 1,
+                Err(e) => {
+                    tracing::warn!(path = %root.display(), error = %e, "could not remove a stale run directory")
+                }
+            }
+        }
+        if removed > 0 {
+            tracing::info!(removed, "removed run directories left by a crashed host");
+        }
+        removed
+    })
 }
 
 #[cfg(test)]

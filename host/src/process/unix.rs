@@ -28,6 +28,29 @@ pub(crate) struct GroupGuard {
     armed: bool,
 }
 
+impl Spawned {
+    /// The child's identity (pid, group, start time).
+    pub(crate) fn identity(&self) -> crate::result::ProcessIdentity {
+        crate::result::ProcessIdentity {
+            pid: self.pid,
+            pgid: self.guard.pgid,
+            start_ticks: start_ticks(self.pid),
+        }
+    }
+}
+
+/// Field 22 of `/proc/<pid>/stat`: the start time in clock ticks after boot.
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after `(comm)`: state is field 3, so starttime (22) is the 20th after it.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
 impl GroupGuard {
     /// The process group id.
     pub(crate) fn pgid(&self) -> i32 {
@@ -61,27 +84,39 @@ pub(crate) fn spawn(spec: &ProcessSpec) -> io::Result<Spawned> {
         .process_group(0)
         .kill_on_drop(true);
     #[cfg(target_os = "linux")]
-    if spec.parent_death_signal {
-        // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) run between fork and
-        // exec.
+    let confiner = match &spec.confinement {
+        Some(c) => Some(std::sync::Arc::new(super::linux::Confiner::new(c)?)),
+        None => None,
+    };
+    #[cfg(target_os = "linux")]
+    if spec.parent_death_signal || confiner.is_some() {
         let parent = std::process::id() as libc::pid_t;
+        let death_signal = spec.parent_death_signal;
+        let confiner = confiner.clone();
+        // SAFETY: only async-signal-safe calls (prctl, getppid, _exit, and the confiner's
+        // raw system calls) run between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) != 0
-                {
-                    return Err(io::Error::last_os_error());
+                if death_signal {
+                    if libc::prctl(
+                        libc::PR_SET_PDEATHSIG,
+                        libc::SIGKILL as libc::c_ulong,
+                        0,
+                        0,
+                        0,
+                    ) != 0
+                    {
+                        return Err(io::Error::last_os_error());
+                    }
+                    // The parent may have died before prctl took effect.
+                    if libc::getppid() != parent {
+                        libc::_exit(137);
+                    }
                 }
-                // The parent may have died before prctl took effect.
-                if libc::getppid() != parent {
-                    libc::_exit(137);
+                match &confiner {
+                    Some(c) => c.in_child(),
+                    None => Ok(()),
                 }
-                Ok(())
             });
         }
     }
@@ -201,4 +236,31 @@ pub(crate) fn create_private_file(path: &std::path::Path, contents: &[u8]) -> io
         .open(path)?;
     f.write_all(contents)?;
     f.sync_all()
+}
+
+/// Create `path` and hold an exclusive `flock` on it for as long as the file stays open.
+pub(crate) fn lock_file(path: &std::path::Path) -> io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    // SAFETY: flock(2) on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(f)
+}
+
+/// Whether nobody holds the `flock` of `path` (a missing or unreadable file is not free:
+/// only directories this host version made are swept).
+pub(crate) fn lock_is_free(path: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(f) = std::fs::File::open(path) else {
+        return false;
+    };
+    // SAFETY: flock(2) on a descriptor we own; the lock goes with the descriptor.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }

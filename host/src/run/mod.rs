@@ -180,6 +180,7 @@ struct Prepared {
     launch: Launch,
     spec: ProcessSpec,
     private_dir: PrivateDir,
+    containment: crate::containment::ContainmentReport,
 }
 
 impl Run {
@@ -383,7 +384,7 @@ impl Run {
             self.options.request_options(),
             None,
             &workspace,
-            r.private_dir.path(),
+            &r.private_dir.path(),
             resume,
         );
         match r.session.next_turn(&request).await {

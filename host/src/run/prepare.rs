@@ -7,8 +7,7 @@
 
 use super::{Prepared, Run};
 use crate::error::Error;
-use crate::grant::ProcessGrant;
-use crate::grant::{LaunchAsk, resolve_workspace};
+use crate::grant::{LaunchAsk, RunPaths, resolve_workspace};
 use crate::process::PrivateDir;
 use crate::session::{Resume, SessionMode};
 use crate::structured::{self, Mechanism};
@@ -29,12 +28,7 @@ impl Run {
             return Err(e.into_error(name));
         }
         // The grant is decided once: program resolved, environment rules fixed.
-        let grant = ProcessGrant::resolve(
-            &name,
-            driver.configured_program(),
-            workspace.clone(),
-            &self.inner.settings.grant_rules(),
-        );
+        let grant = driver.process_grant(workspace.clone(), &self.inner.settings.grant_rules())?;
         grant.program()?;
         let resume = self.resume_request()?;
         if self.options.schema.is_some() {
@@ -55,7 +49,8 @@ impl Run {
             }
             _ => self.prompt.clone(),
         };
-        let private_dir = PrivateDir::path_for(&self.run_id);
+        let run_root = PrivateDir::root_for(&self.run_id);
+        let private_dir = PrivateDir::files_for(&run_root);
         let request = build_request(
             &self.run_id,
             &prompt,
@@ -83,22 +78,36 @@ impl Run {
                 refusal,
             }
         })?;
-        let spec = grant.spec(launch.args.clone(), &launch.env, cwd)?;
         let files: Vec<(&str, &[u8])> = launch
             .files
             .iter()
             .map(|(name, contents)| (name.as_str(), contents.as_slice()))
             .collect();
-        let private_dir = PrivateDir::create(private_dir, &files).map_err(|e| Error::Spawn {
+        // Created before the confinement is decided: its rules name existing paths.
+        let private_dir = PrivateDir::create(run_root, &files).map_err(|e| Error::Spawn {
             driver: name.clone(),
-            program: spec.program.display().to_string(),
+            program: launch.program.clone(),
             source: e,
         })?;
+        let tmp = PrivateDir::tmp_for(private_dir.root());
+        let read_only =
+            self.options.policy.unwrap_or_default().sandbox == crate::policy::Sandbox::ReadOnly;
+        let (spec, containment) = grant.spec(
+            launch.args.clone(),
+            &launch.env,
+            cwd,
+            RunPaths {
+                files: Some(&private_dir.path()),
+                tmp: &tmp,
+                read_only,
+            },
+        )?;
         Ok(Prepared {
             session,
             launch,
             spec,
             private_dir,
+            containment,
         })
     }
 

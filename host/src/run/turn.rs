@@ -68,6 +68,7 @@ impl Run {
                     launch,
                     spec,
                     private_dir,
+                    containment,
                 } = *prepared;
                 let spawned = process::spawn(&spec).map_err(|source| Error::Spawn {
                     driver: name.clone(),
@@ -96,6 +97,8 @@ impl Run {
                     resolved: spec.program.clone(),
                     args: spec.args.clone(),
                     cwd: spec.cwd.clone(),
+                    process: Some(spawned.identity()),
+                    containment: Some(containment),
                 };
                 let initial = Initial::Launch {
                     stdin: launch.stdin,

@@ -14,16 +14,19 @@ fn main() {
         let (state, ws) = (tmp(), tmp());
         let agent = agent_builder(reference(state.path()), ws.path()).build();
         let mut stream = agent.stream("[[grandchild]] [[ignore-term]] [[hang]] wait");
+        let mut events = Vec::new();
         while let Some(ev) = stream.next().await {
-            if let Event::Notice(n) = &ev
+            events.push(ev);
+            if let Some(Event::Notice(n)) = events.last()
                 && n.notice == "pids"
             {
-                let data: serde_json::Value = match &n.data {
-                    Some(serde_json::Value::String(s)) => serde_json::from_str(s).expect("json"),
-                    Some(other) => other.clone(),
-                    None => panic!("pids notice without data"),
-                };
-                println!("PIDS {} {}", data["provider_pid"], data["grandchild_pid"]);
+                // The provider's own pids are those of its PID namespace: report the host's.
+                let spawned = spawn_pid(&events).expect("spawn event");
+                let below = descendants(spawned);
+                println!(
+                    "PIDS {spawned} {}",
+                    below.last().expect("the provider and its grandchild")
+                );
                 std::io::stdout().flush().expect("stdout");
                 panic!("the host panics in the middle of a run");
             }

@@ -164,16 +164,19 @@ fn ctrl_c_cancels_cleanly_and_leaves_no_process() {
     let reader = std::thread::spawn(move || {
         use std::io::BufRead;
         let mut pids = None;
+        let mut spawned = None;
         let mut lines = Vec::new();
         for line in std::io::BufReader::new(stdout).lines() {
             let line = line.unwrap();
             let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if v["kind"] == "process_info" && v["process"] == "spawn" {
+                spawned = v["pid"].as_u64().map(|p| p as u32);
+            }
             if v["kind"] == "notice" && v["notice"] == "pids" {
-                let tx = (
-                    v["data"]["provider_pid"].as_u64().unwrap() as u32,
-                    v["data"]["grandchild_pid"].as_u64().unwrap() as u32,
-                );
-                pids = Some(tx);
+                // The provider's pids are those of its PID namespace: take the host's.
+                let spawned = spawned.expect("spawn event before the pids");
+                let below = descendants(spawned);
+                pids = Some((spawned, *below.last().expect("the provider's processes")));
                 // Interrupt the CLI like a terminal would.
                 // SAFETY: kill(2) on a pid this test spawned.
                 unsafe { libc::kill(child_pid(), libc::SIGINT) };

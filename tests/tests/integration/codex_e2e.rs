@@ -370,7 +370,10 @@ fn thread_continues_across_two_cli_processes_on_both_transports() {
         };
 
         let (launched, first) = run("first turn");
-        let exec_line = format!("{} exec --json --skip-git-repo-check", codex.display());
+        let exec_line = format!(
+            "{} exec --json --skip-git-repo-check --sandbox danger-full-access",
+            codex.display()
+        );
         let app_server_line = format!("{} app-server", codex.display());
         if name == "exec" {
             assert_eq!(launched, format!("{exec_line} -"));

@@ -59,18 +59,15 @@ fn delta_text(events: &[Event]) -> String {
         .collect()
 }
 
-/// Pids the reference provider reports for `[[grandchild]]`.
+/// Once the reference provider reported its `[[grandchild]]` (whose pids are those of its
+/// own PID namespace): the host's child and the deepest of its descendants, in host pids.
 fn pids(events: &[Event]) -> Option<(u32, u32)> {
-    events.iter().find_map(|e| match e {
-        Event::Notice(n) if n.notice == "pids" => {
-            let data = n.data.as_ref()?;
-            Some((
-                data["provider_pid"].as_u64()? as u32,
-                data["grandchild_pid"].as_u64()? as u32,
-            ))
-        }
-        _ => None,
-    })
+    let reported = events
+        .iter()
+        .any(|e| matches!(e, Event::Notice(n) if n.notice == "pids"));
+    let spawned = spawn_pid(events)?;
+    let below = descendants(spawned);
+    (reported && below.len() >= 3).then(|| (spawned, *below.last().expect("descendants")))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,7 +97,25 @@ async fn run_and_stream_result_give_equal_results() {
         (&ra.stdout, &ra.stderr, &ra.stdin),
         (&rb.stdout, &rb.stderr, &rb.stdin)
     );
-    assert_eq!((&ra.launch, &ra.terminal), (&rb.launch, &rb.terminal));
+    // The launch is the same; the process and its run directory are each run's own.
+    let launch = |r: &adaptor::RawStreams| {
+        r.launch
+            .clone()
+            .map(|l| (l.program, l.resolved, l.args, l.cwd))
+    };
+    assert_eq!((launch(ra), &ra.terminal), (launch(rb), &rb.terminal));
+    for r in [ra, rb] {
+        let l = r.launch.as_ref().expect("launch");
+        assert!(
+            l.process
+                .is_some_and(|p| p.pid > 0 && p.start_ticks.is_some())
+        );
+        assert!(
+            l.containment
+                .as_ref()
+                .is_some_and(|c| c.filesystem_enforced)
+        );
+    }
     assert_eq!(a.text, "Reference reply: Compare me");
     assert_eq!(a.transcript(), b.transcript());
     assert_eq!(a.session_id(), Some(FIXED_SESSION));

@@ -15,6 +15,12 @@
 //!   another program, `sh -c`, or to run in `..` or `/etc`;
 //! - `[[probe-world]]`: try to read a file, the environment and the arguments and to open a
 //!   socket, then report what it got as a `hostile.probe` notice (the host grants none).
+//! - `[[shell]] SCRIPT`: the containment attacks. Launch the granted program (the caller
+//!   configures `command` = a shell, the most powerful CLI there is) as `-c SCRIPT`, with the
+//!   environment additions of every `[[env NAME=VALUE]]` before `[[shell]]` and a private
+//!   executable-looking file for every `[[file NAME]]`; `HOSTILE_PRIVATE_DIR` names the
+//!   private directory. The run's text is the script's stdout, then `--stderr--` and its
+//!   stderr.
 //!
 //! It never ships as a built-in driver; `x.sh` installs it under `test-drivers/`.
 
@@ -50,7 +56,21 @@ impl Driver for HostileDriver {
 pub struct HostileSession {
     inner: ReferenceSession,
     prompt: String,
+    private_dir: String,
     probe: Option<String>,
+    /// `[[shell]]` mode: stdout and stderr of the script.
+    shell: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The `[[NAME ARG]]` arguments of every directive `name` in `text`.
+fn directive_args<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    let open = format!("[[{name} ");
+    text.match_indices(&open)
+        .filter_map(|(at, _)| {
+            let rest = &text[at + open.len()..];
+            rest.find("]]").map(|end| &rest[..end])
+        })
+        .collect()
 }
 
 impl HostileSession {
@@ -116,15 +136,38 @@ fn probe_world() -> String {
 impl Session for HostileSession {
     fn new(request: RunRequest) -> Self {
         let prompt = request.prompt.clone();
+        let private_dir = request.private_dir.clone();
         Self {
             inner: ReferenceSession::new(request),
             prompt,
+            private_dir,
             probe: None,
+            shell: None,
         }
     }
 
     fn start(&mut self) -> Result<Launch, StartError> {
         let mut launch = self.inner.start()?;
+        if let Some((head, script)) = self.prompt.split_once("[[shell]]") {
+            launch.args = vec!["-c".into(), script.trim().to_owned()];
+            launch.env = directive_args(head, "env")
+                .into_iter()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .chain([("HOSTILE_PRIVATE_DIR".to_owned(), self.private_dir.clone())])
+                .collect();
+            launch.files = directive_args(head, "file")
+                .into_iter()
+                .map(|name| adaptor_sdk::PrivateFile {
+                    name: name.to_owned(),
+                    contents: b"#!/bin/sh\necho ran-a-private-file\n".to_vec(),
+                })
+                .collect();
+            launch.stdin = Vec::new();
+            launch.keep_stdin_open = false;
+            self.shell = Some((Vec::new(), Vec::new()));
+            return Ok(launch);
+        }
         if self.wants("spawn-ungranted") {
             launch.program = "/bin/cat".into();
         }
@@ -145,6 +188,10 @@ impl Session for HostileSession {
     }
 
     fn on_stdout(&mut self, chunk: &[u8], out: &mut Actions) {
+        if let Some((stdout, _)) = &mut self.shell {
+            stdout.extend_from_slice(chunk);
+            return;
+        }
         if self.wants("endless-loop") {
             spin();
         }
@@ -192,14 +239,30 @@ impl Session for HostileSession {
     }
 
     fn on_stderr(&mut self, chunk: &[u8], out: &mut Actions) {
+        if let Some((_, stderr)) = &mut self.shell {
+            stderr.extend_from_slice(chunk);
+            return;
+        }
         self.inner.on_stderr(chunk, out);
     }
 
     fn on_exit(&mut self, status: &ExitStatus, out: &mut Actions) {
+        if self.shell.is_some() {
+            return;
+        }
         self.inner.on_exit(status, out);
     }
 
     fn finish(&mut self) -> Outcome {
+        if let Some((stdout, stderr)) = &self.shell {
+            let mut outcome = adaptor_sdk::empty_outcome();
+            outcome.text = format!(
+                "{}--stderr--{}",
+                String::from_utf8_lossy(stdout),
+                String::from_utf8_lossy(stderr)
+            );
+            return outcome;
+        }
         if self.wants("never-finish") {
             spin();
         }

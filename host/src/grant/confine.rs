@@ -1,0 +1,635 @@
+//! The filesystem confinement of one launch, decided from the grant, the caller's policy and
+//! [`Containment`], and the provider's final environment (caller-set, never driver-set: the
+//! variables that name directories are on the driver denylist).
+//!
+//! Owns: which paths a provider may read, execute and write, and why (the
+//! [`PathRule`] list a report shows), including the host's table of known CLIs' state
+//! directories. Must not: open, create or restrict anything (`process` applies the plan; the
+//! only file access here is reading metadata, `/etc`'s listing and a program's `#!` line).
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+use crate::containment::{Containment, PathAccess, PathRule};
+
+/// `/etc` entries a provider may not read: password hashes, sudo rules, host keys, private
+/// TLS keys.
+const ETC_SECRETS: &[&str] = &[
+    "shadow",
+    "shadow-",
+    "gshadow",
+    "gshadow-",
+    "sudoers",
+    "sudoers.d",
+    "ssh",
+    "security",
+    "ssl",
+    "pki",
+    "krb5.keytab",
+    "machine-id",
+    "credstore",
+    "credstore.encrypted",
+];
+
+/// `/etc/ssl` and `/etc/pki` entries a provider may read (certificates, not keys).
+const ETC_TLS_PUBLIC: &[&str] = &[
+    "certs",
+    "openssl.cnf",
+    "ca-trust",
+    "tls",
+    "ca-certificates.conf",
+];
+
+/// System directories: read and execute.
+const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt",
+];
+
+/// Device nodes every program expects.
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+];
+
+/// Everything the plan needs to know about one launch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PlanInputs<'a> {
+    /// The program as configured (its file name picks the known state directories).
+    pub configured: &'a str,
+    /// The resolved program.
+    pub program: &'a Path,
+    /// The canonical workspace.
+    pub workspace: &'a Path,
+    /// No writes to the workspace (`Sandbox::ReadOnly`).
+    pub read_only: bool,
+    /// The run's private files, if any were written.
+    pub files_dir: Option<&'a Path>,
+    /// The provider's `TMPDIR`.
+    pub tmp_dir: &'a Path,
+    /// The provider's environment.
+    pub env: &'a BTreeMap<OsString, OsString>,
+    /// The caller's settings.
+    pub containment: &'a Containment,
+    /// Paths the caller's driver config names in fields the driver's schema marks.
+    pub config_paths: &'a [ConfigPath],
+}
+
+/// What a config field marked with `x-adaptor-path` grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConfigPathKind {
+    /// `"x-adaptor-path": "state"`: a state directory (read-write, created when missing).
+    State,
+    /// `"x-adaptor-path": "read"`: read and execute.
+    Read,
+}
+
+/// A path from the caller's driver config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConfigPath {
+    /// The config field (`/state_dir`).
+    pub pointer: String,
+    /// The caller's value.
+    pub path: PathBuf,
+    /// What it grants.
+    pub kind: ConfigPathKind,
+}
+
+/// Why a config path cannot be granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RefusedConfigPath {
+    /// The field.
+    pub pointer: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// The paths the caller's `config` names in top-level fields that the driver's `schema`
+/// marks with `"x-adaptor-path": "state" | "read"`.
+///
+/// The driver chooses only which fields are paths; the value is the caller's, so a hostile
+/// driver gains at most access to a path its caller wrote into that field — never the
+/// `command` field, never a relative path, never `/`, the home directory or one of its
+/// ancestors, a system directory, or (for a state directory) one holding the granted program.
+pub(crate) fn config_paths(
+    schema: &serde_json::Value,
+    config: &serde_json::Value,
+) -> Result<Vec<ConfigPath>, RefusedConfigPath> {
+    let mut out = Vec::new();
+    let Some(properties) = schema.get("properties").and_then(|p| p.as_object()) else {
+        return Ok(out);
+    };
+    for (field, spec) in properties {
+        let kind = match spec.get("x-adaptor-path").and_then(|k| k.as_str()) {
+            Some("state") => ConfigPathKind::State,
+            Some("read") => ConfigPathKind::Read,
+            _ => continue,
+        };
+        let pointer = format!("/{field}");
+        let Some(value) = config.get(field).and_then(|v| v.as_str()) else {
+            continue;
+        };
+        let refuse = |reason: &str| RefusedConfigPath {
+            pointer: pointer.clone(),
+            reason: reason.to_owned(),
+        };
+        if field == "command" {
+            return Err(refuse("the program field cannot grant file access"));
+        }
+        let path = PathBuf::from(value);
+        if !path.is_absolute() {
+            return Err(refuse("a path field must hold an absolute path"));
+        }
+        out.push(ConfigPath {
+            pointer,
+            path,
+            kind,
+        });
+    }
+    Ok(out)
+}
+
+/// Directories no config path may name (or lie above).
+const TOO_WIDE: &[&str] = &[
+    "/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/opt", "/var", "/boot", "/dev",
+    "/proc", "/sys", "/home", "/root", "/tmp", "/run",
+];
+
+/// The decided confinement: the rules, and the state directories to create before launch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ConfinementPlan {
+    pub rules: Vec<PathRule>,
+    /// State directories that do not exist yet (created 0700 before launch).
+    pub create: Vec<PathBuf>,
+}
+
+/// Why the plan cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum MissingPath {
+    /// A path the caller allowed does not exist.
+    Missing(PathBuf),
+    /// A config path cannot be granted.
+    Refused(RefusedConfigPath),
+}
+
+impl ConfinementPlan {
+    /// Decide the plan.
+    pub(crate) fn decide(inputs: &PlanInputs<'_>) -> Result<ConfinementPlan, MissingPath> {
+        let mut plan = ConfinementPlan::default();
+        let env = |name: &str| {
+            inputs
+                .env
+                .get(OsStr::new(name))
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+        };
+        let home = env("HOME");
+        for dir in SYSTEM_DIRS {
+            plan.add(Path::new(dir), PathAccess::ReadExecute, "system");
+        }
+        plan.add_etc();
+        plan.add(Path::new("/proc"), PathAccess::Read, "system");
+        plan.add(Path::new("/sys"), PathAccess::Read, "system");
+        for dev in DEVICES {
+            plan.add(Path::new(dev), PathAccess::Device, "device");
+        }
+        plan.add(Path::new("/dev/shm"), PathAccess::ReadWrite, "device");
+        for dir in install_dirs(inputs.program, inputs.env, home.as_deref()) {
+            plan.add(&dir, PathAccess::ReadExecute, "install");
+        }
+        if let Some(path) = inputs.env.get(OsStr::new("PATH")) {
+            for dir in std::env::split_paths(path) {
+                let usable = dir.is_absolute()
+                    && dir != Path::new("/")
+                    && !home.as_deref().is_some_and(|h| h.starts_with(&dir));
+                if usable {
+                    plan.add(&dir, PathAccess::ReadExecute, "path");
+                }
+            }
+        }
+        let config_home =
+            env("XDG_CONFIG_HOME").or_else(|| home.as_ref().map(|h| h.join(".config")));
+        if let Some(home) = &home {
+            plan.add(&home.join(".gitconfig"), PathAccess::Read, "git config");
+        }
+        if let Some(config) = &config_home {
+            plan.add(&config.join("git"), PathAccess::Read, "git config");
+        }
+        let workspace_access = if inputs.read_only {
+            PathAccess::ReadExecute
+        } else {
+            PathAccess::ReadWrite
+        };
+        plan.add(inputs.workspace, workspace_access, "workspace");
+        if let Some(files) = inputs.files_dir {
+            plan.add(files, PathAccess::Read, "private files");
+        }
+        plan.add_or_create(inputs.tmp_dir, "tmpdir");
+        let state = match &inputs.containment.state_dirs {
+            Some(dirs) => dirs.iter().map(|d| StatePath::Dir(d.clone())).collect(),
+            None => known_state(inputs.configured, &env, home.as_deref()),
+        };
+        for path in state {
+            let (path, is_dir) = match path {
+                StatePath::Dir(p) => (p, true),
+                StatePath::File(p) => (p, false),
+            };
+            if is_dir {
+                plan.add_or_create(&path, "state");
+            } else {
+                plan.add(&path, PathAccess::ReadWrite, "state");
+            }
+        }
+        for config in inputs.config_paths {
+            let canonical = config
+                .path
+                .canonicalize()
+                .unwrap_or_else(|_| config.path.clone());
+            let refuse = |reason: String| {
+                MissingPath::Refused(RefusedConfigPath {
+                    pointer: config.pointer.clone(),
+                    reason,
+                })
+            };
+            let wide = TOO_WIDE.iter().any(|w| Path::new(w) == canonical)
+                || home.as_deref().is_some_and(|h| h.starts_with(&canonical));
+            if wide {
+                return Err(refuse(format!(
+                    "{} is too wide to grant (a system directory, the home directory or above)",
+                    canonical.display()
+                )));
+            }
+            let why = format!("config {}", config.pointer);
+            match config.kind {
+                ConfigPathKind::State => {
+                    if inputs.program.starts_with(&canonical) {
+                        return Err(refuse(format!(
+                            "{} holds the granted program; it cannot be writable",
+                            canonical.display()
+                        )));
+                    }
+                    plan.add_or_create(&canonical, &format!("state ({why})"));
+                }
+                ConfigPathKind::Read => {
+                    if !canonical.exists() {
+                        return Err(MissingPath::Missing(config.path.clone()));
+                    }
+                    plan.add(&canonical, PathAccess::ReadExecute, &why);
+                }
+            }
+        }
+        for (paths, access) in [
+            (&inputs.containment.allow_read, PathAccess::ReadExecute),
+            (&inputs.containment.allow_write, PathAccess::ReadWrite),
+        ] {
+            for path in paths {
+                let canonical = path
+                    .canonicalize()
+                    .map_err(|_| MissingPath::Missing(path.clone()))?;
+                plan.rules.push(PathRule {
+                    path: canonical,
+                    access,
+                    why: "caller".to_owned(),
+                });
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Add a rule for `path` (canonicalised) if it exists.
+    fn add(&mut self, path: &Path, access: PathAccess, why: &str) {
+        if let Ok(canonical) = path.canonicalize()
+            && !self
+                .rules
+                .iter()
+                .any(|r| r.path == canonical && r.access == access)
+        {
+            self.rules.push(PathRule {
+                path: canonical,
+                access,
+                why: why.to_owned(),
+            });
+        }
+    }
+
+    /// A read-write directory, created before launch when missing.
+    fn add_or_create(&mut self, path: &Path, why: &str) {
+        if path.exists() {
+            self.add(path, PathAccess::ReadWrite, why);
+        } else {
+            self.create.push(path.to_path_buf());
+            self.rules.push(PathRule {
+                path: path.to_path_buf(),
+                access: PathAccess::ReadWrite,
+                why: why.to_owned(),
+            });
+        }
+    }
+
+    /// `/etc`, entry by entry, without its secrets; TLS directories without private keys.
+    fn add_etc(&mut self) {
+        let Ok(entries) = std::fs::read_dir("/etc") else {
+            return;
+        };
+        let mut names: Vec<OsString> = entries.flatten().map(|e| e.file_name()).collect();
+        names.sort();
+        for name in names {
+            let text = name.to_string_lossy();
+            let path = Path::new("/etc").join(&name);
+            if matches!(text.as_ref(), "ssl" | "pki") {
+                for public in ETC_TLS_PUBLIC {
+                    self.add(&path.join(public), PathAccess::Read, "system");
+                }
+            } else if !ETC_SECRETS.contains(&text.as_ref())
+                // `/etc/mtab` → `/proc/self/mounts`: covered by `/proc`, and `self` would
+                // resolve to the host.
+                && !path.canonicalize().is_ok_and(|c| c.starts_with("/proc"))
+            {
+                self.add(&path, PathAccess::Read, "system");
+            }
+        }
+    }
+}
+
+/// A state path of a known CLI.
+enum StatePath {
+    Dir(PathBuf),
+    File(PathBuf),
+}
+
+/// The host's table of where known CLIs keep their state (see
+/// [`Containment::state_dir`]).
+fn known_state(
+    configured: &str,
+    env: &dyn Fn(&str) -> Option<PathBuf>,
+    home: Option<&Path>,
+) -> Vec<StatePath> {
+    let name = Path::new(configured)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let in_home = |rel: &str| home.map(|h| StatePath::Dir(h.join(rel)));
+    let xdg = |var: &str, default: &str, sub: &str| {
+        env(var)
+            .or_else(|| home.map(|h| h.join(default)))
+            .map(|d| StatePath::Dir(d.join(sub)))
+    };
+    match name.as_str() {
+        "claude" => match env("CLAUDE_CONFIG_DIR") {
+            Some(dir) => vec![StatePath::Dir(dir)],
+            None => [
+                in_home(".claude"),
+                home.map(|h| StatePath::File(h.join(".claude.json"))),
+                home.map(|h| StatePath::File(h.join(".claude.json.backup"))),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+        },
+        "codex" => {
+            let mut v: Vec<StatePath> = env("CODEX_HOME")
+                .map(StatePath::Dir)
+                .or_else(|| in_home(".codex"))
+                .into_iter()
+                .collect();
+            // SAFETY: getuid(2) cannot fail and touches no memory.
+            let uid = unsafe { libc::getuid() };
+            v.push(StatePath::Dir(PathBuf::from(format!(
+                "/tmp/codex-daemon-{uid}"
+            ))));
+            v
+        }
+        "reference-provider" => env("REFERENCE_PROVIDER_STATE_DIR")
+            .map(StatePath::Dir)
+            .or_else(|| in_home(".local/state/reference-provider"))
+            .into_iter()
+            .collect(),
+        "gemini" => in_home(".gemini").into_iter().collect(),
+        "qwen" => in_home(".qwen").into_iter().collect(),
+        "opencode" => [
+            xdg("XDG_CONFIG_HOME", ".config", "opencode"),
+            xdg("XDG_DATA_HOME", ".local/share", "opencode"),
+            xdg("XDG_STATE_HOME", ".local/state", "opencode"),
+            xdg("XDG_CACHE_HOME", ".cache", "opencode"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Where the program and its interpreter are installed: for a file inside `node_modules`,
+/// the directory above the topmost `node_modules`; for a file in a `bin` directory, the
+/// directory above it (unless that is `/` or the home directory); else its own directory.
+fn install_dirs(
+    program: &Path,
+    env: &BTreeMap<OsString, OsString>,
+    home: Option<&Path>,
+) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    let Ok(canonical) = program.canonicalize() else {
+        return dirs;
+    };
+    dirs.extend(install_root(&canonical, home));
+    if let Some(interpreter) = shebang_interpreter(&canonical, env)
+        && let Ok(interpreter) = interpreter.canonicalize()
+    {
+        dirs.extend(install_root(&interpreter, home));
+    }
+    dirs
+}
+
+fn install_root(file: &Path, home: Option<&Path>) -> Option<PathBuf> {
+    let topmost_modules = file
+        .ancestors()
+        .filter(|a| a.file_name() == Some(OsStr::new("node_modules")))
+        .last();
+    let too_wide = |d: &Path| d == Path::new("/") || home.is_some_and(|h| h.starts_with(d));
+    if let Some(root) = topmost_modules.and_then(Path::parent)
+        && !too_wide(root)
+    {
+        return Some(root.to_path_buf());
+    }
+    let parent = file.parent()?;
+    match parent.parent() {
+        Some(above) if parent.file_name() == Some(OsStr::new("bin")) && !too_wide(above) => {
+            Some(above.to_path_buf())
+        }
+        _ if too_wide(parent) => None,
+        _ => Some(parent.to_path_buf()),
+    }
+}
+
+/// The interpreter of a `#!` script (`#!/usr/bin/env node` → `node` on the provider's PATH).
+fn shebang_interpreter(program: &Path, env: &BTreeMap<OsString, OsString>) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(program).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    let mut words = line.split_whitespace();
+    let interpreter = PathBuf::from(words.next()?);
+    if interpreter.file_name() != Some(OsStr::new("env")) {
+        return Some(interpreter);
+    }
+    let name = words.find(|w| !w.starts_with('-'))?;
+    let path = env.get(OsStr::new("PATH"))?;
+    std::env::split_paths(path)
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule<'a>(plan: &'a ConfinementPlan, path: &Path) -> Option<&'a PathRule> {
+        let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        plan.rules.iter().find(|r| r.path == path)
+    }
+
+    #[test]
+    fn the_plan_grants_the_workspace_the_state_and_the_system_and_not_the_home() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path().canonicalize().unwrap();
+        let home = root.join("home");
+        let ws = root.join("ws");
+        let tmp = root.join("tmp");
+        let bin = root.join("cli/node_modules/.bin");
+        for d in [&home, &ws, &tmp, &bin] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(home.join(".gitconfig"), "").unwrap();
+        std::fs::write(home.join("secret"), "").unwrap();
+        let program = bin.join("claude");
+        std::fs::write(&program, "#!/bin/sh\n").unwrap();
+        let env: BTreeMap<OsString, OsString> = [
+            ("HOME", home.as_os_str()),
+            ("PATH", OsStr::new("/usr/bin:/bin")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.to_owned()))
+        .collect();
+        let containment = Containment::new();
+        let inputs = PlanInputs {
+            configured: "claude",
+            program: &program,
+            workspace: &ws,
+            read_only: false,
+            files_dir: None,
+            tmp_dir: &tmp,
+            env: &env,
+            containment: &containment,
+            config_paths: &[],
+        };
+        let plan = ConfinementPlan::decide(&inputs).unwrap();
+        assert_eq!(rule(&plan, &ws).unwrap().access, PathAccess::ReadWrite);
+        assert_eq!(rule(&plan, &tmp).unwrap().access, PathAccess::ReadWrite);
+        assert_eq!(
+            rule(&plan, &root.join("cli")).unwrap().access,
+            PathAccess::ReadExecute,
+            "the npm prefix above node_modules"
+        );
+        assert_eq!(rule(&plan, Path::new("/usr")).unwrap().why, "system");
+        assert_eq!(
+            rule(&plan, &home.join(".gitconfig")).unwrap().access,
+            PathAccess::Read
+        );
+        // Claude's state directory is created; nothing grants the home itself.
+        assert_eq!(plan.create, vec![home.join(".claude")]);
+        assert!(
+            plan.rules
+                .iter()
+                .all(|r| !home.starts_with(&r.path) && r.path != home.join("secret")),
+            "{plan:?}"
+        );
+        assert!(rule(&plan, Path::new("/etc/shadow")).is_none());
+        // Read-only: the workspace loses write; a caller path must exist.
+        let read_only = PlanInputs {
+            read_only: true,
+            ..inputs
+        };
+        let plan = ConfinementPlan::decide(&read_only).unwrap();
+        assert_eq!(rule(&plan, &ws).unwrap().access, PathAccess::ReadExecute);
+        let widened = Containment::new().allow_write(root.join("missing"));
+        let err = ConfinementPlan::decide(&PlanInputs {
+            containment: &widened,
+            ..inputs
+        })
+        .unwrap_err();
+        assert_eq!(err, MissingPath::Missing(root.join("missing")));
+        // A caller-named state directory replaces the known ones.
+        let own = Containment::new().state_dir(root.join("state"));
+        let plan = ConfinementPlan::decide(&PlanInputs {
+            containment: &own,
+            ..inputs
+        })
+        .unwrap();
+        assert_eq!(plan.create, vec![root.join("state")]);
+        // A config field the schema marks grants the caller's path; too-wide ones are refused.
+        let schema = serde_json::json!({"properties": {
+            "state_dir": {"type": "string", "x-adaptor-path": "state"},
+            "command": {"type": "string", "x-adaptor-path": "state"},
+        }});
+        let from_config = config_paths(
+            &schema,
+            &serde_json::json!({"state_dir": root.join("sessions").display().to_string()}),
+        )
+        .unwrap();
+        let plan = ConfinementPlan::decide(&PlanInputs {
+            config_paths: &from_config,
+            ..inputs
+        })
+        .unwrap();
+        let granted = rule(&plan, &root.join("sessions")).unwrap();
+        assert_eq!(granted.access, PathAccess::ReadWrite);
+        assert_eq!(granted.why, "state (config /state_dir)");
+        for (config, reason) in [
+            (serde_json::json!({"command": "/bin/sh"}), "program field"),
+            (serde_json::json!({"state_dir": "relative"}), "absolute"),
+        ] {
+            let err = config_paths(&schema, &config).unwrap_err();
+            assert!(err.reason.contains(reason), "{err:?}");
+        }
+        for wide in ["/", "/etc", home.to_str().unwrap(), root.to_str().unwrap()] {
+            let paths = config_paths(&schema, &serde_json::json!({ "state_dir": wide })).unwrap();
+            let err = ConfinementPlan::decide(&PlanInputs {
+                config_paths: &paths,
+                ..inputs
+            })
+            .unwrap_err();
+            assert!(matches!(err, MissingPath::Refused(_)), "{wide}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn install_roots_stay_below_home_and_root() {
+        let home = Path::new("/home/u");
+        assert_eq!(
+            install_root(
+                Path::new("/home/u/.npm/lib/node_modules/x/cli.js"),
+                Some(home)
+            ),
+            Some(PathBuf::from("/home/u/.npm/lib"))
+        );
+        assert_eq!(
+            install_root(Path::new("/usr/local/bin/codex"), Some(home)),
+            Some(PathBuf::from("/usr/local"))
+        );
+        assert_eq!(
+            install_root(Path::new("/home/u/bin/tool"), Some(home)),
+            Some(PathBuf::from("/home/u/bin"))
+        );
+        assert_eq!(install_root(Path::new("/home/u/tool"), Some(home)), None);
+    }
+}
