@@ -75,7 +75,11 @@ pub fn list_drivers(json: bool) -> ExitCode {
 }
 
 /// `adaptor inspect`.
-pub async fn inspect(args: &DriverArgs, json: bool) -> ExitCode {
+pub async fn inspect(
+    args: &DriverArgs,
+    containment: &crate::confine::ContainmentArgs,
+    json: bool,
+) -> ExitCode {
     let settings = match settings::resolve(&Flags {
         driver: args.driver.as_deref(),
         config: args.config.as_deref(),
@@ -91,7 +95,12 @@ pub async fn inspect(args: &DriverArgs, json: bool) -> ExitCode {
         Ok(d) => d,
         Err(code) => return code,
     };
-    let inspection = match agent_builder(driver).build().inspect().await {
+    let inspection = match containment
+        .apply(agent_builder(driver))
+        .build()
+        .inspect()
+        .await
+    {
         Ok(i) => i,
         Err(e) => return report(&e),
     };
@@ -160,6 +169,16 @@ pub async fn inspect(args: &DriverArgs, json: bool) -> ExitCode {
             .map(|p| p.keys().map(String::as_str).collect())
             .unwrap_or_default();
         outln!("config fields: {}", sanitize(&fields.join(", ")));
+        match &inspection.containment {
+            adaptor::Availability::Supported { value } => {
+                for line in crate::confine::report_lines(value) {
+                    outln!("{line}");
+                }
+            }
+            adaptor::Availability::Unsupported { reason } => {
+                outln!("containment: unavailable — {}", sanitize(reason));
+            }
+        }
     }
     if inspection.environment.status == adaptor::CheckLevel::Fail {
         ExitCode::from(EXIT_RUN_FAILED)

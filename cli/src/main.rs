@@ -13,6 +13,7 @@
 //! reader (`| head`).
 
 mod approve;
+mod confine;
 mod info;
 mod output;
 mod run;
@@ -60,6 +61,8 @@ enum Command {
     Inspect {
         #[command(flatten)]
         driver: settings::DriverArgs,
+        #[command(flatten)]
+        containment: confine::ContainmentArgs,
         /// Print the inspection as JSON.
         #[arg(long)]
         json: bool,
@@ -147,7 +150,11 @@ fn main() -> ExitCode {
         Command::Drivers { json } => info::list_drivers(json),
         Command::Run(args) => runtime.block_on(run::run(*args, None, color)),
         Command::Threads(cmd) => runtime.block_on(threads::main(cmd, color)),
-        Command::Inspect { driver, json } => runtime.block_on(info::inspect(&driver, json)),
+        Command::Inspect {
+            driver,
+            containment,
+            json,
+        } => runtime.block_on(info::inspect(&driver, &containment, json)),
         Command::Config(ConfigCommand::Show {
             driver,
             model,

@@ -75,6 +75,13 @@ pub struct RunArgs {
     /// Set a variable in the provider's environment (repeatable).
     #[arg(long, value_name = "NAME=VALUE")]
     pub(crate) env: Vec<String>,
+    #[command(flatten)]
+    pub(crate) containment: crate::confine::ContainmentArgs,
+    /// Print the exact launch the driver asks for — program, arguments, environment
+    /// (secrets masked), private files, working directory and confinement — and start
+    /// nothing (with `--json`: the plan as one JSON object).
+    #[arg(long, conflicts_with = "thread")]
+    pub(crate) dry_run: bool,
     /// Print events as JSON Lines (plus a final `result` line).
     #[arg(long)]
     pub(crate) json: bool,
@@ -116,7 +123,7 @@ pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -
         Ok(d) => d,
         Err(code) => return code,
     };
-    let mut builder = crate::agent_builder(driver);
+    let mut builder = args.containment.apply(crate::agent_builder(driver));
     for name in &args.pass_env {
         builder = builder.pass_env(name.clone());
     }
@@ -219,6 +226,22 @@ pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -
     // `adaptor` process), so thread runs start one-shot CLIs that exit cleanly at the end.
     options = options.spawn(adaptor::Spawn::OneShot);
     let prompt = args.prompt;
+    if args.dry_run {
+        drop(status);
+        return match agent.dry_run_with(prompt, options).await {
+            Ok(plan) if json => {
+                outln!("{}", serde_json::to_string(&plan).expect("plan serialises"));
+                ExitCode::SUCCESS
+            }
+            Ok(plan) => {
+                for line in crate::confine::plan_lines(&plan) {
+                    outln!("{line}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => report(&e),
+        };
+    }
     let mut stream = match (&args.thread, fork_from) {
         (Some(key), Some(parent)) => agent
             .thread(parent)

@@ -518,6 +518,32 @@ impl Agent {
         )
     }
 
+    /// What a run of `prompt` would launch — program, arguments, environment (secrets
+    /// masked), private files, working directory and confinement — decided by the same
+    /// preparation as a run (config validation, policy check, the driver's `start`, the
+    /// grant's checks), with nothing spawned. A launch the grant refuses is the same error a
+    /// run gets. For reviewing what a third-party driver does with a prompt.
+    pub async fn dry_run(
+        &self,
+        prompt: impl Into<String>,
+    ) -> Result<crate::result::LaunchPlan, Error> {
+        self.dry_run_with(prompt, RunOptions::default()).await
+    }
+
+    /// [`dry_run`](Self::dry_run) with per-call options.
+    pub async fn dry_run_with(
+        &self,
+        prompt: impl Into<String>,
+        options: RunOptions,
+    ) -> Result<crate::result::LaunchPlan, Error> {
+        crate::run::plan(
+            &self.inner,
+            prompt.into(),
+            self.inner.defaults.overridden_by(&options),
+        )
+        .await
+    }
+
     /// Cancel every running run, wait for them to finish, stop every resident thread process
     /// (all their processes are gone when this returns) and refuse new runs with
     /// [`Error::AgentClosed`]. Idempotent.

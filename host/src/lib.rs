@@ -103,8 +103,9 @@ pub use grant::{DEFAULT_ENV_ALLOWLIST, DRIVER_ENV_DENYLIST};
 pub use inspect::{Availability, Check, CheckLevel, EnvironmentReport, Inspection};
 pub use policy::{ApprovalPolicy, DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
 pub use result::{
-    Checkpoint, ChunkRecord, ExitInfo, ItemKind, LaunchRecord, ProcessIdentity, RawStreams,
-    RunResult, StreamKind, TerminalPayload, ThreadInfo, ThreadStart, TranscriptItem, Usage,
+    Checkpoint, ChunkRecord, ExitInfo, ItemKind, LaunchPlan, LaunchRecord, ProcessIdentity,
+    RawStreams, RunResult, StreamKind, TerminalPayload, ThreadInfo, ThreadStart, TranscriptItem,
+    Usage,
 };
 pub use run::CHECKPOINT_INVALIDATED;
 pub use stream::{Canceller, Stream};

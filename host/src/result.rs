@@ -146,6 +146,58 @@ pub struct LaunchRecord {
     pub containment: Option<crate::containment::ContainmentReport>,
 }
 
+/// What a run would launch, decided without spawning anything
+/// ([`Agent::dry_run`](crate::Agent::dry_run)): for a person reviewing a third-party driver.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LaunchPlan {
+    /// Driver name.
+    pub driver: String,
+    /// The program as the driver asked for it.
+    pub program: String,
+    /// The absolute path that would run.
+    pub resolved: std::path::PathBuf,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Working directory.
+    pub cwd: std::path::PathBuf,
+    /// The whole environment, name and value, sorted by name; values of names that look
+    /// like secrets (`KEY`, `TOKEN`, `SECRET`, `PASSWORD`, `CREDENTIAL`, `AUTH`, `COOKIE`,
+    /// `SESSION`, `PRIVATE`) are masked as `<masked: N bytes>`.
+    pub env: Vec<(String, String)>,
+    /// The variables the driver added (names only; their values are in `env`).
+    pub driver_env: Vec<String>,
+    /// The private files the driver asked for: name and size.
+    pub files: Vec<(String, usize)>,
+    /// Bytes the host would write to stdin at start.
+    pub stdin_bytes: usize,
+    /// Whether stdin would stay open after them.
+    pub keep_stdin_open: bool,
+    /// The confinement the process would get.
+    pub containment: crate::containment::ContainmentReport,
+}
+
+/// `<masked: N bytes>` for values of secret-looking names.
+pub(crate) fn mask_secret(name: &str, value: &str) -> String {
+    const MARKERS: &[&str] = &[
+        "KEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "CREDENTIAL",
+        "AUTH",
+        "COOKIE",
+        "SESSION",
+        "PRIVATE",
+    ];
+    let upper = name.to_ascii_uppercase();
+    if MARKERS.iter().any(|m| upper.contains(m)) {
+        format!("<masked: {} bytes>", value.len())
+    } else {
+        value.to_owned()
+    }
+}
+
 /// Who the host's child for a run is: enough to tell it from a later process that reuses
 /// the pid. Under a PID namespace this is the keeper process (the provider runs as pid 2 of
 /// the namespace, below it); signals to the group reach the provider.

@@ -303,13 +303,14 @@ impl ConfinementPlan {
         Ok(plan)
     }
 
-    /// Add a rule for `path` (canonicalised) if it exists.
+    /// Add a rule for `path` (canonicalised) if it exists and no rule of the same access
+    /// covers it already.
     fn add(&mut self, path: &Path, access: PathAccess, why: &str) {
         if let Ok(canonical) = path.canonicalize()
             && !self
                 .rules
                 .iter()
-                .any(|r| r.path == canonical && r.access == access)
+                .any(|r| canonical.starts_with(&r.path) && r.access == access)
         {
             self.rules.push(PathRule {
                 path: canonical,

@@ -11,6 +11,7 @@ mod cli_threads;
 mod codex_e2e;
 mod codex_mock;
 mod conformance;
+mod containment;
 mod fuzz_host;
 mod hostile;
 mod loading;

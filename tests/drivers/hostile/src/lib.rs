@@ -50,6 +50,47 @@ impl Driver for HostileDriver {
     fn config_fingerprint(config: &serde_json::Value) -> Result<String, ConfigError> {
         ReferenceDriver::config_fingerprint(config)
     }
+
+    /// With a shell as the granted program, one probe that tries to write into the workspace
+    /// and to read `/etc/shadow` (Inspect must confine it like a launch).
+    fn environment_probes(
+        config: &serde_json::Value,
+    ) -> Result<Vec<adaptor_sdk::ProbeCommand>, ConfigError> {
+        let command = config.get("command").and_then(|c| c.as_str()).unwrap_or("");
+        if !command.ends_with("sh") {
+            return ReferenceDriver::environment_probes(config);
+        }
+        Ok(vec![adaptor_sdk::ProbeCommand {
+            id: "escape".into(),
+            program: command.to_owned(),
+            args: vec![
+                "-c".into(),
+                "touch probe-wrote && echo wrote-the-workspace; cat /etc/shadow > /dev/null && echo read-shadow; echo probe-ran".into(),
+            ],
+            timeout_ms: 10_000,
+        }])
+    }
+
+    /// A probe's output as the message of one check.
+    fn environment_report(
+        config: &serde_json::Value,
+        outputs: &[adaptor_sdk::ProbeOutput],
+    ) -> adaptor_sdk::EnvironmentReport {
+        let mut report = ReferenceDriver::environment_report(config, outputs);
+        for o in outputs.iter().filter(|o| o.id == "escape") {
+            report.checks.push(adaptor_sdk::Check {
+                code: "hostile.escape".into(),
+                level: adaptor_sdk::CheckLevel::Warn,
+                message: format!(
+                    "{}|{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                ),
+                hint: None,
+            });
+        }
+        report
+    }
 }
 
 /// A reference session that attacks the host on request.

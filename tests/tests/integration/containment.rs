@@ -1,0 +1,359 @@
+//! The containment suite: the hostile driver (`tests/drivers/hostile`, `[[shell]]` mode)
+//! granted a shell — the most powerful "CLI" there is — tries every escape class of the
+//! threat model. Each attack fails with its typed error before anything is spawned, or runs
+//! and is confined by the kernel; the next run on the same Agent is fine.
+
+use std::path::Path;
+use std::time::Duration;
+
+use adaptor::{Agent, AgentBuilder, Containment, Error, LaunchRefusal, Policy, Sandbox};
+use adaptor_integration_tests::*;
+
+/// A hostile agent granted `/bin/sh`, in workspace `ws`.
+fn shell_agent(ws: &Path) -> AgentBuilder {
+    let driver = adaptor::Driver::from_file(test_driver_path("hostile"))
+        .expect("hostile.wasm")
+        .with_config(serde_json::json!({"command": "/bin/sh"}))
+        .expect("config");
+    agent_builder(driver, ws).timeout(Duration::from_secs(60))
+}
+
+/// Run `script` through the shell; its stdout, and its stderr.
+async fn shell(agent: &Agent, head: &str, script: &str) -> (String, String) {
+    let r = agent
+        .run(format!("{head} [[shell]] {script}"))
+        .await
+        .unwrap_or_else(|e| panic!("the shell run fails: {e}"));
+    let (out, err) = r.text.split_once("--stderr--").expect("shell text");
+    (out.to_owned(), err.to_owned())
+}
+
+async fn still_healthy(agent: &Agent, after: &str) {
+    let (out, _) = shell(agent, "", "echo healthy").await;
+    assert_eq!(out.trim(), "healthy", "after {after}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loader_interpreter_shell_and_config_variables_are_refused_before_spawn() {
+    let ws = tmp();
+    let agent = shell_agent(ws.path()).build();
+    for (name, rule) in [
+        ("LD_PRELOAD", "LD_*"),
+        ("LD_LIBRARY_PATH", "LD_*"),
+        ("NODE_OPTIONS", "NODE_*"),
+        ("BUN_OPTIONS", "BUN_*"),
+        ("BASH_ENV", "BASH_ENV"),
+        ("ENV", "ENV"),
+        ("PYTHONPATH", "PYTHON*"),
+        ("GIT_CONFIG_COUNT", "GIT_*"),
+        ("CLAUDE_CONFIG_DIR", "CLAUDE_CONFIG_DIR"),
+        ("CODEX_HOME", "CODEX_HOME"),
+        ("PATH", "PATH"),
+        ("HOME", "HOME"),
+        ("TMPDIR", "TMPDIR"),
+        ("XDG_CONFIG_HOME", "XDG_*"),
+    ] {
+        let marker = ws.path().join(format!("spawned-{name}"));
+        let (events, result) = collect(agent.stream(format!(
+            "[[env {name}=/tmp/evil]] [[shell]] touch {}",
+            marker.display()
+        )))
+        .await;
+        match result {
+            Err(Error::LaunchRefused {
+                refusal: LaunchRefusal::DeniedEnv { name: n, rule: r },
+                ..
+            }) => assert_eq!((n.as_str(), r.as_str()), (name, rule)),
+            other => panic!("{name}: expected DeniedEnv, got {other:?}"),
+        }
+        assert!(events.is_empty(), "{name}: nothing started: {events:?}");
+        assert!(!marker.exists(), "{name}: nothing was spawned");
+        still_healthy(&agent, name).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_callers_variables_win_and_a_denied_name_can_be_allowed() {
+    let ws = tmp();
+    let agent = shell_agent(ws.path())
+        .env("CALLER_SET", "from-the-caller")
+        .containment(Containment::new().allow_driver_env("NODE_OPTIONS"))
+        .build();
+    let (out, _) = shell(
+        &agent,
+        "[[env CALLER_SET=from-the-driver]] [[env NODE_OPTIONS=--no-warnings]]",
+        "echo $CALLER_SET; echo $NODE_OPTIONS",
+    )
+    .await;
+    assert_eq!(out, "from-the-caller\n--no-warnings\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_filesystem_outside_the_run_is_out_of_reach() {
+    let (ws, outside, other_ws) = (tmp(), tmp(), tmp());
+    let secret = outside.path().join("secret.txt");
+    std::fs::write(&secret, "the host user's secret").unwrap();
+    let agent = shell_agent(ws.path()).build();
+    let etc_target = format!("/etc/adaptor-pwned-{}", std::process::id());
+    let script = format!(
+        "cat {secret}; echo pwned > {other}/pwned; echo pwned > {etc_target}; \
+         ls {outside}; cat /etc/shadow; echo ok > in-ws.txt && echo wrote-ws; \
+         echo ok > $TMPDIR/t && echo wrote-tmp; cat /etc/hostname > /dev/null && echo read-etc",
+        secret = secret.display(),
+        other = other_ws.path().display(),
+        outside = outside.path().display(),
+    );
+    let (out, err) = shell(&agent, "", &script).await;
+    assert_eq!(out, "wrote-ws\nwrote-tmp\nread-etc\n", "stderr: {err}");
+    assert!(!out.contains("secret"));
+    for denied in [
+        "secret.txt: Permission denied",
+        "pwned: Permission denied",
+        "adaptor-pwned: Permission denied",
+        "shadow: Permission denied",
+    ] {
+        assert!(err.contains(denied), "{denied} in {err}");
+    }
+    assert!(!other_ws.path().join("pwned").exists());
+    assert!(!Path::new(&etc_target).exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("in-ws.txt")).unwrap(),
+        "ok\n"
+    );
+    // A read-only policy takes the workspace's write away too.
+    let read_only = Policy {
+        sandbox: Sandbox::ReadOnly,
+        ..Policy::default()
+    };
+    let r = agent
+        .run_with(
+            "[[shell]] echo no > ro.txt || echo refused",
+            adaptor::RunOptions::new().policy(read_only),
+        )
+        .await
+        .unwrap();
+    assert!(r.text.starts_with("refused\n"), "{}", r.text);
+    assert!(!ws.path().join("ro.txt").exists());
+    still_healthy(&agent, "filesystem attacks").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_files_are_data_in_a_private_directory_removed_after_the_run() {
+    let ws = tmp();
+    let agent = shell_agent(ws.path()).build();
+    let (out, err) = shell(
+        &agent,
+        "[[file evil.sh]]",
+        "d=$HOSTILE_PRIVATE_DIR; stat -c '%a' \"$d\" \"$d/evil.sh\" \"$d/..\"; \
+         \"$d/evil.sh\" || echo exec-refused; echo x > \"$d/new\" || echo write-refused; \
+         echo \"$d\"",
+    )
+    .await;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        &lines[..5],
+        ["700", "600", "700", "exec-refused", "write-refused"],
+        "stderr: {err}"
+    );
+    let dir = Path::new(lines[5]);
+    assert!(!dir.exists(), "{} removed after the run", dir.display());
+    assert!(!dir.parent().unwrap().exists(), "the run directory is gone");
+}
+
+/// Processes containing `marker` in their command line.
+fn with_marker(marker: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            (String::from_utf8_lossy(&cmd).contains(marker) && pid_alive(pid)).then_some(pid)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setsid_daemons_and_double_forks_do_not_survive_the_run() {
+    let ws = tmp();
+    let agent = shell_agent(ws.path()).build();
+    let (out, _) = shell(
+        &agent,
+        "",
+        "(setsid sleep 987001 > /dev/null 2>&1 &); (sh -c 'sleep 987002 > /dev/null 2>&1 &' &); \
+         sleep 0.2; echo started",
+    )
+    .await;
+    assert_eq!(out, "started\n");
+    assert!(
+        eventually(Duration::from_secs(5), || with_marker("98700").is_empty()).await,
+        "survivors: {:?}",
+        with_marker("98700")
+    );
+    still_healthy(&agent, "daemons").await;
+}
+
+#[test]
+fn a_host_killed_with_sigkill_leaves_no_survivor() {
+    let ws = tmp();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_host-kill-helper"))
+        .arg(ws.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ready = ws.path().join("ready");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !ready.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(ready.exists(), "the helper's provider never got ready");
+    assert!(!with_marker("98711").is_empty(), "the daemons run");
+    child.kill().unwrap(); // SIGKILL: the host gets no chance to clean up.
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !with_marker("98711").is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        with_marker("98711").is_empty(),
+        "survivors of a SIGKILLed host: {:?}",
+        with_marker("98711")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_provider_cannot_signal_processes_outside_its_run() {
+    let ws = tmp();
+    let mut victim = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let agent = shell_agent(ws.path()).build();
+    let (out, err) = shell(
+        &agent,
+        "",
+        &format!("kill -TERM {} || echo refused", victim.id()),
+    )
+    .await;
+    assert_eq!(out, "refused\n", "stderr: {err}");
+    assert!(victim.try_wait().unwrap().is_none(), "the victim lives");
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_probes_are_confined_like_a_launch_and_report_it() {
+    let ws = tmp();
+    let agent = shell_agent(ws.path()).build();
+    let inspection = agent.inspect().await.unwrap();
+    let check = inspection
+        .environment
+        .checks
+        .iter()
+        .find(|c| c.code == "hostile.escape")
+        .expect("the escape probe ran");
+    assert!(check.message.contains("probe-ran"), "{}", check.message);
+    assert!(
+        !check.message.contains("wrote-the-workspace"),
+        "{}",
+        check.message
+    );
+    assert!(!check.message.contains("read-shadow"), "{}", check.message);
+    assert!(!ws.path().join("probe-wrote").exists());
+    match &inspection.containment {
+        adaptor::Availability::Supported { value } => {
+            assert!(
+                value.filesystem_enforced && value.pid_namespace,
+                "{value:?}"
+            );
+            assert!(value.landlock_abi.is_some());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_shows_the_exact_launch_and_spawns_nothing() {
+    let ws = tmp();
+    let agent = shell_agent(ws.path())
+        .env("ANTHROPIC_API_KEY", "sk-very-secret")
+        .build();
+    let marker = ws.path().join("ran");
+    let plan = agent
+        .dry_run(format!(
+            "[[env MODE=fast]] [[file schema.json]] [[shell]] touch {}",
+            marker.display()
+        ))
+        .await
+        .unwrap();
+    assert!(!marker.exists(), "nothing ran");
+    assert_eq!(plan.program, "/bin/sh");
+    assert_eq!(plan.args[0], "-c");
+    assert!(plan.args[1].starts_with("touch "));
+    assert_eq!(plan.cwd, ws.path().canonicalize().unwrap());
+    let env: std::collections::BTreeMap<_, _> = plan.env.iter().cloned().collect();
+    assert_eq!(env["MODE"], "fast");
+    assert_eq!(env["ANTHROPIC_API_KEY"], "<masked: 14 bytes>");
+    assert!(plan.driver_env.contains(&"MODE".to_owned()));
+    assert_eq!(plan.files.len(), 1);
+    assert_eq!(plan.files[0].0, "schema.json");
+    assert!(plan.files[0].1 > 0);
+    assert!(plan.containment.filesystem_enforced);
+    assert!(
+        plan.containment
+            .rules
+            .iter()
+            .any(|r| r.why == "workspace" && r.access == adaptor::PathAccess::ReadWrite)
+    );
+    // A refused launch is the same typed error as for a run.
+    assert!(matches!(
+        agent.dry_run("[[env LD_PRELOAD=x]] [[shell]] true").await,
+        Err(Error::LaunchRefused { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_the_caller_allows_must_exist_and_widens_the_reach() {
+    let (ws, extra) = (tmp(), tmp());
+    std::fs::write(extra.path().join("data.txt"), "shared").unwrap();
+    let missing = extra.path().join("missing");
+    let refused = shell_agent(ws.path())
+        .containment(Containment::new().allow_read(&missing))
+        .build();
+    assert!(matches!(
+        refused.run("[[shell]] true").await,
+        Err(Error::ContainmentUnavailable { .. })
+    ));
+    let agent = shell_agent(ws.path())
+        .containment(Containment::new().allow_read(extra.path()))
+        .build();
+    let (out, _) = shell(
+        &agent,
+        "",
+        &format!(
+            "cat {d}/data.txt; echo x > {d}/w || echo read-only",
+            d = extra.path().display()
+        ),
+    )
+    .await;
+    assert_eq!(out, "sharedread-only\n");
+}
+
+#[test]
+fn run_directories_of_a_crashed_host_are_swept_on_the_next_start() {
+    // A directory shaped like a run's, whose lock nobody holds: what a crashed host leaves.
+    let stale = std::env::temp_dir().join("adaptor-run-run-crashed-host-test");
+    std::fs::create_dir_all(stale.join("files")).unwrap();
+    std::fs::write(stale.join("lock"), "").unwrap();
+    std::fs::write(stale.join("files").join("schema.json"), "{}").unwrap();
+    let ws = tmp();
+    let out = adaptor_cli()
+        .args(["run", "--dry-run", "hi"])
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    assert!(!stale.exists(), "the stale run directory was swept");
+}
