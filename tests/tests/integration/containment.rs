@@ -357,3 +357,78 @@ fn run_directories_of_a_crashed_host_are_swept_on_the_next_start() {
     assert_exit(&out, 0);
     assert!(!stale.exists(), "the stale run directory was swept");
 }
+
+/// The same confinement for a host that is not root: the namespaces come inside a user
+/// namespace that maps only the host user's uid and gid. Run as root (CI), the test runs the
+/// CLI as `nobody` with `setpriv`, from copies it can read (the build tree may be under a
+/// 0700 home).
+#[test]
+fn a_host_that_is_not_root_gets_the_same_confinement() {
+    // SAFETY: geteuid(2) cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let dir = tempfile::tempdir().unwrap();
+    let (bin, ws, home) = (
+        dir.path().join("bin"),
+        dir.path().join("ws"),
+        dir.path().join("home"),
+    );
+    for d in [&bin, &ws, &home] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let exe = bin.join("adaptor");
+    std::fs::copy(adaptor_exe(), &exe).unwrap();
+    let driver = bin.join("hostile.wasm");
+    std::fs::copy(test_driver_path("hostile"), &driver).unwrap();
+    let mut cmd = if root {
+        use std::os::unix::fs::PermissionsExt;
+        for d in [dir.path(), &bin] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        for d in [&ws, &home] {
+            std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
+        }
+        let mut c = std::process::Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&exe);
+        c
+    } else {
+        std::process::Command::new(&exe)
+    };
+    let out = cmd
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", "/usr/bin:/bin")
+        .env("XDG_CONFIG_HOME", home.join("no-config"))
+        .current_dir(&ws)
+        .args(["run", "--json", "--driver"])
+        .arg(&driver)
+        .args([
+            "--config",
+            r#"{"command":"/bin/sh"}"#,
+            "[[shell]] echo pid=$$; ls /root || echo home-denied; echo w > ok.txt && echo ws-ok; \
+             (setsid sleep 987221 > /dev/null 2>&1 &); echo done",
+        ])
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let result: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().expect("a result line")).unwrap();
+    let text = result["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("pid=2\nhome-denied\nws-ok\ndone\n"),
+        "{text}"
+    );
+    assert!(
+        std::fs::read_to_string(ws.join("ok.txt")).is_ok(),
+        "the workspace is writable"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !with_marker("987221").is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        with_marker("987221").is_empty(),
+        "the daemon died with the run"
+    );
+}
