@@ -368,6 +368,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn enforce_refuses_a_kernel_that_cannot_confine_and_best_effort_says_what_is_missing() {
+        let bare = KernelSupport {
+            landlock_abi: None,
+            pid_namespace: false,
+        };
+        let grace = Duration::from_millis(10);
+        let err = bare
+            .confine(ContainmentMode::Enforce, Vec::new(), Vec::new(), grace)
+            .unwrap_err();
+        assert!(
+            err.contains("no Landlock") && err.contains("PID namespaces"),
+            "{err}"
+        );
+        let (confinement, report) = bare
+            .confine(ContainmentMode::BestEffort, Vec::new(), Vec::new(), grace)
+            .unwrap();
+        assert!(!confinement.landlock && !confinement.pid_namespace);
+        assert!(!report.filesystem_enforced && !report.pid_namespace);
+        assert_eq!(report.notes.len(), 2, "{report:?}");
+        let full = KernelSupport {
+            landlock_abi: Some(5),
+            pid_namespace: true,
+        };
+        let (confinement, report) = full
+            .confine(ContainmentMode::Enforce, Vec::new(), Vec::new(), grace)
+            .unwrap();
+        assert!(confinement.landlock && confinement.pid_namespace);
+        assert!(report.notes.is_empty());
+        assert!(!report.signals_scoped, "signal scoping needs ABI 6");
+    }
+
+    #[test]
     fn path_entries_inside_the_workspace_are_skipped() {
         let ws = tempfile::tempdir().unwrap();
         let ws_path = ws.path().canonicalize().unwrap();

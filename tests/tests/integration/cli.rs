@@ -801,3 +801,76 @@ fn ctrl_c_ends_a_run_whose_stdout_is_not_read() {
     };
     assert_eq!(status.code(), Some(130));
 }
+
+#[test]
+fn dry_run_prints_the_launch_and_the_containment_and_starts_nothing() {
+    let (state, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sessions = state.path().join("sessions");
+    let out = adaptor()
+        .args(["run", "--dry-run", "--config"])
+        .arg(config(&sessions))
+        .args(["--env", "MY_TOKEN=abc123", "--cwd"])
+        .arg(ws.path())
+        .arg("look but do not touch")
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let text = String::from_utf8(out.stdout).unwrap();
+    for expected in [
+        "driver reference would launch (nothing was started):",
+        "  arg[0]: --state-dir",
+        "  env MY_TOKEN=<masked: 6 bytes>",
+        "  stdin: 21 bytes, then closed",
+        "containment: enforce · Landlock ABI",
+        "(workspace)",
+        "(state (config /state_dir))",
+    ] {
+        assert!(text.contains(expected), "{expected:?} in:\n{text}");
+    }
+    assert!(!sessions.exists(), "nothing ran, so no session was saved");
+    // The JSON plan has the same facts.
+    let out = adaptor()
+        .args(["run", "--dry-run", "--json", "--config"])
+        .arg(config(&sessions))
+        .arg("hi")
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["driver"], "reference");
+    assert_eq!(plan["containment"]["filesystem_enforced"], true);
+    assert!(plan["env"].as_array().unwrap().len() > 2);
+}
+
+#[test]
+fn inspect_prints_the_containment_and_a_missing_allowed_path_is_a_usage_error() {
+    let state = tempfile::tempdir().unwrap();
+    let out = adaptor()
+        .args(["inspect", "--config"])
+        .arg(config(state.path()))
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("containment: enforce · Landlock ABI") && text.contains("PID namespace yes"),
+        "{text}"
+    );
+    let out = adaptor()
+        .args([
+            "run",
+            "--allow-read",
+            "/nonexistent/adaptor-path",
+            "--config",
+        ])
+        .arg(config(state.path()))
+        .arg("hi")
+        .output()
+        .unwrap();
+    assert_exit(&out, 2);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("cannot confine") && err.contains("/nonexistent/adaptor-path"),
+        "{err}"
+    );
+}
