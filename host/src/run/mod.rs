@@ -53,6 +53,7 @@ use resident::Resident;
 use crate::grant::resolve_workspace;
 pub use classify::CHECKPOINT_INVALIDATED;
 pub(crate) use classify::{Classify, classify, finished_event};
+pub(crate) use prepare::plan;
 
 pub(crate) fn new_run_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -83,75 +84,6 @@ pub(crate) fn start_thread(
     launch(inner, prompt, options, Some(binding))
 }
 
-/// Decide what a plain run would launch — the same preparation as a run — and spawn
-/// nothing. The private files are written and removed again; no event is emitted.
-pub(crate) async fn plan(
-    inner: &Arc<AgentInner>,
-    prompt: String,
-    options: RunOptions,
-) -> Result<crate::result::LaunchPlan, Error> {
-    if inner.closed.load(Ordering::SeqCst) {
-        return Err(Error::AgentClosed);
-    }
-    let run_id = new_run_id();
-    let (tx, _rx) = mpsc::channel(2);
-    let cancel = inner.cancel.child_token();
-    let emitter = Emitter::new(
-        tx,
-        run_id.clone(),
-        inner.driver.name().to_owned(),
-        false,
-        cancel.clone(),
-    );
-    let mut run = Run {
-        inner: inner.clone(),
-        run_id,
-        prompt,
-        options,
-        emitter,
-        cancel,
-        started: Instant::now(),
-        mechanism: None,
-        thread: None,
-        coordinator: None,
-        resident_signature: None,
-        kept: None,
-    };
-    let prepared = run.prepare().await?;
-    let Prepared {
-        launch,
-        spec,
-        containment,
-        ..
-    } = prepared;
-    let mut env: Vec<(String, String)> = spec
-        .env
-        .iter()
-        .map(|(k, v)| {
-            let (k, v) = (k.to_string_lossy(), v.to_string_lossy());
-            (k.to_string(), crate::result::mask_secret(&k, &v))
-        })
-        .collect();
-    env.sort();
-    Ok(crate::result::LaunchPlan {
-        driver: inner.driver.name().to_owned(),
-        program: launch.program,
-        resolved: spec.program,
-        args: spec.args,
-        cwd: spec.cwd,
-        env,
-        driver_env: launch.env.into_iter().map(|(k, _)| k).collect(),
-        files: launch
-            .files
-            .iter()
-            .map(|(name, contents)| (name.clone(), contents.len()))
-            .collect(),
-        stdin_bytes: launch.stdin.len(),
-        keep_stdin_open: launch.keep_stdin_open,
-        containment,
-    })
-}
-
 fn launch(
     inner: &Arc<AgentInner>,
     prompt: String,
@@ -175,20 +107,7 @@ fn launch(
         cancel.clone(),
     );
     let span = tracing::info_span!("run", run_id = %run_id, driver = %inner.driver.name());
-    let run = Run {
-        inner: inner.clone(),
-        run_id,
-        prompt,
-        options,
-        emitter,
-        cancel,
-        started: Instant::now(),
-        mechanism: None,
-        thread,
-        coordinator: None,
-        resident_signature: None,
-        kept: None,
-    };
+    let run = Run::new(inner, run_id, prompt, options, emitter, cancel, thread);
     inner.tracker.spawn(
         async move {
             let result = run.execute().await;
@@ -253,6 +172,31 @@ struct Prepared {
 }
 
 impl Run {
+    fn new(
+        inner: &Arc<AgentInner>,
+        run_id: String,
+        prompt: String,
+        options: RunOptions,
+        emitter: Emitter,
+        cancel: CancellationToken,
+        thread: Option<ThreadBinding>,
+    ) -> Run {
+        Run {
+            inner: inner.clone(),
+            run_id,
+            prompt,
+            options,
+            emitter,
+            cancel,
+            started: Instant::now(),
+            mechanism: None,
+            thread,
+            coordinator: None,
+            resident_signature: None,
+            kept: None,
+        }
+    }
+
     async fn execute(mut self) -> Result<RunResult, Error> {
         if let Some(binding) = self.thread.take() {
             self.begin_thread(binding).await?;

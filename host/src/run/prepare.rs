@@ -2,10 +2,20 @@
 //! instance, the validated config, the process grant (program resolved once), the resume
 //! instructions, the driver's launch checked against the grant, and the private files.
 //!
+//! Also the dry run ([`plan`]): the same preparation, turned into a `LaunchPlan` instead of a
+//! spawn.
+//!
 //! Must not: spawn (see `process`), or emit events (nothing has started yet: an error here is
 //! returned with no events).
 
-use super::{Prepared, Run};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::sync::mpsc;
+
+use super::{Prepared, Run, new_run_id};
+use crate::agent::{AgentInner, RunOptions};
+use crate::stream::Emitter;
 use crate::error::Error;
 use crate::grant::{LaunchAsk, RunPaths, resolve_workspace};
 use crate::process::PrivateDir;
@@ -150,4 +160,60 @@ impl Run {
             checkpoint: cp.clone(),
         }))
     }
+}
+
+/// Decide what a plain run would launch — the same preparation as a run — and spawn
+/// nothing. The private files are written and removed again; no event is emitted.
+pub(crate) async fn plan(
+    inner: &Arc<AgentInner>,
+    prompt: String,
+    options: RunOptions,
+) -> Result<crate::result::LaunchPlan, Error> {
+    if inner.closed.load(Ordering::SeqCst) {
+        return Err(Error::AgentClosed);
+    }
+    let run_id = new_run_id();
+    let (tx, _rx) = mpsc::channel(2);
+    let cancel = inner.cancel.child_token();
+    let emitter = Emitter::new(
+        tx,
+        run_id.clone(),
+        inner.driver.name().to_owned(),
+        false,
+        cancel.clone(),
+    );
+    let mut run = Run::new(inner, run_id, prompt, options, emitter, cancel, None);
+    let prepared = run.prepare().await?;
+    let Prepared {
+        launch,
+        spec,
+        containment,
+        ..
+    } = prepared;
+    let mut env: Vec<(String, String)> = spec
+        .env
+        .iter()
+        .map(|(k, v)| {
+            let (k, v) = (k.to_string_lossy(), v.to_string_lossy());
+            (k.to_string(), crate::result::mask_secret(&k, &v))
+        })
+        .collect();
+    env.sort();
+    Ok(crate::result::LaunchPlan {
+        driver: inner.driver.name().to_owned(),
+        program: launch.program,
+        resolved: spec.program,
+        args: spec.args,
+        cwd: spec.cwd,
+        env,
+        driver_env: launch.env.into_iter().map(|(k, _)| k).collect(),
+        files: launch
+            .files
+            .iter()
+            .map(|(name, contents)| (name.clone(), contents.len()))
+            .collect(),
+        stdin_bytes: launch.stdin.len(),
+        keep_stdin_open: launch.keep_stdin_open,
+        containment,
+    })
 }
