@@ -15,11 +15,11 @@ use tokio::sync::mpsc;
 
 use super::{Prepared, Run, new_run_id};
 use crate::agent::{AgentInner, RunOptions};
-use crate::stream::Emitter;
 use crate::error::Error;
 use crate::grant::{LaunchAsk, RunPaths, resolve_workspace};
 use crate::process::PrivateDir;
 use crate::session::{Resume, SessionMode};
+use crate::stream::Emitter;
 use crate::structured::{self, Mechanism};
 use crate::wasm::convert::build_request;
 
