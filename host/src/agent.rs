@@ -83,7 +83,8 @@ macro_rules! shared_options {
                 self
             }
 
-            /// Caller metadata for the run (replaces the whole map of the outer scope).
+            /// Caller metadata for the run, merged by key over the outer scope's (a key set
+            /// here wins; keys set only outside are kept).
             pub fn metadata(mut self, metadata: BTreeMap<String, String>) -> Self {
                 self$(.$field)?.metadata = Some(metadata);
                 self
@@ -159,7 +160,14 @@ impl RunOptions {
                 .instructions
                 .clone()
                 .or_else(|| self.instructions.clone()),
-            metadata: nearer.metadata.clone().or_else(|| self.metadata.clone()),
+            metadata: match (&self.metadata, &nearer.metadata) {
+                (Some(outer), Some(near)) => {
+                    let mut merged = outer.clone();
+                    merged.extend(near.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    Some(merged)
+                }
+                (outer, near) => near.clone().or_else(|| outer.clone()),
+            },
             streaming: nearer.streaming.or(self.streaming),
             resume: nearer.resume.clone().or_else(|| self.resume.clone()),
             policy: nearer.policy.or(self.policy),
@@ -588,4 +596,37 @@ pub async fn run_as_with<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     let result = runner.start(prompt.into(), options).result().await?;
     let value = result.decode::<T>()?;
     Ok((value, result))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_merges_by_key_and_other_fields_are_replaced_whole() {
+        let map = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let outer = RunOptions::new()
+            .metadata(map(&[("tenant", "a"), ("trace", "1")]))
+            .model("outer");
+        let nearer = RunOptions::new().metadata(map(&[("trace", "2"), ("call", "x")]));
+        let merged = outer.overridden_by(&nearer);
+        assert_eq!(
+            merged.metadata,
+            Some(map(&[("call", "x"), ("tenant", "a"), ("trace", "2")]))
+        );
+        assert_eq!(merged.model.as_deref(), Some("outer"));
+        assert_eq!(
+            RunOptions::new().overridden_by(&nearer).metadata,
+            nearer.metadata
+        );
+        assert_eq!(
+            outer.overridden_by(&RunOptions::new()).metadata,
+            outer.metadata
+        );
+    }
 }

@@ -94,6 +94,15 @@ pub enum Error {
         /// What is missing.
         reason: String,
     },
+    /// Instructions were given to a driver whose descriptor does not declare
+    /// `instructions`: they would be dropped, so the run is refused before anything starts.
+    #[error(
+        "driver `{driver}` cannot pass instructions to its CLI (its descriptor does not declare `instructions`)"
+    )]
+    InstructionsUnsupported {
+        /// Driver name.
+        driver: String,
+    },
     /// The granted program could not be found.
     #[error("program `{program}` for driver `{driver}` was not found: {detail}")]
     ProgramNotFound {
@@ -317,13 +326,18 @@ pub enum Limit {
         /// Bytes.
         bytes: usize,
     },
-    /// Guest CPU time per call.
+    /// Guest CPU per call, in wasmtime fuel (executed WebAssembly, not time).
     CpuPerCall {
-        /// Milliseconds.
-        ms: u64,
+        /// Fuel.
+        fuel: u64,
     },
-    /// Guest CPU time over one run (all calls of its instance).
+    /// Guest CPU over one turn (all calls of its instance), in fuel.
     CpuPerRun {
+        /// Fuel.
+        fuel: u64,
+    },
+    /// Wall-clock time of one call: a call that waits instead of computing.
+    WallPerCall {
         /// Milliseconds.
         ms: u64,
     },
@@ -351,8 +365,9 @@ impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Limit::Memory { bytes } => write!(f, "memory limit of {} MiB", bytes >> 20),
-            Limit::CpuPerCall { ms } => write!(f, "CPU budget of {ms} ms per call"),
-            Limit::CpuPerRun { ms } => write!(f, "CPU budget of {ms} ms per run"),
+            Limit::CpuPerCall { fuel } => write!(f, "CPU budget of {fuel} fuel per call"),
+            Limit::CpuPerRun { fuel } => write!(f, "CPU budget of {fuel} fuel per run"),
+            Limit::WallPerCall { ms } => write!(f, "wall-clock bound of {ms} ms per call"),
             Limit::Stack => f.write_str("stack limit"),
             Limit::ActionsPerCall { max } => write!(f, "limit of {max} actions per call"),
             Limit::LogsPerCall { max } => write!(f, "limit of {max} log messages per call"),

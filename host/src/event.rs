@@ -213,6 +213,22 @@ pub struct Dropped {
     pub first_sequence: u64,
     /// Sequence of the last dropped event.
     pub last_sequence: u64,
+    /// Why they were dropped.
+    pub reason: DropReason,
+}
+
+/// Why a run's events were dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// Drop mode: the buffer was full, so droppable deltas were discarded (the items that
+    /// carry the same content are kept).
+    BufferFull,
+    /// The run was cancelled while the consumer was not reading: events that would have
+    /// waited for it were discarded, so the cancel is never held up.
+    Cancelled,
+    /// Both, at different times of the run.
+    BufferFullAndCancelled,
 }
 
 /// An approval request was resolved (by an answer, the policy, a timeout, a cancel or the

@@ -95,7 +95,7 @@ pub use error::{
     Error, FailureReason, LaunchRefusal, Limit, LoadError, RunError, StartRefusal, ThreadError,
 };
 pub use event::{
-    ApprovalResolved, Dropped, Event, EventMeta, ItemEvent, Notice, Phase, ProcessInfo,
+    ApprovalResolved, DropReason, Dropped, Event, EventMeta, ItemEvent, Notice, Phase, ProcessInfo,
     ProcessInfoKind, RunFinished, RunStarted, SessionStarted, TextDelta, ThreadFallback, ToolCall,
     ToolResult, UsageUpdate, VendorEvent,
 };
@@ -110,7 +110,7 @@ pub use result::{
 pub use run::CHECKPOINT_INVALIDATED;
 pub use stream::{Canceller, Stream};
 pub use structured::{Mechanism, PROMPT_SCHEMA_MARKER, Schema, StructuredOutput};
-pub use thread::{DEFAULT_LEASE_TTL, Thread};
+pub use thread::{DEFAULT_LEASE_TTL, Fork, Thread};
 pub use wasm::engine::CompileSource;
 pub use wasm::guest::GuestLimits;
 

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 pub(crate) use crate::event::blank_meta;
-use crate::event::{Dropped, Event, RunFinished};
+use crate::event::{DropReason, Dropped, Event, RunFinished};
 use crate::result::RunResult;
 
 /// Fill in an event's host metadata with the sequence after `previous`; returns the new
@@ -41,6 +41,7 @@ struct DropStats {
     by_kind: BTreeMap<String, u64>,
     first: u64,
     last: u64,
+    reason: Option<DropReason>,
 }
 
 /// Assigns sequence and time, applies backpressure, counts drops.
@@ -101,10 +102,15 @@ impl Emitter {
         dropped: &mut DropStats,
         consumer_gone: &mut bool,
         event: Event,
+        reason: DropReason,
     ) {
         match tx.try_send(event) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(event)) => {
+                dropped.reason = Some(match dropped.reason {
+                    Some(earlier) if earlier != reason => DropReason::BufferFullAndCancelled,
+                    _ => reason,
+                });
                 let seq = event.meta().sequence;
                 if dropped.count == 0 {
                     dropped.first = seq;
@@ -123,8 +129,26 @@ impl Emitter {
         if self.consumer_gone {
             return;
         }
-        if (!self.blocking && event.is_droppable()) || self.cancel.is_cancelled() {
-            Self::offer(&self.tx, &mut self.dropped, &mut self.consumer_gone, event);
+        if self.cancel.is_cancelled() {
+            let reason = DropReason::Cancelled;
+            Self::offer(
+                &self.tx,
+                &mut self.dropped,
+                &mut self.consumer_gone,
+                event,
+                reason,
+            );
+            return;
+        }
+        if !self.blocking && event.is_droppable() {
+            let reason = DropReason::BufferFull;
+            Self::offer(
+                &self.tx,
+                &mut self.dropped,
+                &mut self.consumer_gone,
+                event,
+                reason,
+            );
             return;
         }
         let reserved = tokio::select! {
@@ -136,7 +160,13 @@ impl Emitter {
         match reserved {
             Some(Ok(permit)) => permit.send(event),
             Some(Err(_)) => self.consumer_gone = true,
-            None => Self::offer(&self.tx, &mut self.dropped, &mut self.consumer_gone, event),
+            None => Self::offer(
+                &self.tx,
+                &mut self.dropped,
+                &mut self.consumer_gone,
+                event,
+                DropReason::Cancelled,
+            ),
         }
     }
 
@@ -154,6 +184,7 @@ impl Emitter {
                 by_kind: d.by_kind,
                 first_sequence: d.first,
                 last_sequence: d.last,
+                reason: d.reason.unwrap_or(DropReason::BufferFull),
             });
             self.stamp(&mut report);
             last.push(report);

@@ -266,14 +266,16 @@ pub(crate) fn evaluate(
     mechanism: Mechanism,
     result: &RunResult,
 ) -> StructuredOutput {
+    // Native means the CLI produced the value: never guessed from the text (that would report
+    // `native` for prompt-and-validate).
     let value = match mechanism {
-        Mechanism::Native => result
-            .structured_output
-            .clone()
-            .or_else(|| extract_json(&result.text)),
+        Mechanism::Native => result.structured_output.clone(),
         Mechanism::PromptValidate => extract_json(&result.text),
     };
     let errors: Vec<String> = match &value {
+        None if mechanism == Mechanism::Native => {
+            vec!["the driver reported no structured output (native mechanism)".to_owned()]
+        }
         None => vec!["the output contains no JSON value".to_owned()],
         Some(v) => match jsonschema::validator_for(&schema.json) {
             Ok(validator) => validator

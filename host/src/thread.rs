@@ -74,13 +74,16 @@ impl Thread {
     /// ([`ThreadError::AlreadyExists`]). Later runs of the new thread continue its own
     /// session.
     ///
+    /// The result is a [`Fork`], which has no `resume_only`: a fork always starts a session
+    /// of its own, so asking it to only resume would contradict it — that does not compile.
+    ///
     /// # Panics
     ///
     /// If `new_key` is empty.
-    pub fn fork(&self, new_key: impl Into<String>) -> Thread {
+    pub fn fork(&self, new_key: impl Into<String>) -> Fork {
         let forked = self.agent.thread(new_key);
         *forked.fork_from.lock().expect("fresh mutex") = Some(self.key.clone());
-        forked
+        Fork(forked)
     }
 
     /// The active record of this thread, if any.
@@ -162,5 +165,64 @@ impl Thread {
 impl crate::agent::Runner for Thread {
     fn start(&self, prompt: String, options: RunOptions) -> Stream {
         self.stream_with(prompt, options)
+    }
+}
+
+/// A thread whose first successful run forks its parent's checkpoint
+/// ([`Thread::fork`]). It runs like a [`Thread`] (its later runs continue its own session)
+/// but has no `resume_only`, which a fork contradicts:
+///
+/// ```compile_fail
+/// # fn f(agent: adaptor::Agent) {
+/// let _ = agent.thread("parent").fork("child").resume_only();
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Fork(Thread);
+
+impl Fork {
+    /// The new thread's key.
+    pub fn key(&self) -> &str {
+        self.0.key()
+    }
+
+    /// The new thread's active record (none before the first successful run).
+    pub async fn record(&self) -> Result<Option<ThreadRecord>, Error> {
+        self.0.record().await
+    }
+
+    /// Run a prompt: the first successful run forks the parent, later ones continue.
+    pub async fn run(&self, prompt: impl Into<String>) -> Result<RunResult, Error> {
+        self.0.run(prompt).await
+    }
+
+    /// Run with per-call options.
+    pub async fn run_with(
+        &self,
+        prompt: impl Into<String>,
+        options: RunOptions,
+    ) -> Result<RunResult, Error> {
+        self.0.run_with(prompt, options).await
+    }
+
+    /// Start a run and stream its events.
+    pub fn stream(&self, prompt: impl Into<String>) -> Stream {
+        self.0.stream(prompt)
+    }
+
+    /// Start a run with per-call options.
+    pub fn stream_with(&self, prompt: impl Into<String>, options: RunOptions) -> Stream {
+        self.0.stream_with(prompt, options)
+    }
+
+    /// The thread itself (for a fork that already ran, the same as `agent.thread(key)`).
+    pub fn into_thread(self) -> Thread {
+        self.0
+    }
+}
+
+impl crate::agent::Runner for Fork {
+    fn start(&self, prompt: String, options: RunOptions) -> Stream {
+        self.0.stream_with(prompt, options)
     }
 }

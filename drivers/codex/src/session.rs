@@ -73,6 +73,18 @@ pub struct CodexSession {
 }
 
 impl CodexSession {
+    /// With a native output schema, Codex's final agent message is the JSON value
+    /// (`--output-schema` / `outputSchema`): reported as the structured output when it parses.
+    fn native_output(&self) -> Option<String> {
+        let native = self
+            .request
+            .output_schema
+            .as_ref()
+            .is_some_and(|s| s.mechanism == adaptor_sdk::SchemaMechanism::Native);
+        let last = self.texts.last()?;
+        (native && serde_json::from_str::<Value>(last).is_ok()).then(|| last.trim().to_owned())
+    }
+
     fn on_line(&mut self, frame: Value, text: &str, out: &mut Actions) {
         if self.terminal.is_some() {
             self.malformed.get_or_insert(format!(
@@ -361,7 +373,7 @@ impl Session for CodexSession {
             .clone()
             .or_else(|| adaptor_sdk::json::str_field(&self.config, "model").map(str::to_owned));
         outcome.checkpoint = checkpoint;
-        outcome.structured_output = self.structured.clone();
+        outcome.structured_output = self.structured.clone().or_else(|| self.native_output());
         outcome.failure = failure;
         outcome.metadata.push((
             "transport".into(),

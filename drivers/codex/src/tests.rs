@@ -428,3 +428,31 @@ fn the_app_server_takes_a_next_turn_on_the_same_thread() {
     let (mut h, _) = Harness::<CodexSession>::start(exec.clone()).expect("start");
     assert!(matches!(h.next_turn(exec), Err(StartError::Unsupported(_))));
 }
+
+#[test]
+fn a_native_schema_reports_the_final_message_as_structured_output() {
+    let bytes = fixture!("exec_output_schema");
+    let with_schema = |mechanism| {
+        let mut req = request("prompt");
+        req.streaming = false;
+        req.output_schema = Some(adaptor_sdk::OutputSchema {
+            schema_json: r#"{"type":"object"}"#.into(),
+            name: None,
+            description: None,
+            mechanism,
+        });
+        replay::<CodexSession>(req, bytes, 0, exited(0)).expect("start")
+    };
+    let native = with_schema(adaptor_sdk::SchemaMechanism::Native);
+    let value: Value =
+        serde_json::from_str(native.outcome.structured_output.as_deref().expect("native")).unwrap();
+    assert_eq!(
+        value,
+        serde_json::from_str::<Value>(&native.outcome.text).unwrap()
+    );
+    // Prompt and validate: the host reads the text; the driver claims nothing.
+    let prompted = with_schema(adaptor_sdk::SchemaMechanism::PromptValidate);
+    assert_eq!(prompted.outcome.structured_output, None);
+    // No schema: nothing either.
+    assert_eq!(exec_replay(bytes, 0, 0).outcome.structured_output, None);
+}

@@ -11,6 +11,7 @@ pub const USAGE: &str = "\
 usage: reference-provider [--model M] [--resume SESSION_ID [--fork-session]] [--state-dir DIR] [--delay-ms N]
                           [--sandbox read-only|workspace-write] [--web-search allow|deny]
                           [--json-schema FILE] [--approvals stdio|allow|deny]
+                          [--append-system-prompt TEXT]
        reference-provider --version
 The prompt is read from stdin until EOF (with --approvals stdio: the first stdin line is
 {\"type\":\"user\",\"text\":PROMPT} and approval answers follow); JSON Lines events are
@@ -52,6 +53,8 @@ pub struct TurnArgs {
     pub json_schema: Option<PathBuf>,
     /// `--approvals stdio|allow|deny` (default deny).
     pub approvals: crate::approvals::Mode,
+    /// `--append-system-prompt TEXT`: instructions, echoed in the session line.
+    pub instructions: Option<String>,
 }
 
 /// Parses the arguments (without the program name).
@@ -85,8 +88,15 @@ where
             "--version" | "-V" if inline_value.is_none() => return Ok(Command::Version),
             "--fork-session" if inline_value.is_none() => turn.fork = true,
             "--help" | "-h" if inline_value.is_none() => return Ok(Command::Help),
-            "--model" | "--resume" | "--state-dir" | "--delay-ms" | "--sandbox"
-            | "--web-search" | "--json-schema" | "--approvals" => {
+            "--model"
+            | "--resume"
+            | "--state-dir"
+            | "--delay-ms"
+            | "--sandbox"
+            | "--web-search"
+            | "--json-schema"
+            | "--approvals"
+            | "--append-system-prompt" => {
                 let value = match inline_value {
                     Some(value) => value,
                     None => iter
@@ -114,6 +124,7 @@ where
                         turn.web_search = Some(value);
                     }
                     "--resume" => turn.resume = Some(value),
+                    "--append-system-prompt" => turn.instructions = Some(value),
                     "--state-dir" => {
                         if value.is_empty() {
                             return Err("--state-dir must not be empty".to_string());
@@ -177,8 +188,11 @@ mod tests {
             web_search: None,
             json_schema: None,
             approvals: crate::approvals::Mode::Stdio,
+            instructions: Some("be brief".into()),
         });
         let spaced = [
+            "--append-system-prompt",
+            "be brief",
             "--model",
             "m",
             "--resume",
@@ -192,6 +206,7 @@ mod tests {
         ];
         assert_eq!(parse_strs(&spaced), Ok(expected.clone()));
         let inline = [
+            "--append-system-prompt=be brief",
             "--model=m",
             "--resume=ref-00",
             "--state-dir=/tmp/x",

@@ -25,6 +25,9 @@ pub enum Event<'a> {
         /// The web-search switch given with `--web-search`, if any.
         #[serde(skip_serializing_if = "Option::is_none")]
         web_search: Option<&'a str>,
+        /// The instructions given with `--append-system-prompt`, if any.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        instructions: Option<&'a str>,
     },
     /// A chunk of reasoning text.
     ThinkingDelta {
@@ -182,6 +185,7 @@ mod tests {
                 resumed: false,
                 sandbox: None,
                 web_search: None,
+                instructions: None,
             })
             .unwrap();
         emitter

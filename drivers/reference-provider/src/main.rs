@@ -75,6 +75,7 @@ fn main() -> ExitCode {
                 state_dir: args.state_dir.or_else(session::default_state_dir),
                 sandbox: args.sandbox,
                 web_search: args.web_search,
+                instructions: args.instructions,
                 json_schema: args.json_schema,
             };
             let mut out = Emitter::new(io::stdout().lock(), Duration::from_millis(args.delay_ms));

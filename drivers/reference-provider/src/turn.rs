@@ -53,6 +53,8 @@ pub struct TurnConfig {
     pub sandbox: Option<String>,
     /// Web-search switch from `--web-search`, echoed in the session line.
     pub web_search: Option<String>,
+    /// Instructions from `--append-system-prompt`, echoed in the session line.
+    pub instructions: Option<String>,
     /// Schema file from `--json-schema` (native structured output).
     pub json_schema: Option<PathBuf>,
 }
@@ -239,6 +241,7 @@ fn turn<W: Write, E: Write>(
         resumed: cfg.resume.is_some(),
         sandbox: cfg.sandbox.as_deref(),
         web_search: cfg.web_search.as_deref(),
+        instructions: cfg.instructions.as_deref(),
     })?;
 
     if script.grandchild {
@@ -601,6 +604,7 @@ mod tests {
             state_dir,
             sandbox: None,
             web_search: None,
+            instructions: None,
             json_schema: None,
         }
     }

@@ -93,7 +93,7 @@ impl Driver for ReferenceDriver {
                 sse: false,
             },
             skills: false,
-            instructions: false,
+            instructions: true,
         }
     }
 
@@ -624,6 +624,9 @@ impl Session for ReferenceSession {
         }
         if let Some(ms) = u64_field(cfg, "delay_ms") {
             args.extend(["--delay-ms".to_owned(), ms.to_string()]);
+        }
+        if let Some(text) = &self.request.instructions {
+            args.extend(["--append-system-prompt".to_owned(), text.clone()]);
         }
         match self.request.policy.sandbox {
             Sandbox::Inherit => {}

@@ -58,6 +58,27 @@ const DEVICES: &[&str] = &[
     "/dev/pts",
 ];
 
+/// The rules every launch gets — the system directories, `/etc` without its secrets,
+/// `/proc`, `/sys`, the device nodes — decided once per process (about 1 ms of `/etc`
+/// listing and path resolution per launch otherwise).
+fn system_rules() -> &'static [PathRule] {
+    static RULES: std::sync::OnceLock<Vec<PathRule>> = std::sync::OnceLock::new();
+    RULES.get_or_init(|| {
+        let mut plan = ConfinementPlan::default();
+        for dir in SYSTEM_DIRS {
+            plan.add(Path::new(dir), PathAccess::ReadExecute, "system");
+        }
+        plan.add_etc();
+        plan.add(Path::new("/proc"), PathAccess::Read, "system");
+        plan.add(Path::new("/sys"), PathAccess::Read, "system");
+        for dev in DEVICES {
+            plan.add(Path::new(dev), PathAccess::Device, "device");
+        }
+        plan.add(Path::new("/dev/shm"), PathAccess::ReadWrite, "device");
+        plan.rules
+    })
+}
+
 /// Everything the plan needs to know about one launch.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PlanInputs<'a> {
@@ -191,16 +212,7 @@ impl ConfinementPlan {
                 .filter(|p| p.is_absolute())
         };
         let home = env("HOME");
-        for dir in SYSTEM_DIRS {
-            plan.add(Path::new(dir), PathAccess::ReadExecute, "system");
-        }
-        plan.add_etc();
-        plan.add(Path::new("/proc"), PathAccess::Read, "system");
-        plan.add(Path::new("/sys"), PathAccess::Read, "system");
-        for dev in DEVICES {
-            plan.add(Path::new(dev), PathAccess::Device, "device");
-        }
-        plan.add(Path::new("/dev/shm"), PathAccess::ReadWrite, "device");
+        plan.rules.extend(system_rules().iter().cloned());
         for dir in install_dirs(inputs.program, inputs.env, home.as_deref()) {
             plan.add(&dir, PathAccess::ReadExecute, "install");
         }

@@ -31,6 +31,9 @@ impl Run {
             .policy
             .unwrap_or_default()
             .check(&driver.loaded.descriptor)?;
+        if self.options.instructions.is_some() && !driver.loaded.descriptor.instructions {
+            return Err(Error::InstructionsUnsupported { driver: name });
+        }
         let workspace = resolve_workspace(self.options.workspace.as_deref())?;
         let mut instance = self.fresh_instance().await?;
         let config_json = driver.config.to_string();

@@ -1,8 +1,8 @@
 //! The process-wide wasmtime [`Engine`], its epoch ticker and the on-disk cache of compiled
 //! drivers.
 //!
-//! Owns: engine configuration (Cranelift, no unneeded proposals, epoch interruption), the
-//! 10 ms epoch ticker thread, and compile-or-load with a cache keyed by the wasm's sha256,
+//! Owns: engine configuration (Cranelift, no unneeded proposals, fuel for guest CPU, epoch
+//! interruption for the wall-clock bound), the 10 ms epoch ticker thread, and compile-or-load with a cache keyed by the wasm's sha256,
 //! the wasmtime version and a hash of the engine configuration. Only files this module wrote
 //! are ever deserialized, and each carries a checksum that is verified before deserializing.
 //! Must not: run guests or know about drivers' semantics.
@@ -17,12 +17,13 @@ use wasmtime::{Config, Engine};
 
 use crate::error::{Error, LoadError};
 
-/// Epoch tick length: guest CPU budgets are counted in these.
+/// Epoch tick length: the per-call wall-clock bound is counted in these.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// A description of the engine configuration, hashed into cache keys. Change it whenever
 /// [`engine_config`] changes.
-const ENGINE_CONFIG_ID: &str = "cranelift;opt=speed;epoch;no-gc;no-stack-switching;stack=1MiB;v1";
+const ENGINE_CONFIG_ID: &str =
+    "cranelift;opt=speed;fuel;epoch;no-gc;no-stack-switching;stack=1MiB;v2";
 
 /// The wasmtime version this host links (pinned exactly in the workspace manifest).
 pub(crate) const WASMTIME_VERSION: &str = "48.0.8";
@@ -32,6 +33,7 @@ const CACHE_MAGIC: &[u8; 8] = b"AACWASM1";
 
 fn engine_config() -> Config {
     let mut config = Config::new();
+    config.consume_fuel(true);
     config.epoch_interruption(true);
     config.wasm_component_model(true);
     config.wasm_gc(false);

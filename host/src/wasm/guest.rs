@@ -7,7 +7,7 @@
 //! Must not: spawn processes or interpret actions (the pipeline does).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use wasmtime::component::{Component, HasSelf, Linker, ResourceAny, ResourceTable};
 use wasmtime::{Store, StoreLimits, StoreLimitsBuilder};
@@ -75,18 +75,29 @@ fn sandbox_wasi(stderr: MemoryOutputPipe) -> WasiCtx {
 
 /// Sandbox limits applied to every driver instance (one instance per run). Exceeding one
 /// stops the call with [`Error::LimitExceeded`] naming the driver, the call and the limit.
+///
+/// Guest CPU is measured in wasmtime *fuel* — units of executed WebAssembly, about one per
+/// instruction — not in time: the same driver on the same input uses the same fuel on a quiet
+/// machine and on one busy with other work, so a busy host never fails a run that a quiet one
+/// passes. A separate, generous wall-clock bound per call (`call_wall`) stops a call that
+/// blocks instead of computing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GuestLimits {
     /// Linear memory cap per instance, bytes.
     pub memory_bytes: usize,
-    /// Guest CPU per call, in 10 ms epoch ticks.
-    pub call_ticks: u64,
+    /// Guest CPU per call, in fuel (default 2·10⁹, about a second of work on this
+    /// project's 2-core CI machine; the built-in parsers use well under 1 % of it per
+    /// 64 KiB chunk).
+    pub call_fuel: u64,
+    /// Wall-clock time per call (default 10 s), counted in 10 ms epoch ticks: the bound for a
+    /// call that does not compute but waits.
+    pub call_wall: Duration,
     /// Bytes a guest may pass to a host import in one call.
     pub hostcall_bytes: usize,
     /// Bytes of guest stderr kept (panic messages).
     pub stderr_bytes: usize,
-    /// Guest CPU time over all calls of one run's instance, milliseconds.
-    pub run_cpu_ms: u64,
+    /// Guest CPU over all calls of one turn of an instance, in fuel (default 6·10¹⁰).
+    pub run_fuel: u64,
     /// Actions one call may return.
     pub actions_per_call: usize,
     /// Log messages one call may write.
@@ -97,10 +108,11 @@ impl Default for GuestLimits {
     fn default() -> Self {
         Self {
             memory_bytes: 64 << 20,
-            call_ticks: 10,
+            call_fuel: 2_000_000_000,
+            call_wall: Duration::from_secs(10),
             hostcall_bytes: 8 << 20,
             stderr_bytes: 64 << 10,
-            run_cpu_ms: 30_000,
+            run_fuel: 60_000_000_000,
             actions_per_call: 10_000,
             logs_per_call: 1_000,
         }
@@ -242,9 +254,18 @@ pub(crate) struct GuestInstance {
     limits: GuestLimits,
     stderr: MemoryOutputPipe,
     poisoned: bool,
-    /// Guest time used by this instance so far, and when the current call began.
-    guest_time: Duration,
-    call_started: Option<Instant>,
+    /// Fuel used by this instance's calls so far (in this turn).
+    fuel_used: u64,
+    /// The fuel the current call was given, and whether the per-turn budget (not the per-call
+    /// one) set it.
+    call_fuel: Option<(u64, bool)>,
+}
+
+impl GuestLimits {
+    /// The per-call wall-clock bound in epoch ticks (at least one).
+    fn wall_ticks(&self) -> u64 {
+        (self.call_wall.as_millis() / crate::wasm::engine::EPOCH_TICK.as_millis()).max(1) as u64
+    }
 }
 
 impl GuestInstance {
@@ -277,7 +298,10 @@ impl GuestInstance {
         );
         store.limiter(|s| &mut s.limits);
         store.set_hostcall_fuel(limits.hostcall_bytes);
-        store.set_epoch_deadline(limits.call_ticks);
+        store
+            .set_fuel(limits.call_fuel.min(limits.run_fuel))
+            .expect("the engine consumes fuel");
+        store.set_epoch_deadline(limits.wall_ticks());
         store.epoch_deadline_trap();
         let world = pre
             .0
@@ -295,8 +319,8 @@ impl GuestInstance {
             limits,
             stderr,
             poisoned: false,
-            guest_time: Duration::ZERO,
-            call_started: None,
+            fuel_used: 0,
+            call_fuel: None,
         })
     }
 
@@ -334,18 +358,26 @@ impl GuestInstance {
                 message: "the instance trapped earlier and cannot be entered again".into(),
             });
         }
-        self.store.set_epoch_deadline(self.limits.call_ticks);
+        let left = self.limits.run_fuel.saturating_sub(self.fuel_used);
+        let fuel = self.limits.call_fuel.min(left);
+        self.store.set_fuel(fuel).expect("the engine consumes fuel");
+        self.call_fuel = Some((fuel, left < self.limits.call_fuel));
+        self.store.set_epoch_deadline(self.limits.wall_ticks());
         self.store.data_mut().logs_this_call = 0;
-        self.call_started = Some(Instant::now());
         Ok(())
     }
 
     fn after_call<R>(&mut self, call: &'static str, r: wasmtime::Result<R>) -> Result<R, Error> {
-        if let Some(started) = self.call_started.take() {
-            self.guest_time += started.elapsed();
-        }
+        let by_run = match self.call_fuel.take() {
+            Some((given, by_run)) => {
+                let left = self.store.get_fuel().unwrap_or(0);
+                self.fuel_used = self.fuel_used.saturating_add(given.saturating_sub(left));
+                by_run
+            }
+            None => false,
+        };
         if let Err(e) = &r
-            && let Some(limit) = limit_of(e, self.limits)
+            && let Some(limit) = limit_of(e, self.limits, by_run)
         {
             return Err(self.limit(call, limit));
         }
@@ -357,11 +389,11 @@ impl GuestInstance {
                 },
             ));
         }
-        if self.guest_time.as_millis() as u64 > self.limits.run_cpu_ms {
+        if self.fuel_used >= self.limits.run_fuel {
             return Err(self.limit(
                 call,
                 Limit::CpuPerRun {
-                    ms: self.limits.run_cpu_ms,
+                    fuel: self.limits.run_fuel,
                 },
             ));
         }
@@ -453,12 +485,19 @@ impl GuestInstance {
     }
 }
 
-/// The limit a trap stands for, if any.
-fn limit_of(e: &wasmtime::Error, limits: GuestLimits) -> Option<Limit> {
+/// The limit a trap stands for, if any (`by_run`: the call's fuel was what was left of the
+/// per-turn budget).
+fn limit_of(e: &wasmtime::Error, limits: GuestLimits, by_run: bool) -> Option<Limit> {
     if let Some(trap) = e.downcast_ref::<wasmtime::Trap>() {
         return match trap {
-            wasmtime::Trap::Interrupt => Some(Limit::CpuPerCall {
-                ms: limits.call_ticks * crate::wasm::engine::EPOCH_TICK.as_millis() as u64,
+            wasmtime::Trap::OutOfFuel if by_run => Some(Limit::CpuPerRun {
+                fuel: limits.run_fuel,
+            }),
+            wasmtime::Trap::OutOfFuel => Some(Limit::CpuPerCall {
+                fuel: limits.call_fuel,
+            }),
+            wasmtime::Trap::Interrupt => Some(Limit::WallPerCall {
+                ms: limits.call_wall.as_millis() as u64,
             }),
             wasmtime::Trap::StackOverflow => Some(Limit::Stack),
             _ => None,
@@ -478,9 +517,13 @@ fn limit_of(e: &wasmtime::Error, limits: GuestLimits) -> Option<Limit> {
 fn describe_trap(e: &wasmtime::Error, limits: GuestLimits) -> String {
     if let Some(trap) = e.downcast_ref::<wasmtime::Trap>() {
         return match trap {
+            wasmtime::Trap::OutOfFuel => format!(
+                "exceeded its CPU budget of {} fuel per call",
+                limits.call_fuel
+            ),
             wasmtime::Trap::Interrupt => format!(
-                "exceeded its CPU budget of {} ms per call",
-                limits.call_ticks * crate::wasm::engine::EPOCH_TICK.as_millis() as u64
+                "exceeded its wall-clock bound of {} ms per call",
+                limits.call_wall.as_millis()
             ),
             wasmtime::Trap::StackOverflow => "overflowed its stack".to_owned(),
             wasmtime::Trap::UnreachableCodeReached => {
@@ -582,12 +625,12 @@ impl GuestSession {
     }
 
     /// Another turn on a resident process (`Ok(Err(refusal))` when the driver refuses it).
-    /// The per-run CPU budget starts again: it bounds a turn, not the life of the process.
+    /// The per-turn CPU budget starts again: it bounds a turn, not the life of the process.
     pub(crate) async fn next_turn(
         &mut self,
         request: &DriverRequest,
     ) -> Result<Result<Vec<Action>, (StartRefusal, String)>, Error> {
-        self.instance.guest_time = Duration::ZERO;
+        self.instance.fuel_used = 0;
         let request = &request.0;
         match session_call!(self, "session.next-turn", call_next_turn, request)? {
             Ok(actions) => {

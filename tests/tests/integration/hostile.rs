@@ -33,12 +33,16 @@ async fn each_attack_is_stopped_by_its_limit_and_the_agent_stays_healthy() {
         (
             "endless-loop",
             "session.on-stdout",
-            Limit::CpuPerCall { ms: 100 },
+            Limit::CpuPerCall {
+                fuel: limits.call_fuel,
+            },
         ),
         (
             "never-finish",
             "session.finish",
-            Limit::CpuPerCall { ms: 100 },
+            Limit::CpuPerCall {
+                fuel: limits.call_fuel,
+            },
         ),
         (
             "memory-bomb",
@@ -83,10 +87,10 @@ async fn each_attack_is_stopped_by_its_limit_and_the_agent_stays_healthy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_per_run_cpu_budget_stops_a_driver_that_burns_a_little_on_every_call() {
     let (state, ws) = (tmp(), tmp());
-    // A generous per-call budget (1 s), so only the per-run one (150 ms) can stop it.
+    // The default per-call budget, which one chunk's work (about 2·10⁸ fuel) stays under, so
+    // only the per-turn one (10⁹ fuel, a few chunks' worth) can stop it.
     let limits = GuestLimits {
-        run_cpu_ms: 150,
-        call_ticks: 100,
+        run_fuel: 1_000_000_000,
         ..GuestLimits::default()
     };
     // With a delay between lines, each of the many `[[spam]]` lines arrives in its own chunk,
@@ -104,7 +108,12 @@ async fn the_per_run_cpu_budget_stops_a_driver_that_burns_a_little_on_every_call
         .build();
     match agent.run("[[burn-cpu]] [[spam 20]] hi").await {
         Err(Error::LimitExceeded { limit, .. }) => {
-            assert_eq!(limit, Limit::CpuPerRun { ms: 150 })
+            assert_eq!(
+                limit,
+                Limit::CpuPerRun {
+                    fuel: 1_000_000_000
+                }
+            )
         }
         other => panic!("expected CpuPerRun, got {other:?}"),
     }

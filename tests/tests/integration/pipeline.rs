@@ -466,6 +466,7 @@ async fn slow_consumer_drop_mode_reports_drops_and_keeps_reliable_events() {
     assert_eq!(dropped.len(), 1, "exactly one Dropped report");
     let d = &dropped[0];
     assert!(d.count > 0);
+    assert_eq!(d.reason, adaptor::DropReason::BufferFull);
     assert_eq!(d.by_kind.values().sum::<u64>(), d.count);
     // Every sequence number is either delivered or counted as dropped.
     let last = events.last().unwrap().meta().sequence;
@@ -944,17 +945,61 @@ async fn cancel_unblocks_a_send_to_a_consumer_that_stopped_reading() {
             events.last()
         );
         let dropped = events.iter().find_map(|e| match e {
-            Event::Dropped(d) => Some(d.count),
+            Event::Dropped(d) => Some((d.count, d.reason)),
             _ => None,
         });
         assert!(
-            dropped.is_some_and(|n| n > 0),
+            dropped.is_some_and(|(n, _)| n > 0),
             "blocking={blocking}: undeliverable events are reported, not lost silently"
         );
+        let reason = dropped.map(|(_, r)| r);
+        if blocking {
+            assert_eq!(reason, Some(adaptor::DropReason::Cancelled));
+        } else {
+            assert!(
+                matches!(
+                    reason,
+                    Some(
+                        adaptor::DropReason::Cancelled
+                            | adaptor::DropReason::BufferFullAndCancelled
+                    )
+                ),
+                "{reason:?}"
+            );
+        }
         let result = stream.result().await;
         assert!(
             matches!(&result, Err(adaptor::Error::Run(e)) if e.reason == adaptor::FailureReason::Cancelled),
             "{result:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instructions_reach_a_driver_that_declares_them_and_refuse_one_that_does_not() {
+    let (state, ws) = (tmp(), tmp());
+    // The puppet driver declares no `instructions`: refused before anything starts.
+    let puppet = adaptor::Driver::from_file(test_driver_path("puppet")).expect("puppet.wasm");
+    let agent = agent_builder(puppet, ws.path()).build();
+    let (events, result) =
+        collect(agent.stream_with("hi", adaptor::RunOptions::new().instructions("be terse"))).await;
+    assert!(
+        matches!(&result, Err(Error::InstructionsUnsupported { driver }) if driver == "puppet"),
+        "{result:?}"
+    );
+    assert!(events.is_empty(), "{events:?}");
+    // The reference driver passes them to its CLI, which echoes them in its session line.
+    let agent = agent_builder(reference(state.path()), ws.path()).build();
+    let r = agent
+        .run_with("hi", adaptor::RunOptions::new().instructions("be terse"))
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&r.raw().stdout);
+    assert!(
+        stdout
+            .lines()
+            .next()
+            .is_some_and(|l| l.contains(r#""instructions":"be terse""#)),
+        "{stdout}"
+    );
 }

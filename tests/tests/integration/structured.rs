@@ -86,6 +86,32 @@ async fn run_as_decodes_validated_output_with_both_mechanisms() {
     }
 }
 
+/// Native means the CLI produced the value: when the driver reports none, the host does not
+/// dig JSON out of the final text (and still call it native); the run fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_output_is_never_guessed_from_the_text() {
+    let (state, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let hostile = configured(&test_driver_path("hostile"), state.path());
+    let agent = agent_builder(hostile, ws.path()).build();
+    let e = match run_as::<Review>(&agent, "[[drop-structured]] review the diff").await {
+        Err(Error::Run(e)) => e,
+        other => panic!("expected a failed run, got {other:?}"),
+    };
+    assert_eq!(e.reason, FailureReason::InvalidOutput);
+    assert!(
+        e.result.text.contains("approve"),
+        "the text has JSON: {}",
+        e.result.text
+    );
+    let s = e.result.structured.as_ref().unwrap();
+    assert_eq!(s.mechanism, Mechanism::Native);
+    assert_eq!(s.value, None);
+    assert_eq!(
+        s.errors,
+        ["the driver reported no structured output (native mechanism)"]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_output_fails_unless_returned() {
     let (agent, _s, _w) = prompt_only_agent();

@@ -11,6 +11,8 @@
 //! - `[[never-finish]]`: spin forever in `finish` (CPU per call);
 //! - `[[burn-cpu]]`: a fixed, large amount of work on every chunk (CPU per run);
 //! - `[[panic]]`: panic while the provider runs;
+//! - `[[drop-structured]]`: report no structured output although the CLI produced one
+//!   (the host must not guess it from the text);
 //! - `[[spawn-ungranted]]`, `[[spawn-sh]]`, `[[cwd-parent]]`, `[[cwd-absolute]]`: ask to launch
 //!   another program, `sh -c`, or to run in `..` or `/etc`;
 //! - `[[probe-world]]`: try to read a file, the environment and the arguments and to open a
@@ -308,6 +310,9 @@ impl Session for HostileSession {
             spin();
         }
         let mut outcome = self.inner.finish();
+        if self.wants("drop-structured") {
+            outcome.structured_output = None;
+        }
         if self.wants("huge-result") {
             outcome.text = "x".repeat(40 << 20);
         }
