@@ -251,6 +251,23 @@ impl RunOptions {
 }
 
 impl Settings {
+    /// The caller's provider environment as thread-fingerprint entries: `NAME=VALUE` for
+    /// variables it set (`NAME` alone when the name looks like a secret: a new API key must
+    /// not orphan a thread), `NAME` for variables it passes through.
+    pub(crate) fn fingerprint_env(&self) -> Vec<String> {
+        self.set_env
+            .iter()
+            .map(|(k, v)| {
+                if crate::result::mask_secret(k, v) == *v {
+                    format!("{k}={v}")
+                } else {
+                    k.clone()
+                }
+            })
+            .chain(self.pass_env.iter().cloned())
+            .collect()
+    }
+
     /// The process rules these settings give every grant.
     pub(crate) fn grant_rules(&self) -> crate::grant::GrantRules<'_> {
         crate::grant::GrantRules {
@@ -601,6 +618,22 @@ pub async fn run_as_with<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fingerprint_env_keeps_values_but_not_secrets() {
+        let settings = Settings {
+            set_env: vec![
+                ("HOME".into(), "/home/a".into()),
+                ("ANTHROPIC_API_KEY".into(), "sk-1".into()),
+            ],
+            pass_env: vec!["CLAUDE_CONFIG_DIR".into()],
+            ..Settings::default()
+        };
+        assert_eq!(
+            settings.fingerprint_env(),
+            ["HOME=/home/a", "ANTHROPIC_API_KEY", "CLAUDE_CONFIG_DIR"]
+        );
+    }
 
     #[test]
     fn metadata_merges_by_key_and_other_fields_are_replaced_whole() {

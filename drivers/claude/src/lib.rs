@@ -169,12 +169,17 @@ impl Driver for ClaudeDriver {
 
     fn config_fingerprint(config: &Value) -> Result<String, ConfigError> {
         Self::validate_config(config)?;
-        // Claude keeps sessions per user and working directory; the model, effort and turn
-        // limit can change between turns of one session. Nothing in the config decides
-        // whether a stored session can be resumed.
+        // What the session was made with: the configured model and effort and the extra
+        // arguments (a per-call model is in the thread fingerprint too, so a configured one
+        // must be). The command path, turn limit and transport do not change the session.
+        let relevant = json!({
+            "model": json::str_field(config, "model"),
+            "effort": json::str_field(config, "effort"),
+            "extra_args": config.get("extra_args"),
+        });
         Ok(json::canonical_fingerprint(
-            "claude/configured-driver/v1;claude/session/v1",
-            &json!({}),
+            "claude/configured-driver/v2;claude/session/v1",
+            &relevant,
         ))
     }
 }

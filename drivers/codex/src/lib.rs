@@ -183,11 +183,17 @@ impl Driver for CodexDriver {
 
     fn config_fingerprint(config: &Value) -> Result<String, ConfigError> {
         Self::validate_config(config)?;
-        // Codex keeps threads under CODEX_HOME, whatever the model or effort: nothing in the
-        // config decides whether a stored thread can be resumed.
+        // What the thread was made with: the configured model and effort and the extra
+        // arguments (a per-call model is in the thread fingerprint too, so a configured one
+        // must be). The command path, transport and git check do not change the thread.
+        let relevant = json!({
+            "model": json::str_field(config, "model"),
+            "effort": json::str_field(config, "effort"),
+            "extra_args": config.get("extra_args"),
+        });
         Ok(json::canonical_fingerprint(
-            "codex/configured-driver/v1;codex/thread/v1",
-            &json!({}),
+            "codex/configured-driver/v2;codex/thread/v1",
+            &relevant,
         ))
     }
 }

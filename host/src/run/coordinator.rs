@@ -7,7 +7,9 @@
 //! (the pipeline does all of that, once, for thread and plain runs alike).
 //!
 //! Stage order for a thread run: validate key and driver session support → fingerprint
-//! (before any lease) → acquire the key's lease (fail fast with `Busy`) → resolve the active
+//! (before any lease) → acquire the key's lease (fail fast with `Busy`; a fork also takes its
+//! parent's, and checks the parent like a resume: codec, valid checkpoint, driver,
+//! fingerprint) → resolve the active
 //! record → mode logic (continue-or-start, resume-only, fork) and compatibility → the
 //! pipeline runs the driver with the resume instructions, a renewal ticker keeping the lease
 //! (a lost lease cancels the run) → on success with a valid checkpoint, one atomic
@@ -54,13 +56,17 @@ pub(crate) struct FingerprintInput<'a> {
     pub skills: &'a [String],
     pub tools: &'a [String],
     pub services: &'a [String],
+    /// The provider environment the caller chose: `NAME=VALUE` for variables it set (only
+    /// `NAME` when the name looks like a secret), `NAME` for variables it passes through.
+    pub provider_env: &'a [String],
 }
 
 /// `sha256:<hex>` over a canonical, length-prefixed encoding of the inputs: domain tag,
 /// then every field in a fixed order (strings as 8-byte big-endian length + bytes; options
 /// as a presence byte; sets sorted and de-duplicated, count-prefixed). No field can bleed
 /// into the next, the value does not depend on the process, platform or run, and secret
-/// values are never inputs (only service *names*).
+/// values are never inputs (only service *names*, and only the names of secret-looking
+/// variables).
 pub(crate) fn thread_fingerprint(input: &FingerprintInput<'_>) -> String {
     fn put(h: &mut Sha256, bytes: &[u8]) {
         h.update((bytes.len() as u64).to_be_bytes());
@@ -97,6 +103,12 @@ pub(crate) fn thread_fingerprint(input: &FingerprintInput<'_>) -> String {
     set(&mut h, input.skills);
     set(&mut h, input.tools);
     set(&mut h, input.services);
+    // Appended only when the caller chose some provider environment, so fingerprints of
+    // threads without any stay what they were (the encoding is unambiguous either way: the
+    // set is count-prefixed and comes last).
+    if !input.provider_env.is_empty() {
+        set(&mut h, input.provider_env);
+    }
     format!("sha256:{}", hex::encode(h.finalize()))
 }
 
@@ -110,7 +122,11 @@ pub(crate) struct Coordinator {
     resume_only: bool,
     fork_from: Arc<Mutex<Option<String>>>,
     lease_ttl: Duration,
-    lease: Arc<Mutex<Lease>>,
+    /// The owner name of this run's leases.
+    owner: String,
+    /// The leases this run holds: the key's, then (a fork) the parent's, so nobody advances
+    /// the parent while it is forked.
+    leases: Arc<Mutex<Vec<Lease>>>,
     lost: Arc<Mutex<Option<StoreError>>>,
     ticker: Option<tokio::task::JoinHandle<()>>,
     /// The active record this run continues (or replaces after a rejection).
@@ -190,7 +206,8 @@ impl Coordinator {
             resume_only: binding.resume_only,
             fork_from: binding.fork_from,
             lease_ttl: binding.lease_ttl,
-            lease: Arc::new(Mutex::new(lease)),
+            owner,
+            leases: Arc::new(Mutex::new(vec![lease])),
             lost: Arc::new(Mutex::new(None)),
             ticker: None,
             current: None,
@@ -218,13 +235,38 @@ impl Coordinator {
                 }
                 .into());
             }
+            // Hold the parent's lease while it is forked: its record cannot move under us.
+            let parent_lease = self
+                .store
+                .acquire_lease(
+                    &lease_target_for_key(&parent_key),
+                    &self.owner,
+                    self.lease_ttl,
+                )
+                .await
+                .map_err(|e| match e {
+                    StoreError::Busy { holder, .. } => ThreadError::Busy {
+                        key: parent_key.clone(),
+                        holder,
+                    },
+                    source => ThreadError::Store {
+                        key: parent_key.clone(),
+                        source,
+                        result: None,
+                    },
+                })?;
+            self.leases
+                .lock()
+                .map_err(|_| poisoned(&self.key))?
+                .push(parent_lease);
             let parent = self
                 .lookup(&parent_key)
                 .await?
                 .ok_or_else(|| ThreadError::NotFound {
                     key: parent_key.clone(),
                 })?;
-            self.check_codec(&parent)?;
+            // A fork is refused on the same grounds as a resume of the parent.
+            self.check_compatible(&parent, &format!("its parent `{parent_key}`"))?;
             self.parent = Some((parent_key, parent));
             return Ok(());
         }
@@ -235,23 +277,33 @@ impl Coordinator {
             .into()),
             None => Ok(()),
             Some(record) => {
-                self.check_codec(&record)?;
-                if record.driver != self.driver {
-                    return Err(self.incompatible(format!(
-                        "it was written by driver `{}`, this agent runs `{}`",
-                        record.driver, self.driver
-                    )));
-                }
-                if record.fingerprint != self.fingerprint {
-                    return Err(self.incompatible(format!(
-                        "its fingerprint {} differs from this run's {} (driver config, model, identity, workspace, instructions or tool sets changed)",
-                        record.fingerprint, self.fingerprint
-                    )));
-                }
+                self.check_compatible(&record, "it")?;
                 self.current = Some(record);
                 Ok(())
             }
         }
+    }
+
+    /// A record this run may resume (or fork): a valid checkpoint of this driver's codec,
+    /// written by this driver with this run's fingerprint. `what` names it in the error.
+    fn check_compatible(&self, record: &ThreadRecord, what: &str) -> Result<(), Error> {
+        self.check_codec(record)?;
+        if !record.checkpoint.valid || record.checkpoint.resume_id.is_empty() {
+            return Err(self.incompatible(format!("{what} holds no valid checkpoint")));
+        }
+        if record.driver != self.driver {
+            return Err(self.incompatible(format!(
+                "{what} was written by driver `{}`, this agent runs `{}`",
+                record.driver, self.driver
+            )));
+        }
+        if record.fingerprint != self.fingerprint {
+            return Err(self.incompatible(format!(
+                "{what}: fingerprint {} differs from this run's {} (driver config, model, identity, workspace, instructions or tool sets changed)",
+                record.fingerprint, self.fingerprint
+            )));
+        }
+        Ok(())
     }
 
     async fn lookup(&self, key: &str) -> Result<Option<ThreadRecord>, Error> {
@@ -336,7 +388,7 @@ impl Coordinator {
     /// cancels the run through `cancel`.
     pub(crate) fn start_renewal(&mut self, cancel: CancellationToken) {
         let store = self.store.clone();
-        let lease = self.lease.clone();
+        let leases = self.leases.clone();
         let lost = self.lost.clone();
         let ttl = self.lease_ttl;
         let key = self.key.clone();
@@ -344,23 +396,27 @@ impl Coordinator {
             let period = (ttl / 3).max(Duration::from_millis(10));
             loop {
                 tokio::time::sleep(period).await;
-                let current = match lease.lock() {
+                let current = match leases.lock() {
                     Ok(l) => l.clone(),
                     Err(_) => return,
                 };
-                match store.renew_lease(&current, ttl).await {
-                    Ok(renewed) => {
-                        if let Ok(mut l) = lease.lock() {
-                            *l = renewed;
+                for (i, lease) in current.iter().enumerate() {
+                    match store.renew_lease(lease, ttl).await {
+                        Ok(renewed) => {
+                            if let Ok(mut l) = leases.lock()
+                                && let Some(slot) = l.get_mut(i)
+                            {
+                                *slot = renewed;
+                            }
                         }
-                    }
-                    Err(e) => {
-                        tracing::warn!(%key, error = %e, "thread lease lost; cancelling the run");
-                        if let Ok(mut slot) = lost.lock() {
-                            *slot = Some(e);
+                        Err(e) => {
+                            tracing::warn!(%key, error = %e, "thread lease lost; cancelling the run");
+                            if let Ok(mut slot) = lost.lock() {
+                                *slot = Some(e);
+                            }
+                            cancel.cancel();
+                            return;
                         }
-                        cancel.cancel();
-                        return;
                     }
                 }
             }
@@ -403,12 +459,12 @@ impl Coordinator {
         };
         let now = SystemTime::now();
         let (record, archive_previous, start) = self.next_record(checkpoint, now);
-        let lease = self.lease.lock().map_err(|_| poisoned(&self.key))?.clone();
+        let leases = self.leases.lock().map_err(|_| poisoned(&self.key))?.clone();
         let request = Finalize {
             record: record.clone(),
             archive_previous,
             require_key_absent: self.parent.is_some(),
-            leases: vec![lease],
+            leases,
         };
         if let Err(e) = self.store.finalize(request).await {
             let key = self.key.clone();
@@ -490,15 +546,17 @@ impl Coordinator {
             t.abort();
             let _ = t.await;
         }
-        let lease = match self.lease.lock() {
+        let leases = match self.leases.lock() {
             Ok(l) => l.clone(),
             Err(_) => return Some("the lease state was poisoned by a panic".into()),
         };
-        self.store
-            .release_lease(&lease)
-            .await
-            .err()
-            .map(|e| e.to_string())
+        let mut problems = Vec::new();
+        for lease in &leases {
+            if let Err(e) = self.store.release_lease(lease).await {
+                problems.push(e.to_string());
+            }
+        }
+        (!problems.is_empty()).then(|| problems.join("; "))
     }
 }
 
@@ -532,6 +590,7 @@ mod tests {
             skills: &[],
             tools: &[],
             services: &[],
+            provider_env: &[],
         }
     }
 
@@ -573,5 +632,19 @@ mod tests {
             thread_fingerprint(&input(Path::new("/w1"), None)),
             thread_fingerprint(&input(ws, None))
         );
+    }
+
+    #[test]
+    fn the_callers_provider_environment_is_part_of_the_fingerprint() {
+        let ws = Path::new("/work");
+        let none = thread_fingerprint(&input(ws, Some("m")));
+        let home_a = ["HOME=/a".to_owned()];
+        let home_b = ["HOME=/b".to_owned()];
+        let mut a = input(ws, Some("m"));
+        a.provider_env = &home_a;
+        let mut b = input(ws, Some("m"));
+        b.provider_env = &home_b;
+        assert_ne!(thread_fingerprint(&a), none);
+        assert_ne!(thread_fingerprint(&a), thread_fingerprint(&b));
     }
 }

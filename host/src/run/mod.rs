@@ -331,6 +331,7 @@ impl Run {
             skills: &[],
             tools: &[],
             services: &[],
+            provider_env: &self.inner.settings.fingerprint_env(),
         });
         let policy = self.options.policy.unwrap_or_default();
         self.resident_signature = Some(crate::wasm::engine::sha256_hex(

@@ -606,3 +606,88 @@ async fn threads_on_the_postgres_store() {
 async fn threads_on_the_memory_store() {
     thread_lifecycle_on(Arc::new(MemoryStore::new())).await;
 }
+
+/// A fork is checked like a resume of its parent: an agent of another identity (or model,
+/// config, workspace…) that would be refused resuming the parent cannot fork it either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_is_refused_when_a_resume_of_the_parent_would_be() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    agent
+        .thread("parent")
+        .run_with("one", RunOptions::new().identity("tenant-1"))
+        .await
+        .unwrap();
+    for options in [
+        RunOptions::new().identity("tenant-2"),
+        RunOptions::new()
+            .identity("tenant-1")
+            .model("another-model"),
+    ] {
+        let (events, r) = collect(
+            agent
+                .thread("parent")
+                .fork("child")
+                .stream_with("x", options),
+        )
+        .await;
+        assert_refused_before_start(&events);
+        assert!(
+            matches!(thread_error(r), ThreadError::Incompatible { ref reason, .. } if reason.contains("parent `parent`")),
+        );
+    }
+    assert_eq!(agent.thread("child").record().await.unwrap(), None);
+    // The same identity forks.
+    let r = agent
+        .thread("parent")
+        .fork("child")
+        .run_with("x", RunOptions::new().identity("tenant-1"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        r.thread.unwrap().start,
+        ThreadStart::Forked { .. }
+    ));
+}
+
+/// A fork holds its parent's lease while it runs: the parent cannot move under it, and a
+/// fork of a parent that is running elsewhere is busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_holds_the_parents_lease_while_it_runs() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    agent.thread("p").run("one").await.unwrap();
+    let mut fork = agent.thread("p").fork("f").stream("[[sleep 1500]] branch");
+    // Wait until the fork's process runs (its leases are held by then).
+    loop {
+        match futures::StreamExt::next(&mut fork).await {
+            Some(Event::RunStarted(_)) => break,
+            Some(_) => continue,
+            None => panic!("the fork ended early"),
+        }
+    }
+    let (events, r) = collect(agent.thread("p").stream("meanwhile")).await;
+    assert_refused_before_start(&events);
+    assert!(matches!(thread_error(r), ThreadError::Busy { key, .. } if key == "p"));
+    let forked = fork.result().await.unwrap();
+    assert!(matches!(
+        forked.thread.unwrap().start,
+        ThreadStart::Forked { .. }
+    ));
+    // Released afterwards: the parent runs again, and a fork of a busy parent is busy.
+    agent.thread("p").run("after").await.unwrap();
+    let mut busy_parent = agent.thread("p").stream("[[sleep 1500]] long");
+    loop {
+        match futures::StreamExt::next(&mut busy_parent).await {
+            Some(Event::RunStarted(_)) => break,
+            Some(_) => continue,
+            None => panic!("the parent run ended early"),
+        }
+    }
+    let (events, r) = collect(agent.thread("p").fork("g").stream("x")).await;
+    assert_refused_before_start(&events);
+    assert!(matches!(thread_error(r), ThreadError::Busy { key, .. } if key == "p"));
+    busy_parent.result().await.unwrap();
+}
