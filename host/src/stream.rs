@@ -129,19 +129,15 @@ impl Emitter {
         if self.consumer_gone {
             return;
         }
-        if self.cancel.is_cancelled() {
-            let reason = DropReason::Cancelled;
-            Self::offer(
-                &self.tx,
-                &mut self.dropped,
-                &mut self.consumer_gone,
-                event,
-                reason,
-            );
-            return;
-        }
-        if !self.blocking && event.is_droppable() {
-            let reason = DropReason::BufferFull;
+        // After a cancel nothing waits; in drop mode droppable deltas never wait.
+        let no_wait = if self.cancel.is_cancelled() {
+            Some(DropReason::Cancelled)
+        } else if !self.blocking && event.is_droppable() {
+            Some(DropReason::BufferFull)
+        } else {
+            None
+        };
+        if let Some(reason) = no_wait {
             Self::offer(
                 &self.tx,
                 &mut self.dropped,

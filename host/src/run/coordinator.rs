@@ -183,20 +183,7 @@ impl Coordinator {
             return Err(unsupported("forking sessions").into());
         }
         let owner = new_owner();
-        let lease = store
-            .acquire_lease(&lease_target_for_key(&key), &owner, binding.lease_ttl)
-            .await
-            .map_err(|e| match e {
-                StoreError::Busy { holder, .. } => ThreadError::Busy {
-                    key: key.clone(),
-                    holder,
-                },
-                source => ThreadError::Store {
-                    key: key.clone(),
-                    source,
-                    result: None,
-                },
-            })?;
+        let lease = acquire(store.as_ref(), &key, &owner, binding.lease_ttl).await?;
         let mut coordinator = Coordinator {
             store,
             key,
@@ -236,25 +223,13 @@ impl Coordinator {
                 .into());
             }
             // Hold the parent's lease while it is forked: its record cannot move under us.
-            let parent_lease = self
-                .store
-                .acquire_lease(
-                    &lease_target_for_key(&parent_key),
-                    &self.owner,
-                    self.lease_ttl,
-                )
-                .await
-                .map_err(|e| match e {
-                    StoreError::Busy { holder, .. } => ThreadError::Busy {
-                        key: parent_key.clone(),
-                        holder,
-                    },
-                    source => ThreadError::Store {
-                        key: parent_key.clone(),
-                        source,
-                        result: None,
-                    },
-                })?;
+            let parent_lease = acquire(
+                self.store.as_ref(),
+                &parent_key,
+                &self.owner,
+                self.lease_ttl,
+            )
+            .await?;
             self.leases
                 .lock()
                 .map_err(|_| poisoned(&self.key))?
@@ -558,6 +533,32 @@ impl Coordinator {
         }
         (!problems.is_empty()).then(|| problems.join("; "))
     }
+}
+
+/// Take the lease of thread `key` for `owner` (`Busy` at once when someone else holds it).
+async fn acquire(
+    store: &dyn ThreadStore,
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+) -> Result<Lease, Error> {
+    store
+        .acquire_lease(&lease_target_for_key(key), owner, ttl)
+        .await
+        .map_err(|e| {
+            match e {
+                StoreError::Busy { holder, .. } => ThreadError::Busy {
+                    key: key.to_owned(),
+                    holder,
+                },
+                source => ThreadError::Store {
+                    key: key.to_owned(),
+                    source,
+                    result: None,
+                },
+            }
+            .into()
+        })
 }
 
 fn poisoned(key: &str) -> Error {
