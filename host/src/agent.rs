@@ -201,16 +201,29 @@ impl RunOptions {
 
 shared_options!(RunOptions);
 
-/// What runs prompts: an [`Agent`] or a [`Thread`](crate::Thread). Generic code (such as
-/// [`run_as`](crate::run_as)) takes either; both also have `run`, `run_with`, `stream` and
-/// `stream_with` as inherent methods, so callers need not import this trait.
+/// What runs prompts: an [`Agent`], a [`Thread`](crate::Thread) or a [`Fork`](crate::Fork).
+/// Its verbs are the contract's two, `stream` and `run` (which is `stream` plus
+/// [`Stream::result`]: one pipeline). Generic code (such as [`run_as`](crate::run_as)) takes
+/// any runner; the types also have `run`, `run_with`, `stream` and `stream_with` as inherent
+/// methods, so callers need not import this trait.
 pub trait Runner {
-    /// Start a run with per-call options and return its stream (what `stream_with` does).
-    fn start(&self, prompt: String, options: RunOptions) -> Stream;
+    /// Start a run with per-call options and return its stream of events.
+    fn stream(&self, prompt: String, options: RunOptions) -> Stream;
+
+    /// Run to the end: [`stream`](Self::stream), then the stream's result (its events are
+    /// dropped unread).
+    fn run(
+        &self,
+        prompt: String,
+        options: RunOptions,
+    ) -> impl std::future::Future<Output = Result<RunResult, Error>> + Send {
+        let stream = self.stream(prompt, options);
+        async move { stream.result().await }
+    }
 }
 
 impl Runner for Agent {
-    fn start(&self, prompt: String, options: RunOptions) -> Stream {
+    fn stream(&self, prompt: String, options: RunOptions) -> Stream {
         self.stream_with(prompt, options)
     }
 }
@@ -610,7 +623,7 @@ pub async fn run_as_with<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     } else {
         options.schema(crate::structured::Schema::of::<T>()?)
     };
-    let result = runner.start(prompt.into(), options).result().await?;
+    let result = Runner::run(runner, prompt.into(), options).await?;
     let value = result.decode::<T>()?;
     Ok((value, result))
 }

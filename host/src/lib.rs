@@ -38,7 +38,8 @@
 //!   `decisions`, `resident`, `coordinator` (the thread stage);
 //! - **`store/`** — thread stores behind the `ThreadStore` trait;
 //! - **facade**: `agent` (options, builder, `Runner`), `stream`, `thread`, `driver`
-//!   (loading), `inspect`, and the tool entries `replay` and `cassette`.
+//!   (loading), `inspect`, and the tool entries `cassette` and `replay` (behind the `replay` feature: a
+//!   driver session fed recorded bytes outside the pipeline, for the conformance kit).
 //!
 //! Two knots of shared nouns remain in the import graph, on purpose (a unit test,
 //! `architecture`, fails if another cycle appears, if a module outside `wasm/` names wasmtime
@@ -67,6 +68,7 @@ mod grant;
 mod inspect;
 mod policy;
 mod process;
+#[cfg(feature = "replay")]
 pub mod replay;
 mod result;
 mod run;

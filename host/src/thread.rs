@@ -163,7 +163,7 @@ impl Thread {
 }
 
 impl crate::agent::Runner for Thread {
-    fn start(&self, prompt: String, options: RunOptions) -> Stream {
+    fn stream(&self, prompt: String, options: RunOptions) -> Stream {
         self.stream_with(prompt, options)
     }
 }
@@ -222,7 +222,7 @@ impl Fork {
 }
 
 impl crate::agent::Runner for Fork {
-    fn start(&self, prompt: String, options: RunOptions) -> Stream {
+    fn stream(&self, prompt: String, options: RunOptions) -> Stream {
         self.0.stream_with(prompt, options)
     }
 }
