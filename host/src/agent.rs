@@ -271,10 +271,10 @@ impl Settings {
         self.set_env
             .iter()
             .map(|(k, v)| {
-                if crate::result::mask_secret(k, v) == *v {
-                    format!("{k}={v}")
-                } else {
+                if crate::result::looks_secret(k) {
                     k.clone()
+                } else {
+                    format!("{k}={v}")
                 }
             })
             .chain(self.pass_env.iter().cloned())

@@ -176,8 +176,8 @@ pub struct LaunchPlan {
     pub containment: crate::containment::ContainmentReport,
 }
 
-/// `<masked: N bytes>` for values of secret-looking names.
-pub(crate) fn mask_secret(name: &str, value: &str) -> String {
+/// Whether an environment variable's name looks like it holds a secret.
+pub(crate) fn looks_secret(name: &str) -> bool {
     const MARKERS: &[&str] = &[
         "KEY",
         "TOKEN",
@@ -191,7 +191,12 @@ pub(crate) fn mask_secret(name: &str, value: &str) -> String {
         "PRIVATE",
     ];
     let upper = name.to_ascii_uppercase();
-    if MARKERS.iter().any(|m| upper.contains(m)) {
+    MARKERS.iter().any(|m| upper.contains(m))
+}
+
+/// `<masked: N bytes>` for values of secret-looking names.
+pub(crate) fn mask_secret(name: &str, value: &str) -> String {
+    if looks_secret(name) {
         format!("<masked: {} bytes>", value.len())
     } else {
         value.to_owned()

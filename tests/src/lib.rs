@@ -109,42 +109,47 @@ pub fn pid_alive(pid: u32) -> bool {
 /// A provider runs in a PID namespace of its own, where it sees other pids: tests find its
 /// processes from the host's child (the `ProcessInfo` spawn pid) down.
 pub fn descendants(pid: u32) -> Vec<u32> {
-    let mut parents: Vec<(u32, u32)> = Vec::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for e in entries.flatten() {
-            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-                continue;
-            };
-            let Some(rest) = stat.rsplit(')').next() else {
-                continue;
-            };
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            if fields.len() > 1
-                && fields[0] != "Z"
-                && fields[0] != "X"
-                && let Ok(ppid) = fields[1].parse::<u32>()
-            {
-                parents.push((p, ppid));
-            }
-        }
-    }
+    let live = live_processes();
     let mut found = vec![pid];
     let mut i = 0;
     while i < found.len() {
         let parent = found[i];
-        found.extend(
-            parents
-                .iter()
-                .filter(|(_, pp)| *pp == parent)
-                .map(|(p, _)| *p),
-        );
+        found.extend(live.iter().filter(|p| p.ppid == parent).map(|p| p.pid));
         i += 1;
     }
     found.remove(0);
     found
+}
+
+/// One live (non-zombie) process, from `/proc/<pid>/stat`.
+struct LiveProcess {
+    pid: u32,
+    ppid: u32,
+    pgrp: u32,
+}
+
+/// Every live (non-zombie) process the host's `/proc` shows.
+fn live_processes() -> Vec<LiveProcess> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // `pid (comm) state ppid pgrp …`; comm may contain spaces and parentheses.
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            if fields.len() < 3 || matches!(fields[0], "Z" | "X") {
+                return None;
+            }
+            Some(LiveProcess {
+                pid,
+                ppid: fields[1].parse().ok()?,
+                pgrp: fields[2].parse().ok()?,
+            })
+        })
+        .collect()
 }
 
 /// The pid of the run's spawned process (the `ProcessInfo` spawn event).
@@ -157,20 +162,7 @@ pub fn spawn_pid(events: &[adaptor::Event]) -> Option<u32> {
 
 /// True if any live (non-zombie) process is in process group `pgid`.
 pub fn group_alive(pgid: u32) -> bool {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    entries.flatten().any(|e| {
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            return false;
-        };
-        let Some(rest) = stat.rsplit(')').next() else {
-            return false;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        // fields: state ppid pgrp …
-        fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string()
-    })
+    live_processes().iter().any(|p| p.pgrp == pgid)
 }
 
 /// Wait up to `limit` for `cond` to become true.

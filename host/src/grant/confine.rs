@@ -192,7 +192,7 @@ pub(crate) struct ConfinementPlan {
 
 /// Why the plan cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum MissingPath {
+pub(crate) enum PlanError {
     /// A path the caller allowed does not exist.
     Missing(PathBuf),
     /// A config path cannot be granted.
@@ -201,7 +201,7 @@ pub(crate) enum MissingPath {
 
 impl ConfinementPlan {
     /// Decide the plan.
-    pub(crate) fn decide(inputs: &PlanInputs<'_>) -> Result<ConfinementPlan, MissingPath> {
+    pub(crate) fn decide(inputs: &PlanInputs<'_>) -> Result<ConfinementPlan, PlanError> {
         let mut plan = ConfinementPlan::default();
         let env = |name: &str| {
             inputs
@@ -265,7 +265,7 @@ impl ConfinementPlan {
                 .canonicalize()
                 .unwrap_or_else(|_| config.path.clone());
             let refuse = |reason: String| {
-                MissingPath::Refused(RefusedConfigPath {
+                PlanError::Refused(RefusedConfigPath {
                     pointer: config.pointer.clone(),
                     reason,
                 })
@@ -291,7 +291,7 @@ impl ConfinementPlan {
                 }
                 ConfigPathKind::Read => {
                     if !canonical.exists() {
-                        return Err(MissingPath::Missing(config.path.clone()));
+                        return Err(PlanError::Missing(config.path.clone()));
                     }
                     plan.add(&canonical, PathAccess::ReadExecute, &why);
                 }
@@ -304,7 +304,7 @@ impl ConfinementPlan {
             for path in paths {
                 let canonical = path
                     .canonicalize()
-                    .map_err(|_| MissingPath::Missing(path.clone()))?;
+                    .map_err(|_| PlanError::Missing(path.clone()))?;
                 plan.rules.push(PathRule {
                     path: canonical,
                     access,
@@ -580,7 +580,7 @@ mod tests {
             ..inputs
         })
         .unwrap_err();
-        assert_eq!(err, MissingPath::Missing(root.join("missing")));
+        assert_eq!(err, PlanError::Missing(root.join("missing")));
         // A caller-named state directory replaces the known ones.
         let own = Containment::new().state_dir(root.join("state"));
         let plan = ConfinementPlan::decide(&PlanInputs {
@@ -621,7 +621,7 @@ mod tests {
                 ..inputs
             })
             .unwrap_err();
-            assert!(matches!(err, MissingPath::Refused(_)), "{wide}: {err:?}");
+            assert!(matches!(err, PlanError::Refused(_)), "{wide}: {err:?}");
         }
     }
 

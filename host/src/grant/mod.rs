@@ -282,13 +282,13 @@ impl ProcessGrant {
         .map_err(|e| Error::ContainmentUnavailable {
             driver: self.driver.clone(),
             reason: match e {
-                confine::MissingPath::Missing(path) => {
+                confine::PlanError::Missing(path) => {
                     format!(
                         "the path {} the caller allowed does not exist",
                         path.display()
                     )
                 }
-                confine::MissingPath::Refused(r) => {
+                confine::PlanError::Refused(r) => {
                     format!("the driver config's `{}`: {}", r.pointer, r.reason)
                 }
             },
@@ -306,7 +306,7 @@ impl ProcessGrant {
                 env: env.into_iter().collect(),
                 cwd,
                 parent_death_signal: self.parent_death_signal,
-                confinement: Some(confinement),
+                confinement,
             },
             report,
         ))

@@ -303,13 +303,17 @@ unsafe fn write_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Close every descriptor from 3 up except `keep`.
-unsafe fn close_all_but(keep: libc::c_int) {
+/// Close every descriptor from 3 up except those in `keep` (ascending).
+unsafe fn close_from_3_except(keep: &[libc::c_int]) {
+    let mut next = 3;
     unsafe {
-        if keep > 3 {
-            libc::syscall(libc::SYS_close_range, 3u32, (keep - 1) as u32, 0u32);
+        for &k in keep {
+            if k > next {
+                libc::syscall(libc::SYS_close_range, next as u32, (k - 1) as u32, 0u32);
+            }
+            next = next.max(k + 1);
         }
-        libc::syscall(libc::SYS_close_range, (keep + 1) as u32, u32::MAX, 0u32);
+        libc::syscall(libc::SYS_close_range, next as u32, u32::MAX, 0u32);
     }
 }
 
@@ -321,11 +325,12 @@ unsafe fn keeper(reaper: libc::pid_t, status_r: libc::c_int, alive_w: libc::c_in
         }
         // Keep the alive pipe's write end open (it closes with this process) and nothing of
         // the provider's stdio, so its end is seen when the provider's processes end.
-        let _ = alive_w;
         for fd in 0..3 {
             libc::close(fd);
         }
-        close_all_but_two(status_r, alive_w);
+        let mut keep = [status_r, alive_w];
+        keep.sort_unstable();
+        close_from_3_except(&keep);
         let mut reaper_status = 0;
         while libc::waitpid(reaper, &mut reaper_status, 0) < 0 {
             if *libc::__errno_location() != libc::EINTR {
@@ -357,24 +362,6 @@ unsafe fn keeper(reaper: libc::pid_t, status_r: libc::c_int, alive_w: libc::c_in
     }
 }
 
-unsafe fn close_all_but_two(a: libc::c_int, b: libc::c_int) {
-    let (lo, hi) = if a < b { (a, b) } else { (b, a) };
-    unsafe {
-        if lo > 3 {
-            libc::syscall(libc::SYS_close_range, 3u32, (lo - 1) as u32, 0u32);
-        }
-        if hi > lo + 1 {
-            libc::syscall(
-                libc::SYS_close_range,
-                (lo + 1) as u32,
-                (hi - 1) as u32,
-                0u32,
-            );
-        }
-        libc::syscall(libc::SYS_close_range, (hi + 1) as u32, u32::MAX, 0u32);
-    }
-}
-
 /// The reaper: reap everything; when the provider ends, stop what is left (SIGTERM, grace,
 /// SIGKILL), report the provider's status to the keeper and exit.
 unsafe fn reaper_loop(provider: libc::pid_t, status_w: libc::c_int, grace_ms: u64) -> ! {
@@ -382,7 +369,7 @@ unsafe fn reaper_loop(provider: libc::pid_t, status_w: libc::c_int, grace_ms: u6
         for fd in 0..3 {
             libc::close(fd);
         }
-        close_all_but(status_w);
+        close_from_3_except(&[status_w]);
         let mut provider_status = 0;
         loop {
             let mut status = 0;

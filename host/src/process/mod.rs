@@ -123,8 +123,8 @@ pub(crate) struct ProcessSpec {
     /// Linux: have the kernel SIGKILL the provider if the host dies (`PR_SET_PDEATHSIG`).
     /// Costs a fork instead of posix_spawn (about 1.2 ms per launch, measured).
     pub parent_death_signal: bool,
-    /// The confinement (none: unconfined, only in unit tests of the grant).
-    pub confinement: Option<Confinement>,
+    /// How the process and its descendants are confined.
+    pub confinement: Confinement,
 }
 
 /// Signals the host sends.

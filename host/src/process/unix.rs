@@ -84,15 +84,10 @@ pub(crate) fn spawn(spec: &ProcessSpec) -> io::Result<Spawned> {
         .process_group(0)
         .kill_on_drop(true);
     #[cfg(target_os = "linux")]
-    let confiner = match &spec.confinement {
-        Some(c) => Some(std::sync::Arc::new(super::linux::Confiner::new(c)?)),
-        None => None,
-    };
-    #[cfg(target_os = "linux")]
-    if spec.parent_death_signal || confiner.is_some() {
+    {
+        let confiner = super::linux::Confiner::new(&spec.confinement)?;
         let parent = std::process::id() as libc::pid_t;
         let death_signal = spec.parent_death_signal;
-        let confiner = confiner.clone();
         // SAFETY: only async-signal-safe calls (prctl, getppid, _exit, and the confiner's
         // raw system calls) run between fork and exec.
         unsafe {
@@ -113,10 +108,7 @@ pub(crate) fn spawn(spec: &ProcessSpec) -> io::Result<Spawned> {
                         libc::_exit(137);
                     }
                 }
-                match &confiner {
-                    Some(c) => c.in_child(),
-                    None => Ok(()),
-                }
+                confiner.in_child()
             });
         }
     }

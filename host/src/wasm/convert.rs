@@ -25,6 +25,21 @@ use crate::session::{
 };
 use crate::structured::Mechanism;
 
+/// A driver's default program is a bare name looked up on PATH. A path would let the driver
+/// choose which directory the host grants as the CLI's install directory (read and execute):
+/// only the caller's config `command` may name a path.
+fn check_default_program(program: &str) -> Result<(), String> {
+    if program.trim().is_empty() {
+        return Err("default-program is empty".into());
+    }
+    if program.contains(['/', '\\', '\0']) {
+        return Err(format!(
+            "default-program `{program}` must be a bare program name (a path belongs in the caller's `command`)"
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn descriptor(d: wit::Descriptor) -> Result<Descriptor, String> {
     if d.name.is_empty()
         || d.name
@@ -39,9 +54,7 @@ pub(crate) fn descriptor(d: wit::Descriptor) -> Result<Descriptor, String> {
     if d.display_name.trim().is_empty() {
         return Err("display-name is empty".into());
     }
-    if d.default_program.trim().is_empty() {
-        return Err("default-program is empty".into());
-    }
+    check_default_program(&d.default_program)?;
     if d.sessions.resume && d.sessions.codec.trim().is_empty() {
         return Err("sessions.resume is declared without a codec name".into());
     }
@@ -599,6 +612,21 @@ pub(crate) fn environment(r: wit::EnvironmentReport) -> (Vec<Check>, Option<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_default_program_is_a_bare_name() {
+        assert!(check_default_program("claude").is_ok());
+        for bad in [
+            "",
+            " ",
+            "/home/u/project/run.sh",
+            "bin/claude",
+            "a\\b",
+            "a\0b",
+        ] {
+            assert!(check_default_program(bad).is_err(), "{bad:?}");
+        }
+    }
 
     fn empty_outcome() -> wit::Outcome {
         wit::Outcome {

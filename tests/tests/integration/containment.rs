@@ -339,6 +339,21 @@ async fn a_path_the_caller_allows_must_exist_and_widens_the_reach() {
     )
     .await;
     assert_eq!(out, "sharedread-only\n");
+    // allow_write: the same directory becomes writable.
+    let agent = shell_agent(ws.path())
+        .containment(Containment::new().allow_write(extra.path()))
+        .build();
+    let (out, _) = shell(
+        &agent,
+        "",
+        &format!("echo x > {}/w && echo wrote", extra.path().display()),
+    )
+    .await;
+    assert_eq!(out, "wrote\n");
+    assert_eq!(
+        std::fs::read_to_string(extra.path().join("w")).unwrap(),
+        "x\n"
+    );
 }
 
 #[test]
