@@ -411,7 +411,7 @@ async fn live_clauses(r: &mut Results, driver: &Driver, options: &CheckOptions) 
         r.push("LIV-03", Status::Skip, "resume not declared");
     } else {
         match &result {
-            Ok(res) if res.checkpoint.as_ref().is_some_and(|c| c.valid) => {
+            Ok(res) if res.checkpoint.as_ref().is_some_and(|c| c.is_valid()) => {
                 r.push("LIV-03", Status::Pass, "healthy resumable checkpoint")
             }
             _ => r.push(
@@ -689,7 +689,7 @@ async fn dynamic_clauses(r: &mut Results, driver: &Driver, options: &CheckOption
         }
         // SES-04: a valid checkpoint must be resumable.
         if let Ok(res) = &replayed.result
-            && let Some(cp) = res.checkpoint.clone().filter(|c| c.valid)
+            && let Some(cp) = res.checkpoint.clone().filter(|c| c.is_valid())
         {
             resumed += 1;
             let resume_opts = ReplayOptions {
@@ -712,10 +712,10 @@ async fn dynamic_clauses(r: &mut Results, driver: &Driver, options: &CheckOption
                     if let Some(raw) = raw {
                         let args = raw.launch.map(|l| l.args.join(" ")).unwrap_or_default();
                         let stdin = String::from_utf8_lossy(&raw.stdin).into_owned();
-                        if !args.contains(&cp.resume_id) && !stdin.contains(&cp.resume_id) {
+                        if !args.contains(cp.resume_id()) && !stdin.contains(cp.resume_id()) {
                             failures.get_mut("SES-04").unwrap().push(format!(
                                 "{name}: resume id `{}` reached neither the command line nor stdin",
-                                cp.resume_id
+                                cp.resume_id()
                             ));
                         }
                     }

@@ -209,7 +209,7 @@ pub fn check_result(events: &[Event], result: &Result<RunResult, Error>) -> Vec<
             ),
         ));
     }
-    if failed && res.checkpoint.as_ref().is_some_and(|c| c.valid) {
+    if failed && res.checkpoint.as_ref().is_some_and(|c| c.is_valid()) {
         out.push(v("RSP-01", "a failed run carries a valid checkpoint"));
     }
     for e in events {

@@ -193,7 +193,7 @@ pub fn replay_json(replayed: &Replayed) -> Value {
                 "cost_usd": u.cost_usd,
             })),
             "model": r.model,
-            "checkpoint": r.checkpoint.as_ref().map(|c| json!({"resume_id": c.resume_id, "valid": c.valid})),
+            "checkpoint": r.checkpoint.as_ref().map(|c| json!({"resume_id": c.resume_id(), "valid": c.is_valid()})),
             "transcript": r.transcript(),
             "terminal": r.terminal(),
             "exit": r.exit,

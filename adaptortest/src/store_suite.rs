@@ -36,7 +36,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use adaptor::Checkpoint;
+use adaptor::SessionState;
 use adaptor::store::{
     Finalize, Lease, ListQuery, MemoryStore, Query, RecordStatus, StoreError, ThreadRecord,
     ThreadStore, lease_target_for_key, new_record_id,
@@ -69,12 +69,11 @@ pub fn record(id: &str, key: &str, updated_ms: u64) -> ThreadRecord {
         status: RecordStatus::Active,
         driver: "reference".to_owned(),
         fingerprint: format!("sha256:{}", "ab".repeat(32)),
-        checkpoint: Checkpoint {
+        state: SessionState {
             codec: "reference/v1".to_owned(),
             resume_id: format!("resume-{id}"),
             display_id: Some(format!("display {id}")),
             data,
-            valid: true,
         },
         parent_id: None,
         turns: 1,
@@ -174,14 +173,14 @@ pub async fn resolve_missing_is_none(store: &dyn ThreadStore) {
 pub async fn finalize_round_trips_every_field(store: &dyn ThreadStore) {
     let plain = record("thr-plain", "key-plain", 1_700_000_000_457);
     let mut odd = record("thr-odd", "key-odd", 1_700_000_001_001);
-    odd.checkpoint.display_id = None;
-    odd.checkpoint.data = BTreeMap::new();
+    odd.state.display_id = None;
+    odd.state.data = BTreeMap::new();
     odd.parent_id = Some("thr-plain".to_owned());
     odd.turns = u64::try_from(i64::MAX).expect("fits");
     odd.created_at = at_millis(1);
     odd.driver = "claude".to_owned();
     let mut many = record("thr-many", "key-many", 1_700_000_002_999);
-    many.checkpoint.data = (0..200)
+    many.state.data = (0..200)
         .map(|i| (format!("k{i:03}"), "v".repeat(i)))
         .collect();
     for r in [&plain, &odd, &many] {
@@ -227,7 +226,7 @@ pub async fn keys_are_opaque(store: &dyn ThreadStore) {
     ];
     for (i, key) in keys.iter().enumerate() {
         let mut r = record(&format!("thr-key-{i}"), key, 1_700_000_000_000 + i as u64);
-        r.checkpoint.resume_id = format!("resume for {key:?}");
+        r.state.resume_id = format!("resume for {key:?}");
         finalize_ok(store, save(r)).await;
     }
     for (i, key) in keys.iter().enumerate() {
@@ -307,9 +306,9 @@ pub async fn continuing_updates_in_place(store: &dyn ThreadStore) {
     let mut second = first.clone();
     second.turns = 2;
     second.updated_at = at_millis(1_700_000_000_200);
-    second.checkpoint.resume_id = "resume-2".to_owned();
-    second.checkpoint.display_id = None;
-    second.checkpoint.data = BTreeMap::from([("only".to_owned(), "this".to_owned())]);
+    second.state.resume_id = "resume-2".to_owned();
+    second.state.display_id = None;
+    second.state.data = BTreeMap::from([("only".to_owned(), "this".to_owned())]);
     finalize_ok(store, save(second.clone())).await;
     assert_eq!(by_key(store, "key-cont").await, Some(second.clone()));
     let all = list(
@@ -341,10 +340,7 @@ pub async fn fresh_record_archives_previous(store: &dyn ThreadStore) {
     assert_eq!(by_key(store, "key-fresh").await, Some(new.clone()));
     let archived = by_id(store, "thr-old").await.expect("old record kept");
     assert_eq!(archived.status, RecordStatus::Archived);
-    assert_eq!(
-        archived.checkpoint, old.checkpoint,
-        "archiving keeps the contents"
-    );
+    assert_eq!(archived.state, old.state, "archiving keeps the contents");
     // Without archive_previous: the key's active record is archived all the same.
     let newer = record("thr-newer", "key-fresh", 1_700_000_000_300);
     finalize_ok(store, save(newer.clone())).await;
@@ -482,7 +478,7 @@ pub async fn archive_unbinds_and_is_idempotent(store: &dyn ThreadStore) {
     );
     let kept = by_id(store, "thr-arch").await.expect("record kept");
     assert_eq!(kept.status, RecordStatus::Archived);
-    assert_eq!(kept.checkpoint, r.checkpoint);
+    assert_eq!(kept.state, r.state);
     store
         .archive("thr-arch", &[])
         .await
@@ -1027,7 +1023,7 @@ fn outcome<T>(result: &Result<T, StoreError>) -> String {
 fn counter_record(config: &RaceConfig, value: u64, writer: &str) -> ThreadRecord {
     let mut r = record(&config.record_id, &config.key, 1_700_000_000_000 + value);
     r.turns = value;
-    r.checkpoint.data = BTreeMap::from([
+    r.state.data = BTreeMap::from([
         ("counter".to_owned(), value.to_string()),
         ("writer".to_owned(), writer.to_owned()),
     ]);
@@ -1278,7 +1274,7 @@ pub async fn assert_race(
         store.kind()
     );
     assert_eq!(
-        final_record.checkpoint.data.get("counter"),
+        final_record.state.data.get("counter"),
         Some(&landed.to_string())
     );
     for r in reports {
@@ -1445,8 +1441,8 @@ pub async fn finalize_loop(store: &dyn ThreadStore, key: &str) -> Result<(), Str
         }
         let mut r = record(&id, key, 1_700_000_000_000 + generation);
         r.turns = generation;
-        r.checkpoint.resume_id = format!("gen-{generation}");
-        r.checkpoint.data = (0..LOOP_ENTRIES)
+        r.state.resume_id = format!("gen-{generation}");
+        r.state.data = (0..LOOP_ENTRIES)
             .map(|i| (format!("entry-{i:04}"), generation.to_string()))
             .collect();
         store
@@ -1469,20 +1465,20 @@ pub async fn finalize_loop(store: &dyn ThreadStore, key: &str) -> Result<(), Str
 /// Check a record written by [`finalize_loop`]: decodable, one generation throughout.
 fn assert_one_generation(kind: &str, r: &ThreadRecord) {
     assert_eq!(
-        r.checkpoint.data.len(),
+        r.state.data.len(),
         LOOP_ENTRIES,
         "{kind}: record {} entries",
         r.id
     );
     let generation = r.turns.to_string();
     assert_eq!(
-        r.checkpoint.resume_id,
+        r.state.resume_id,
         format!("gen-{generation}"),
         "{kind}: {}",
         r.id
     );
     let mixed: Vec<_> = r
-        .checkpoint
+        .state
         .data
         .values()
         .filter(|v| **v != generation)
@@ -1581,8 +1577,8 @@ where
         // The store still takes a finalize.
         let mut next = current.clone();
         next.turns = current.turns + 1;
-        next.checkpoint.resume_id = format!("gen-{}", next.turns);
-        next.checkpoint.data = (0..LOOP_ENTRIES)
+        next.state.resume_id = format!("gen-{}", next.turns);
+        next.state.data = (0..LOOP_ENTRIES)
             .map(|i| (format!("entry-{i:04}"), next.turns.to_string()))
             .collect();
         finalize_ok(store.as_ref(), save(next.clone())).await;

@@ -47,9 +47,6 @@ pub struct RunArgs {
     /// A JSON Schema file: the answer must satisfy it; the validated JSON is printed.
     #[arg(long, value_name = "FILE")]
     pub(crate) schema: Option<PathBuf>,
-    /// Resume this provider session id (e.g. the `session` of an earlier run).
-    #[arg(long, value_name = "SESSION_ID", conflicts_with = "thread")]
-    pub(crate) resume: Option<String>,
     /// Run in the thread KEY: resume its stored session (or start one) and save the new
     /// checkpoint, across runs and processes.
     #[arg(long, value_name = "KEY")]
@@ -212,15 +209,6 @@ pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -
                 return ExitCode::from(EXIT_USAGE);
             }
         }
-    }
-    if let Some(id) = args.resume {
-        options = options.resume(adaptor::Checkpoint {
-            codec: agent.driver().descriptor().sessions.codec.clone(),
-            resume_id: id,
-            display_id: None,
-            data: Default::default(),
-            valid: true,
-        });
     }
     // One invocation is one turn: nothing would use a kept process (the next turn is another
     // `adaptor` process), so thread runs start one-shot CLIs that exit cleanly at the end.

@@ -243,12 +243,7 @@ fn print_record(r: &ThreadRecord, json: bool) {
         sanitize(&r.key),
         r.id,
         sanitize(&r.driver),
-        sanitize(
-            r.checkpoint
-                .display_id
-                .as_deref()
-                .unwrap_or(&r.checkpoint.resume_id)
-        ),
+        sanitize(r.state.display_id.as_deref().unwrap_or(&r.state.resume_id)),
         r.turns,
         r.parent_id
             .as_deref()

@@ -191,8 +191,10 @@ impl RunOptions {
 
     /// Resume the provider session of `checkpoint` (from an earlier [`RunResult`]) in this
     /// call. The checkpoint must be valid and come from a driver with the same codec, else the
-    /// run fails before anything starts with [`Error::InvalidCheckpoint`]. Per call only:
-    /// Threads (which store checkpoints for you) build on this.
+    /// run fails before anything starts with [`Error::InvalidCheckpoint`]. A [`Checkpoint`]
+    /// cannot be built by hand, so this resumes only what a driver reported in this process;
+    /// to continue a conversation across processes, use a [`Thread`](crate::Thread). Refused on
+    /// a thread run (the thread resumes its own state).
     pub fn resume(mut self, checkpoint: Checkpoint) -> Self {
         self.resume = Some(checkpoint);
         self

@@ -106,8 +106,8 @@ pub use inspect::{Availability, Check, CheckLevel, EnvironmentReport, Inspection
 pub use policy::{ApprovalPolicy, DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
 pub use result::{
     Checkpoint, ChunkRecord, ExitInfo, ItemKind, LaunchPlan, LaunchRecord, ProcessIdentity,
-    RawStreams, RunResult, StreamKind, TerminalPayload, ThreadInfo, ThreadStart, TranscriptItem,
-    Usage,
+    RawStreams, RunResult, SessionState, StreamKind, TerminalPayload, ThreadInfo, ThreadStart,
+    TranscriptItem, Usage,
 };
 pub use run::CHECKPOINT_INVALIDATED;
 pub use stream::{Canceller, Stream};

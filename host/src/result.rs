@@ -1,5 +1,5 @@
 //! The run's result: [`RunResult`], [`Usage`], [`TranscriptItem`], [`RawStreams`],
-//! [`Checkpoint`].
+//! [`Checkpoint`], [`SessionState`].
 //!
 //! Owns the public shape of what a finished (or failed) run produced. Must not: parse provider
 //! output (drivers do) or decide success (the pipeline does).
@@ -248,9 +248,15 @@ impl RawStreams {
     }
 }
 
-/// A resume point.
+/// What a provider needs to continue a session: its codec, resume id and the driver's guard
+/// data. A thread store keeps one per record; the driver's resume guards (workspace, profile,
+/// instructions) check its `data` before launch.
+///
+/// Plain data: a store rebuilds it from its rows. It is not a [`Checkpoint`] and cannot be
+/// passed to a run; the runtime resumes a stored state only through its thread, under the
+/// thread's lease and fingerprint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Checkpoint {
+pub struct SessionState {
     /// Checkpoint encoding name (the driver's codec).
     pub codec: String,
     /// Provider resume id.
@@ -259,8 +265,68 @@ pub struct Checkpoint {
     pub display_id: Option<String>,
     /// Driver-private data.
     pub data: BTreeMap<String, String>,
+}
+
+/// A resume point produced by a driver's parser at the end of a run.
+///
+/// Opaque: only the runtime makes one (from the driver's outcome, after its own checks), so a
+/// caller cannot forge a valid checkpoint or resume an id it made up. Pass one from a
+/// [`RunResult`] to [`RunOptions::resume`](crate::RunOptions::resume) to continue a plain run in
+/// this process; to continue across processes, run in a [`Thread`](crate::Thread), whose store
+/// keeps the [`SessionState`].
+///
+/// ```compile_fail
+/// // The fields are private: a checkpoint cannot be built by hand.
+/// let forged = adaptor::Checkpoint { valid: true, ..todo!() };
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Checkpoint {
+    #[serde(flatten)]
+    state: SessionState,
+    valid: bool,
+}
+
+impl Checkpoint {
+    /// A checkpoint as the driver's parser reported it (`valid` is its claim; the pipeline
+    /// invalidates it on a failed run).
+    pub(crate) fn from_driver(state: SessionState, valid: bool) -> Self {
+        Self { state, valid }
+    }
+
+    /// Checkpoint encoding name (the driver's codec).
+    pub fn codec(&self) -> &str {
+        &self.state.codec
+    }
+
+    /// Provider resume id.
+    pub fn resume_id(&self) -> &str {
+        &self.state.resume_id
+    }
+
+    /// Id for humans.
+    pub fn display_id(&self) -> Option<&str> {
+        self.state.display_id.as_deref()
+    }
+
+    /// Driver-private data.
+    pub fn data(&self) -> &BTreeMap<String, String> {
+        &self.state.data
+    }
+
     /// Usable for resuming: set only after a clean, successful turn.
-    pub valid: bool,
+    pub fn is_valid(&self) -> bool {
+        self.valid
+    }
+
+    /// The session state a store would keep.
+    pub fn state(&self) -> &SessionState {
+        &self.state
+    }
+
+    /// Mark this checkpoint unusable (the run it came from failed).
+    pub(crate) fn invalidate(&mut self) {
+        self.valid = false;
+    }
 }
 
 /// How the provider process ended.
@@ -331,7 +397,7 @@ impl RunResult {
 
     /// The provider session id, if one was reported.
     pub fn session_id(&self) -> Option<&str> {
-        self.checkpoint.as_ref().map(|c| c.resume_id.as_str())
+        self.checkpoint.as_ref().map(|c| c.resume_id())
     }
 }
 

@@ -16,7 +16,7 @@ use crate::approval::{ApprovalKind, Choice};
 use crate::error::FailureReason;
 use crate::event::Event;
 use crate::policy::Policy;
-use crate::result::{Checkpoint, TerminalPayload, TranscriptItem, Usage};
+use crate::result::{Checkpoint, SessionState, TerminalPayload, TranscriptItem, Usage};
 use crate::structured::Schema;
 
 /// The per-run options a driver's request carries (borrowed from the run's options).
@@ -158,7 +158,7 @@ pub(crate) struct Resume {
     /// How to relate to the checkpoint.
     pub mode: SessionMode,
     /// The session (its codec is the driver's; not sent).
-    pub checkpoint: Checkpoint,
+    pub state: SessionState,
 }
 
 /// A failure a driver reported.

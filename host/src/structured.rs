@@ -309,7 +309,7 @@ pub(crate) fn apply(
             if invalid {
                 // A run that failed its schema is not a healthy resume point.
                 if let Some(cp) = r.checkpoint.as_mut() {
-                    cp.valid = false;
+                    cp.invalidate();
                 }
                 return Err(Error::Run(Box::new(crate::error::RunError {
                     reason: crate::error::FailureReason::InvalidOutput,

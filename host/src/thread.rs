@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::agent::{Agent, RunOptions};
 use crate::error::Error;
 use crate::error::ThreadError;
-use crate::result::{Checkpoint, RunResult};
+use crate::result::{RunResult, SessionState};
 use crate::run::coordinator::ThreadBinding;
 use crate::store::{Query, StoreError, ThreadRecord, ThreadStore};
 use crate::stream::Stream;
@@ -95,9 +95,10 @@ impl Thread {
             .map_err(|source| self.store_error(source))
     }
 
-    /// The checkpoint the next run resumes, if any.
-    pub async fn checkpoint(&self) -> Result<Option<Checkpoint>, Error> {
-        Ok(self.record().await?.map(|r| r.checkpoint))
+    /// The session state the next run resumes, if any. Plain data to look at: it resumes only
+    /// through this thread (under its lease and fingerprint), never as a per-call `resume`.
+    pub async fn session_state(&self) -> Result<Option<SessionState>, Error> {
+        Ok(self.record().await?.map(|r| r.state))
     }
 
     /// Run a prompt in this thread. Same pipeline as [`Agent::run`], plus the thread stage.

@@ -307,3 +307,35 @@ pub async fn open_store(spec: &str) -> Result<Box<dyn adaptor::store::ThreadStor
         "unknown store spec {spec:?} (want sqlite:<path> or postgres:<url>)"
     ))
 }
+
+/// Rewrite the session state of the active record of `key` in `store` (as if the provider's
+/// side changed: a moved project, a forgotten session), under the key's lease; returns the
+/// rewritten record. The way a test makes a thread resume a state no driver reported.
+pub async fn rewrite_state(
+    store: &dyn adaptor::store::ThreadStore,
+    key: &str,
+    change: impl FnOnce(&mut adaptor::SessionState),
+) -> adaptor::store::ThreadRecord {
+    use adaptor::store::{Finalize, Query, lease_target_for_key};
+    let mut record = store
+        .resolve(&Query::Key(key.to_owned()))
+        .await
+        .unwrap()
+        .expect("an active record");
+    change(&mut record.state);
+    let lease = store
+        .acquire_lease(&lease_target_for_key(key), "test", Duration::from_secs(5))
+        .await
+        .unwrap();
+    store
+        .finalize(Finalize {
+            record: record.clone(),
+            archive_previous: None,
+            require_key_absent: false,
+            leases: vec![lease.clone()],
+        })
+        .await
+        .unwrap();
+    store.release_lease(&lease).await.unwrap();
+    record
+}

@@ -113,17 +113,17 @@ pub(crate) fn classify(
     };
     if failure.is_some()
         && let Some(cp) = checkpoint.as_mut()
-        && cp.valid
+        && cp.is_valid()
     {
         tracing::warn!(driver = %name, "driver marked a checkpoint valid on a failed run; the host invalidated it");
         notices.push((
                 CHECKPOINT_INVALIDATED.to_owned(),
                 format!(
                     "driver `{name}` marked checkpoint `{}` valid on a failed run; the host invalidated it",
-                    cp.resume_id
+                    cp.resume_id()
                 ),
             ));
-        cp.valid = false;
+        cp.invalidate();
     }
     let result = RunResult {
         run_id: facts.run_id.clone(),
@@ -205,13 +205,15 @@ mod tests {
             usage: None,
             model: Some("reference-1".into()),
             structured_output: None,
-            checkpoint: Some(crate::result::Checkpoint {
-                codec: "reference/session/v1".into(),
-                resume_id: "ref-1".into(),
-                display_id: None,
-                data: Default::default(),
-                valid: valid_checkpoint,
-            }),
+            checkpoint: Some(crate::result::Checkpoint::from_driver(
+                crate::result::SessionState {
+                    codec: "reference/session/v1".into(),
+                    resume_id: "ref-1".into(),
+                    display_id: None,
+                    data: Default::default(),
+                },
+                valid_checkpoint,
+            )),
             failure,
             metadata: Default::default(),
         }
@@ -245,7 +247,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.text, "hello");
-        assert!(r.checkpoint.unwrap().valid);
+        assert!(r.checkpoint.unwrap().is_valid());
         assert!(notices.is_empty());
         // A kept-alive resident turn has no exit code yet and is not a failure either.
         let kept = ExitInfo {
@@ -364,7 +366,7 @@ mod tests {
         let Err(Error::Run(e)) = r else {
             panic!("fails")
         };
-        assert!(!e.result.checkpoint.unwrap().valid);
+        assert!(!e.result.checkpoint.unwrap().is_valid());
         assert_eq!(notices.len(), 1);
         assert_eq!(notices[0].0, CHECKPOINT_INVALIDATED);
     }

@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
-use crate::result::{Checkpoint, RunResult};
+use crate::result::{RunResult, SessionState};
 use crate::session::{Resume, SessionMode};
 use crate::store::{
     Finalize, Lease, Query, RecordStatus, StoreError, ThreadRecord, ThreadStore,
@@ -263,8 +263,8 @@ impl Coordinator {
     /// written by this driver with this run's fingerprint. `what` names it in the error.
     fn check_compatible(&self, record: &ThreadRecord, what: &str) -> Result<(), Error> {
         self.check_codec(record)?;
-        if !record.checkpoint.valid || record.checkpoint.resume_id.is_empty() {
-            return Err(self.incompatible(format!("{what} holds no valid checkpoint")));
+        if record.state.resume_id.is_empty() {
+            return Err(self.incompatible(format!("{what} holds an empty resume id")));
         }
         if record.driver != self.driver {
             return Err(self.incompatible(format!(
@@ -296,10 +296,10 @@ impl Coordinator {
     }
 
     fn check_codec(&self, record: &ThreadRecord) -> Result<(), Error> {
-        if record.checkpoint.codec != self.codec {
+        if record.state.codec != self.codec {
             return Err(self.incompatible(format!(
                 "its checkpoint uses codec `{}`, driver `{}` uses `{}`",
-                record.checkpoint.codec, self.driver, self.codec
+                record.state.codec, self.driver, self.codec
             )));
         }
         Ok(())
@@ -329,7 +329,7 @@ impl Coordinator {
         };
         Some(Resume {
             mode,
-            checkpoint: record.checkpoint.clone(),
+            state: record.state.clone(),
         })
     }
 
@@ -423,7 +423,7 @@ impl Coordinator {
         }
         let mut result = result?;
         let checkpoint = match &result.checkpoint {
-            Some(cp) if cp.valid && !cp.resume_id.is_empty() => cp.clone(),
+            Some(cp) if cp.is_valid() && !cp.resume_id().is_empty() => cp.state().clone(),
             _ => {
                 return Err(ThreadError::CheckpointMissing {
                     key: self.key.clone(),
@@ -470,7 +470,7 @@ impl Coordinator {
 
     fn next_record(
         &self,
-        checkpoint: Checkpoint,
+        state: SessionState,
         now: SystemTime,
     ) -> (ThreadRecord, Option<String>, ThreadStart) {
         let fresh = |parent_id: Option<String>| ThreadRecord {
@@ -479,7 +479,7 @@ impl Coordinator {
             status: RecordStatus::Active,
             driver: self.driver.clone(),
             fingerprint: self.fingerprint.clone(),
-            checkpoint: checkpoint.clone(),
+            state: state.clone(),
             parent_id,
             turns: 1,
             created_at: now,
@@ -506,7 +506,7 @@ impl Coordinator {
             ),
             (Some(previous), None) => {
                 let mut record = previous.clone();
-                record.checkpoint = checkpoint.clone();
+                record.state = state.clone();
                 record.turns += 1;
                 record.updated_at = now;
                 (record, None, ThreadStart::Resumed)

@@ -143,24 +143,25 @@ impl Run {
                 "the driver does not support resuming sessions".into(),
             ));
         }
-        if cp.codec != sessions.codec {
+        if cp.codec() != sessions.codec {
             return Err(refuse(format!(
                 "the checkpoint was written with codec `{}`, the driver uses `{}`",
-                cp.codec, sessions.codec
+                cp.codec(),
+                sessions.codec
             )));
         }
-        if !cp.valid {
+        if !cp.is_valid() {
             return Err(refuse(
                 "the checkpoint is not valid (it comes from a run that did not finish cleanly)"
                     .into(),
             ));
         }
-        if cp.resume_id.is_empty() {
+        if cp.resume_id().is_empty() {
             return Err(refuse("the checkpoint has an empty resume id".into()));
         }
         Ok(Some(Resume {
             mode: SessionMode::ContinueOnly,
-            checkpoint: cp.clone(),
+            state: cp.state().clone(),
         }))
     }
 }

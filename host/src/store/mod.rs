@@ -42,7 +42,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 pub use crate::error::StoreError;
-use crate::result::Checkpoint;
+use crate::result::SessionState;
 
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
@@ -97,8 +97,9 @@ pub struct ThreadRecord {
     /// The thread fingerprint of the runs that wrote it (`sha256:<hex>`); a run with another
     /// fingerprint is refused before any process starts.
     pub fingerprint: String,
-    /// The resume point (its `codec` names the encoding; always `valid`).
-    pub checkpoint: Checkpoint,
+    /// The resume point (its `codec` names the encoding). A record is written only from a
+    /// checkpoint the driver reported valid on a successful run.
+    pub state: SessionState,
     /// The record this one was forked from.
     pub parent_id: Option<String>,
     /// Successful runs that wrote this record.
@@ -255,9 +256,15 @@ pub(crate) fn from_millis(ms: i64) -> SystemTime {
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
+/// Why a row whose `valid` column is false is refused: only valid checkpoints are written, so
+/// such a row was edited outside the runtime and is not a resume point.
+pub(crate) const INVALID_ROW: &str =
+    "the row is marked not valid; records are written only from valid checkpoints";
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 /// The checkpoint's driver-private data as stored (JSON object text).
-pub(crate) fn data_to_json(checkpoint: &Checkpoint) -> String {
-    serde_json::to_string(&checkpoint.data).unwrap_or_else(|_| "{}".into())
+pub(crate) fn data_to_json(state: &SessionState) -> String {
+    serde_json::to_string(&state.data).unwrap_or_else(|_| "{}".into())
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

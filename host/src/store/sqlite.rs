@@ -27,10 +27,10 @@ use std::time::{Duration, SystemTime};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
 
 use super::{
-    Finalize, Lease, ListQuery, Query, RecordStatus, StoreError, StoreFuture, ThreadRecord,
-    ThreadStore, data_from_json, data_to_json, from_millis, new_token, to_millis,
+    Finalize, INVALID_ROW, Lease, ListQuery, Query, RecordStatus, StoreError, StoreFuture,
+    ThreadRecord, ThreadStore, data_from_json, data_to_json, from_millis, new_token, to_millis,
 };
-use crate::result::Checkpoint;
+use crate::result::SessionState;
 
 const STORE: &str = "sqlite";
 
@@ -284,17 +284,20 @@ fn decode_record(row: &Row<'_>) -> rusqlite::Result<Result<ThreadRecord, StoreEr
     let Ok(turns) = u64::try_from(turns) else {
         return Ok(Err(corrupt(format!("negative turn count {turns}"))));
     };
+    let valid: bool = row.get("valid")?;
+    if !valid {
+        return Ok(Err(corrupt(INVALID_ROW.into())));
+    }
     Ok(Ok(ThreadRecord {
         key,
         status,
         driver: row.get("driver")?,
         fingerprint: row.get("fingerprint")?,
-        checkpoint: Checkpoint {
+        state: SessionState {
             codec: row.get("codec")?,
             resume_id: row.get("resume_id")?,
             display_id: row.get("display_id")?,
             data,
-            valid: row.get("valid")?,
         },
         parent_id: row.get("parent_id")?,
         turns,
@@ -408,11 +411,11 @@ fn finalize_in(conn: &mut Connection, path: &Path, request: Finalize) -> Result<
             record.status.as_str(),
             record.driver,
             record.fingerprint,
-            record.checkpoint.codec,
-            record.checkpoint.resume_id,
-            record.checkpoint.display_id,
-            data_to_json(&record.checkpoint),
-            record.checkpoint.valid,
+            record.state.codec,
+            record.state.resume_id,
+            record.state.display_id,
+            data_to_json(&record.state),
+            true,
             record.parent_id,
             turns,
             to_millis(record.created_at),
@@ -650,12 +653,11 @@ mod tests {
                     status: RecordStatus::Active,
                     driver: "reference".into(),
                     fingerprint: "sha256:00".into(),
-                    checkpoint: Checkpoint {
+                    state: SessionState {
                         codec: "c".into(),
                         resume_id: "r".into(),
                         display_id: None,
                         data: Default::default(),
-                        valid: true,
                     },
                     parent_id: None,
                     turns: 1,
@@ -686,6 +688,19 @@ mod tests {
             assert_eq!(target_kind, "blob");
         }
         store.release_lease(&lease).await.unwrap();
+        // A row marked not valid was edited outside the runtime: refused as corrupt, never
+        // resumed.
+        store
+            .conn
+            .lock()
+            .unwrap()
+            .execute("UPDATE thread_records SET valid = 0", [])
+            .unwrap();
+        let e = store.resolve(&Query::Key(key)).await.unwrap_err();
+        assert!(
+            matches!(&e, StoreError::Corrupt { message, .. } if message == INVALID_ROW),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::event::{
     UsageUpdate, VendorEvent,
 };
 use crate::policy::{DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
-use crate::result::{Checkpoint, ItemKind, TerminalPayload, TranscriptItem, Usage};
+use crate::result::{Checkpoint, ItemKind, SessionState, TerminalPayload, TranscriptItem, Usage};
 use crate::session::{
     Action, AskRequest, Check, CheckLevel, ConfigRejection, Decision, DriverFailure, DriverOutcome,
     DriverSignal, Launch, Probe, ProbeOutput, RequestOptions, Resume, SessionExit, SessionMode,
@@ -220,13 +220,15 @@ pub(crate) fn checkpoint(codec: &str, c: wit::Checkpoint) -> Result<Checkpoint, 
     if c.state.resume_id.is_empty() {
         return Err("checkpoint has an empty resume id".into());
     }
-    Ok(Checkpoint {
-        codec: codec.to_owned(),
-        resume_id: c.state.resume_id,
-        display_id: c.state.display_id,
-        data: c.state.data.into_iter().collect::<BTreeMap<_, _>>(),
-        valid: c.valid,
-    })
+    Ok(Checkpoint::from_driver(
+        SessionState {
+            codec: codec.to_owned(),
+            resume_id: c.state.resume_id,
+            display_id: c.state.display_id,
+            data: c.state.data.into_iter().collect::<BTreeMap<_, _>>(),
+        },
+        c.valid,
+    ))
 }
 
 pub(crate) fn failure_reason(r: wit::FailureReason) -> crate::error::FailureReason {
@@ -369,9 +371,9 @@ pub(crate) fn build_request(
                 SessionMode::Fork => wit::SessionMode::Fork,
             },
             state: wit::SessionState {
-                resume_id: r.checkpoint.resume_id,
-                display_id: r.checkpoint.display_id,
-                data: r.checkpoint.data.into_iter().collect(),
+                resume_id: r.state.resume_id,
+                display_id: r.state.display_id,
+                data: r.state.data.into_iter().collect(),
             },
         }),
         streaming: options.streaming,

@@ -179,7 +179,7 @@ async fn handler_answers_questions_plans_and_rewrites_tool_input() {
         .map(|v| v["behavior"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(behaviours, ["allow", "allow", "allow"]);
-    assert!(r.checkpoint.as_ref().unwrap().valid);
+    assert!(r.checkpoint.as_ref().unwrap().is_valid());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,7 +257,7 @@ async fn rejection_aborts_or_continues_as_the_policy_says() {
         responses(&e.result)[0]["interrupt"],
         serde_json::json!(true)
     );
-    assert!(!e.result.checkpoint.as_ref().unwrap().valid);
+    assert!(!e.result.checkpoint.as_ref().unwrap().is_valid());
 
     let (_, result) = stream_answering(
         &agent,

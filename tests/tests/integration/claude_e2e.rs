@@ -80,10 +80,10 @@ fn served_usage(r: &RunResult, requests: u64) {
 
 fn valid_checkpoint(r: &RunResult) -> String {
     let cp = r.checkpoint.as_ref().expect("checkpoint");
-    assert!(cp.valid, "checkpoint should be valid");
-    assert_eq!(cp.codec, "claude/session/v1");
-    assert_eq!(r.session_id(), Some(cp.resume_id.as_str()));
-    cp.resume_id.clone()
+    assert!(cp.is_valid(), "checkpoint should be valid");
+    assert_eq!(cp.codec(), "claude/session/v1");
+    assert_eq!(r.session_id(), Some(cp.resume_id()));
+    cp.resume_id().to_owned()
 }
 
 fn tool_calls(events: &[Event]) -> Vec<(String, Value)> {
@@ -288,8 +288,8 @@ async fn thread_in_a_sqlite_store_resumes_the_session() {
     assert_eq!(info.key, "claude-e2e");
     assert_eq!(info.start, ThreadStart::New);
     assert_eq!(
-        thread.checkpoint().await.unwrap().as_ref(),
-        first.checkpoint.as_ref(),
+        thread.session_state().await.unwrap().as_ref(),
+        first.checkpoint.as_ref().map(adaptor::Checkpoint::state),
         "the first checkpoint is stored"
     );
 
@@ -316,7 +316,7 @@ async fn thread_in_a_sqlite_store_resumes_the_session() {
     assert_eq!(record.id, info.record_id);
     assert_eq!(record.turns, 2);
     assert_eq!(record.driver, "claude");
-    assert_eq!(record.checkpoint.resume_id, session);
+    assert_eq!(record.state.resume_id, session);
 }
 
 #[test]
@@ -395,7 +395,7 @@ fn thread_continues_across_two_cli_processes() {
     assert_eq!(record["status"], "active");
     assert_eq!(record["driver"], "claude");
     assert_eq!(record["turns"], 2);
-    assert_eq!(record["checkpoint"]["resume_id"], session);
+    assert_eq!(record["state"]["resume_id"], session);
 }
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -494,7 +494,7 @@ async fn permission_denied_through_an_approval() {
         !c.ws().join("made_by_claude.txt").exists(),
         "the tool never ran"
     );
-    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.valid));
+    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.is_valid()));
     let stdin = String::from_utf8_lossy(&e.result.raw().stdin).into_owned();
     assert!(
         stdin.contains(r#""behavior":"deny""#) && stdin.contains(r#""interrupt":true"#),
@@ -530,7 +530,7 @@ async fn api_errors_400_429_500_529_fail_with_the_provider_message() {
             e.details.as_ref().unwrap()["api_error_status"],
             json!(status)
         );
-        assert!(!e.result.checkpoint.as_ref().unwrap().valid);
+        assert!(!e.result.checkpoint.as_ref().unwrap().is_valid());
         assert_eq!(e.result.exit.code, Some(1));
         let retried = events
             .iter()
@@ -573,7 +573,7 @@ async fn killed_mid_turn_keeps_the_partial_text() {
     );
     assert!(!partial.is_empty());
     assert!(e.result.text.is_empty() || partial.starts_with(&e.result.text));
-    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.valid));
+    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.is_valid()));
     assert_eq!(e.result.exit.signal, Some(9));
 }
 
@@ -663,7 +663,7 @@ async fn an_error_subtype_fails_the_run() {
         e.details.as_ref().unwrap()["subtype"],
         json!("error_max_turns")
     );
-    assert!(!e.result.checkpoint.as_ref().unwrap().valid);
+    assert!(!e.result.checkpoint.as_ref().unwrap().is_valid());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -685,7 +685,7 @@ async fn cancel_interrupts_a_bidirectional_turn_gracefully() {
     assert!(!partial.is_empty());
     let stdin = String::from_utf8_lossy(&e.result.raw().stdin).into_owned();
     assert!(stdin.contains(r#""subtype":"interrupt""#), "{stdin}");
-    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.valid));
+    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.is_valid()));
     assert!(e.result.exit.cancelled);
     // Graceful: the CLI ended the turn with its result and exited by itself.
     let terminal: Value = serde_json::from_str(&e.result.terminal().expect("result").json).unwrap();

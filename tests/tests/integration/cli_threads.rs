@@ -116,7 +116,7 @@ fn a_thread_resumes_across_processes_and_is_listed() {
     assert_eq!(listed[0]["turns"], 2);
     assert_eq!(listed[0]["driver"], "reference");
     assert_eq!(
-        listed[0]["checkpoint"]["resume_id"],
+        listed[0]["state"]["resume_id"],
         second["checkpoint"]["resume_id"]
     );
 }
@@ -185,13 +185,15 @@ fn resume_only_missing_and_flag_conflicts_are_setup_errors() {
         "{}",
         stderr(&out)
     );
-    // --resume and --thread exclude each other (clap usage error).
+    // There is no `--resume ID`: a made-up session id is not a resume point, and the thread
+    // key is the one identity a caller names (clap usage error).
     let out = f
         .adaptor()
-        .args(["run", "--thread", "a", "--resume", "ref-00", "hi"])
+        .args(["run", "--resume", "ref-00", "hi"])
         .output()
         .unwrap();
     assert_exit(&out, 2);
+    assert!(stderr(&out).contains("--resume"), "{}", stderr(&out));
     let out = f
         .adaptor()
         .args(["threads", "show", "nothing-here", "--store", &f.store()])

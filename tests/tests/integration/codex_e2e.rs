@@ -73,9 +73,13 @@ fn transport_of(r: &RunResult) -> String {
 
 fn valid_checkpoint(r: &RunResult) -> String {
     let cp = r.checkpoint.as_ref().expect("checkpoint");
-    assert!(cp.valid, "checkpoint should be valid ({})", transport_of(r));
-    assert_eq!(cp.codec, "codex/thread/v1");
-    cp.resume_id.clone()
+    assert!(
+        cp.is_valid(),
+        "checkpoint should be valid ({})",
+        transport_of(r)
+    );
+    assert_eq!(cp.codec(), "codex/thread/v1");
+    cp.resume_id().to_owned()
 }
 
 fn tool_items(r: &RunResult) -> Vec<(String, Value, String, bool)> {
@@ -262,12 +266,14 @@ async fn resume_continues_the_thread() {
         let last = c.mock.requests().last().unwrap().to_string();
         assert!(last.contains("first turn"), "{name}: history carried");
 
-        // An unknown thread is a typed resume rejection.
-        let mut bogus = first.checkpoint.clone().unwrap();
-        bogus.resume_id = "019a0000-0000-7000-8000-000000000000".into();
+        // A thread Codex no longer knows (its rollouts are gone) is a typed resume rejection.
+        std::fs::remove_dir_all(c.codex_home.path().join("sessions")).expect("codex sessions");
         let e = run_error(
             agent
-                .run_with("third", options(streaming).resume(bogus))
+                .run_with(
+                    "third",
+                    options(streaming).resume(second.checkpoint.clone().unwrap()),
+                )
                 .await,
         );
         assert_eq!(
@@ -303,8 +309,8 @@ async fn thread_in_a_sqlite_store_resumes_the_thread_on_both_transports() {
         assert_eq!(info.key, "codex-e2e");
         assert_eq!(info.start, ThreadStart::New, "{name}");
         assert_eq!(
-            thread.checkpoint().await.unwrap().as_ref(),
-            first.checkpoint.as_ref(),
+            thread.session_state().await.unwrap().as_ref(),
+            first.checkpoint.as_ref().map(adaptor::Checkpoint::state),
             "{name}: the first checkpoint is stored"
         );
 
@@ -333,7 +339,7 @@ async fn thread_in_a_sqlite_store_resumes_the_thread_on_both_transports() {
         assert_eq!(record.id, info.record_id, "{name}");
         assert_eq!(record.turns, 2, "{name}");
         assert_eq!(record.driver, "codex");
-        assert_eq!(record.checkpoint.resume_id, thread_id, "{name}");
+        assert_eq!(record.state.resume_id, thread_id, "{name}");
     }
 }
 
@@ -433,7 +439,7 @@ fn thread_continues_across_two_cli_processes_on_both_transports() {
         assert_eq!(record["status"], "active", "{name}");
         assert_eq!(record["driver"], "codex");
         assert_eq!(record["turns"], 2, "{name}");
-        assert_eq!(record["checkpoint"]["resume_id"], thread_id, "{name}");
+        assert_eq!(record["state"]["resume_id"], thread_id, "{name}");
     }
 }
 
@@ -482,7 +488,7 @@ async fn model_server_errors_fail_with_the_message() {
             assert_eq!(e.reason, FailureReason::AgentError, "{name} {status}");
             assert!(!e.message.is_empty());
             assert!(
-                !e.result.checkpoint.as_ref().is_some_and(|c| c.valid),
+                !e.result.checkpoint.as_ref().is_some_and(|c| c.is_valid()),
                 "{name} {status}: no valid checkpoint"
             );
         }
@@ -555,7 +561,7 @@ async fn cancel_interrupts_a_streaming_turn() {
     let e = run_error(stream.result().await);
     assert_eq!(e.reason, FailureReason::Cancelled);
     assert!(!partial.is_empty());
-    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.valid));
+    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.is_valid()));
     // Graceful: the driver sent `turn/interrupt`, the turn completed as interrupted and the
     // app-server exited by itself when stdin closed — no signal was needed.
     let stdin = String::from_utf8_lossy(&e.result.raw().stdin).into_owned();
@@ -595,7 +601,7 @@ async fn a_cli_killed_mid_turn_keeps_the_partial_text() {
         e.message
     );
     assert!(!partial.is_empty());
-    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.valid));
+    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.is_valid()));
     assert!(e.result.exit.signal.is_some(), "{:?}", e.result.exit);
 }
 

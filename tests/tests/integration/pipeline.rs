@@ -122,7 +122,7 @@ async fn run_and_stream_result_give_equal_results() {
     let usage = a.usage.as_ref().expect("usage");
     assert_eq!(usage.input_tokens, Some("Compare me".len() as u64 + 10));
     assert_eq!(usage.cache_write_tokens, None, "absent stays absent");
-    assert!(a.checkpoint.as_ref().expect("checkpoint").valid);
+    assert!(a.checkpoint.as_ref().expect("checkpoint").is_valid());
     assert_eq!(a.terminal().expect("terminal").event, "result");
 }
 
@@ -185,7 +185,7 @@ async fn provider_failure_is_a_run_error_with_the_partial_result() {
     assert_eq!(e.reason, FailureReason::AgentError);
     assert_eq!(e.message, "reference failure requested");
     assert_eq!(e.result.exit.code, Some(1));
-    assert!(!e.result.checkpoint.as_ref().expect("checkpoint").valid);
+    assert!(!e.result.checkpoint.as_ref().expect("checkpoint").is_valid());
     assert!(!e.result.raw().stdout.is_empty());
     match events.last() {
         Some(Event::RunFinished(f)) => {
@@ -216,7 +216,7 @@ async fn crash_mid_turn_keeps_partial_text_and_no_valid_checkpoint() {
         "{}",
         e.result.text
     );
-    assert!(!e.result.checkpoint.as_ref().expect("checkpoint").valid);
+    assert!(!e.result.checkpoint.as_ref().expect("checkpoint").is_valid());
 }
 
 async fn wait_for_pids(stream: &mut adaptor::Stream, events: &mut Vec<Event>) -> (u32, u32) {
@@ -580,7 +580,7 @@ async fn a_checkpoint_resumes_the_provider_session() {
     let agent = agent_builder(reference(state.path()), ws.path()).build();
     let first = agent.run("first question").await.expect("first");
     let cp = first.checkpoint.clone().expect("checkpoint");
-    assert!(cp.valid);
+    assert!(cp.is_valid());
     let second = agent
         .run_with(
             "second question",
@@ -593,17 +593,6 @@ async fn a_checkpoint_resumes_the_provider_session() {
         "Reference reply (turn 2, previously: first question): second question"
     );
     assert_eq!(second.session_id(), first.session_id());
-
-    // The provider does not know this session: a typed resume-rejected failure.
-    let mut unknown = cp.clone();
-    unknown.resume_id = "ref-0000dead".into();
-    let e = run_error(
-        agent
-            .run_with("x", adaptor::RunOptions::new().resume(unknown))
-            .await,
-    );
-    assert_eq!(e.reason, FailureReason::ResumeRejected);
-    assert!(e.message.contains("unknown session"), "{}", e.message);
 
     // A session from another workspace is refused by the driver before launch.
     let other_ws = tmp();
@@ -626,23 +615,52 @@ async fn a_checkpoint_resumes_the_provider_session() {
         "{elsewhere:?}"
     );
 
-    // Checkpoints of another codec, or invalid ones, never reach the driver.
-    let mut foreign = cp.clone();
-    foreign.codec = "other/v1".into();
-    assert!(matches!(
+    // Checkpoints of another driver's codec, or invalid ones, never reach the driver. A
+    // checkpoint cannot be built by hand (its fields are private), so each comes from a run:
+    // a valid one from the puppet driver (codec `puppet/v1`), an invalid one from a failed run.
+    let puppet = adaptor::Driver::from_file(test_driver_path("puppet")).expect("puppet.wasm");
+    let stdout = br#"["outcome","hi",null,"","p-1",true,null,null,null]"#.to_vec();
+    let replayed = adaptor::replay::replay_session(
+        &puppet,
+        "x",
+        &adaptor::RunOptions::new(),
+        &[(adaptor::StreamKind::Stdout, stdout)],
+        adaptor::ExitInfo {
+            code: Some(0),
+            ..Default::default()
+        },
+    )
+    .await;
+    let foreign = replayed.result.expect("puppet run").checkpoint.unwrap();
+    assert!(foreign.is_valid() && foreign.codec() == "puppet/v1");
+    let r = agent
+        .run_with("x", adaptor::RunOptions::new().resume(foreign))
+        .await;
+    assert!(
+        matches!(&r, Err(Error::InvalidCheckpoint { reason, .. }) if reason.contains("codec `puppet/v1`")),
+        "{r:?}"
+    );
+    let failed = run_error(agent.run("please [[fail]]").await);
+    let invalid = failed.result.checkpoint.clone().expect("a checkpoint");
+    assert!(!invalid.is_valid());
+    let r = agent
+        .run_with("x", adaptor::RunOptions::new().resume(invalid))
+        .await;
+    assert!(
+        matches!(&r, Err(Error::InvalidCheckpoint { reason, .. }) if reason.contains("not valid")),
+        "{r:?}"
+    );
+
+    // The provider forgets the session: the valid checkpoint's resume is rejected, typed.
+    std::fs::remove_dir_all(state.path()).unwrap();
+    std::fs::create_dir(state.path()).unwrap();
+    let e = run_error(
         agent
-            .run_with("x", adaptor::RunOptions::new().resume(foreign))
+            .run_with("x", adaptor::RunOptions::new().resume(cp))
             .await,
-        Err(Error::InvalidCheckpoint { .. })
-    ));
-    let mut invalid = cp;
-    invalid.valid = false;
-    assert!(matches!(
-        agent
-            .run_with("x", adaptor::RunOptions::new().resume(invalid))
-            .await,
-        Err(Error::InvalidCheckpoint { .. })
-    ));
+    );
+    assert_eq!(e.reason, FailureReason::ResumeRejected);
+    assert!(e.message.contains("unknown session"), "{}", e.message);
 }
 
 #[test]
@@ -893,7 +911,7 @@ async fn a_provider_writing_past_the_output_limit_is_stopped() {
             .iter()
             .any(|ev| matches!(ev, Event::Notice(n) if n.notice == "output.limit"))
     );
-    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.valid));
+    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.is_valid()));
     assert_lifecycle(&events);
 }
 
@@ -907,7 +925,7 @@ async fn a_provider_writing_an_overlong_line_is_stopped() {
     let e = run_error(agent.run(format!("{long} long line")).await);
     assert_eq!(e.reason, FailureReason::OutputLimit);
     assert!(e.message.contains("max_line_bytes"), "{}", e.message);
-    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.valid));
+    assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.is_valid()));
 }
 
 /// A consumer that keeps its stream but stops reading, then cancels: `cancel` + `close`

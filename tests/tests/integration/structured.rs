@@ -123,7 +123,7 @@ async fn invalid_output_fails_unless_returned() {
     let s = e.result.structured.as_ref().unwrap();
     assert!(!s.valid && !s.errors.is_empty(), "{s:?}");
     assert!(
-        !e.result.checkpoint.as_ref().unwrap().valid,
+        !e.result.checkpoint.as_ref().unwrap().is_valid(),
         "no valid checkpoint on a failed run"
     );
 

@@ -13,7 +13,7 @@ use adaptor::store::{
     ThreadRecord, ThreadStore, lease_target_for_key,
 };
 use adaptor::{Agent, Error, Event, FailureReason, RunOptions, ThreadError, ThreadStart};
-use adaptor_integration_tests::{agent_builder, collect, reference, testbed, tmp};
+use adaptor_integration_tests::{agent_builder, collect, reference, rewrite_state, testbed, tmp};
 
 fn agent(store: Arc<dyn ThreadStore>, state: &Path, workspace: &Path) -> Agent {
     agent_builder(reference(state), workspace)
@@ -43,7 +43,7 @@ async fn second_run_resumes_the_first_session() {
     let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
     let agent = agent(store.clone(), state.path(), ws.path());
     let thread = agent.thread("ticket-42");
-    assert_eq!(thread.checkpoint().await.unwrap(), None);
+    assert_eq!(thread.session_state().await.unwrap(), None);
 
     let (events, first) = collect(thread.stream("hello")).await;
     let first = first.unwrap();
@@ -57,8 +57,11 @@ async fn second_run_resumes_the_first_session() {
             .all(|e| e.meta().thread_key.as_deref() == Some("ticket-42")),
         "every event carries the thread key"
     );
-    let stored = thread.checkpoint().await.unwrap().expect("saved");
-    assert_eq!(Some(&stored), first.checkpoint.as_ref());
+    let stored = thread.session_state().await.unwrap().expect("saved");
+    assert_eq!(
+        Some(&stored),
+        first.checkpoint.as_ref().map(adaptor::Checkpoint::state)
+    );
 
     let second = thread.run("again").await.unwrap();
     assert_eq!(
@@ -100,7 +103,7 @@ async fn fork_starts_from_the_parent_checkpoint_and_leaves_the_parent_alone() {
     let child_record = child.record().await.unwrap().unwrap();
     assert_eq!(child_record.parent_id.as_deref(), Some(&*parent_before.id));
     assert_ne!(
-        child_record.checkpoint.resume_id, parent_before.checkpoint.resume_id,
+        child_record.state.resume_id, parent_before.state.resume_id,
         "a fork is a new provider session"
     );
     assert_eq!(
@@ -261,32 +264,6 @@ async fn a_rejected_resume_falls_back_once_to_a_fresh_session_explicitly() {
     );
 }
 
-/// Make the active record of `key` claim another workspace (as if the project moved), under
-/// the key's lease; returns the rewritten record.
-async fn rewrite_cwd(store: &dyn ThreadStore, key: &str, cwd: &str) -> ThreadRecord {
-    let mut record = store
-        .resolve(&Query::Key(key.to_owned()))
-        .await
-        .unwrap()
-        .expect("an active record");
-    record.checkpoint.data.insert("cwd".into(), cwd.into());
-    let lease = store
-        .acquire_lease(&lease_target_for_key(key), "test", Duration::from_secs(5))
-        .await
-        .unwrap();
-    store
-        .finalize(Finalize {
-            record: record.clone(),
-            archive_previous: None,
-            require_key_absent: false,
-            leases: vec![lease.clone()],
-        })
-        .await
-        .unwrap();
-    store.release_lease(&lease).await.unwrap();
-    record
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_side_rejection_before_launch_also_falls_back() {
     // The reference driver refuses, before launch, a session whose recorded cwd differs.
@@ -295,7 +272,10 @@ async fn a_driver_side_rejection_before_launch_also_falls_back() {
     let agent = agent(store.clone(), state.path(), ws.path());
     let thread = agent.thread("moved");
     thread.run("hello").await.unwrap();
-    rewrite_cwd(&*store, "moved", "/somewhere/else").await;
+    rewrite_state(&*store, "moved", |s| {
+        s.data.insert("cwd".into(), "/somewhere/else".into());
+    })
+    .await;
 
     let (events, r) = collect(thread.stream("again")).await;
     let r = r.unwrap();
@@ -311,7 +291,10 @@ async fn a_driver_side_rejection_before_launch_also_falls_back() {
     // Resume-only does not fall back: it is a typed rejection, and the record stays.
     let thread2 = agent.thread("moved2");
     thread2.run("hello").await.unwrap();
-    let record = rewrite_cwd(&*store, "moved2", "/elsewhere").await;
+    let record = rewrite_state(&*store, "moved2", |s| {
+        s.data.insert("cwd".into(), "/elsewhere".into());
+    })
+    .await;
     let (events, r) = collect(thread2.clone().resume_only().stream("again")).await;
     assert_refused_before_start(&events);
     assert!(matches!(thread_error(r), ThreadError::ResumeRejected { key, .. } if key == "moved2"));
@@ -372,7 +355,7 @@ async fn a_leased_thread_is_busy_and_errors_come_before_any_process() {
         ThreadError::Busy { key, holder } if key == "held" && holder == "other-host:1:x"
     ));
     store.release_lease(&lease).await.unwrap();
-    agent.thread("held").run("hi").await.unwrap();
+    let held = agent.thread("held").run("hi").await.unwrap();
 
     // No store configured.
     let bare = agent_builder(reference(state.path()), ws.path()).build();
@@ -381,7 +364,7 @@ async fn a_leased_thread_is_busy_and_errors_come_before_any_process() {
     assert!(matches!(thread_error(r), ThreadError::StoreRequired { .. }));
 
     // A per-call checkpoint conflicts with the thread's own.
-    let cp = agent.thread("held").checkpoint().await.unwrap().unwrap();
+    let cp = held.checkpoint.clone().unwrap();
     let (events, r) = collect(
         agent
             .thread("held")

@@ -35,10 +35,10 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls, Row, Transaction};
 
 use super::{
-    Finalize, Lease, ListQuery, Query, RecordStatus, StoreError, StoreFuture, ThreadRecord,
-    ThreadStore, data_from_json, data_to_json, from_millis, new_token, to_millis,
+    Finalize, INVALID_ROW, Lease, ListQuery, Query, RecordStatus, StoreError, StoreFuture,
+    ThreadRecord, ThreadStore, data_from_json, data_to_json, from_millis, new_token, to_millis,
 };
-use crate::result::Checkpoint;
+use crate::result::SessionState;
 
 mod tx;
 use tx::{RECORD_COLUMNS, archive_tx, decode_record, ensure_schema, finalize_tx};

@@ -93,6 +93,10 @@ pub(super) fn decode_record(row: &Row) -> Result<ThreadRecord, Failure> {
     let turns: i64 = row.try_get("turns").doing("reading a record row")?;
     let turns =
         u64::try_from(turns).map_err(|_| corrupt(format!("negative turn count {turns}")))?;
+    let valid: bool = row.try_get("valid").doing("reading a record row")?;
+    if !valid {
+        return Err(corrupt(INVALID_ROW.into()));
+    }
     let get = |column: &'static str| -> Result<String, Failure> {
         row.try_get(column).doing("reading a record row")
     };
@@ -109,12 +113,11 @@ pub(super) fn decode_record(row: &Row) -> Result<ThreadRecord, Failure> {
         status,
         driver: get("driver")?,
         fingerprint: get("fingerprint")?,
-        checkpoint: Checkpoint {
+        state: SessionState {
             codec: get("codec")?,
             resume_id: get("resume_id")?,
             display_id: get_opt("display_id")?,
             data,
-            valid: row.try_get("valid").doing("reading a record row")?,
         },
         parent_id: get_opt("parent_id")?,
         turns,
@@ -221,11 +224,11 @@ pub(super) async fn finalize_tx(tx: &Transaction<'_>, request: &Finalize) -> Res
             &record.status.as_str(),
             &record.driver,
             &record.fingerprint,
-            &record.checkpoint.codec,
-            &record.checkpoint.resume_id,
-            &record.checkpoint.display_id,
-            &data_to_json(&record.checkpoint),
-            &record.checkpoint.valid,
+            &record.state.codec,
+            &record.state.resume_id,
+            &record.state.display_id,
+            &data_to_json(&record.state),
+            &true,
             &record.parent_id,
             &turns,
             &to_millis(record.created_at),
