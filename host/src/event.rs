@@ -12,7 +12,7 @@ use serde::{Serialize, Serializer};
 
 use crate::approval::{ApprovalKind, ApprovalRequest, Resolution};
 use crate::error::FailureReason;
-use crate::result::{TranscriptItem, Usage};
+use crate::result::{StreamKind, TranscriptItem, Usage};
 
 /// Metadata the host attaches to every event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -29,6 +29,52 @@ pub struct EventMeta {
     pub time: SystemTime,
     /// The driver that produced the run.
     pub driver: String,
+    /// The turn's number in its thread: 1 for the first turn of a session (a new thread, a
+    /// fork, a fresh session after a rejected resume), one more than the record's `turns` when
+    /// it resumes. Set on every event of a thread run (it changes to 1 after a
+    /// [`ThreadFallback`]); `None` on a plain run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u64>,
+    /// What produced the event, in provider coordinates: the output chunk, timer, decision or
+    /// exit whose driver callback returned it. Assigned by the host (a driver cannot claim
+    /// another source); `None` for events the host makes itself (lifecycle, notices,
+    /// approvals resolved, drops).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<EventSource>,
+}
+
+/// The provider input that made a driver return an event (see [`EventMeta::source`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EventSource {
+    /// A chunk of provider output: `chunk` indexes [`RawStreams::chunks`](crate::RawStreams),
+    /// `offset..offset + len` is its byte range in that stream's bytes.
+    Output {
+        /// Stdout or stderr.
+        stream: StreamKind,
+        /// Index of the chunk record in the run's raw streams.
+        chunk: usize,
+        /// Byte offset of the chunk in its stream.
+        offset: usize,
+        /// Chunk length in bytes.
+        len: usize,
+    },
+    /// A timer the driver set fired.
+    Timer {
+        /// The driver's timer id.
+        id: u64,
+    },
+    /// An approval decision reached the driver.
+    Decision {
+        /// The approval request id.
+        request_id: String,
+    },
+    /// The run was cancelled or timed out and the driver was asked to stop the turn.
+    Cancel,
+    /// A kept process was handed the next turn of its thread.
+    NextTurn,
+    /// The provider process ended.
+    Exit,
 }
 
 fn ser_time<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
@@ -424,5 +470,7 @@ pub(crate) fn blank_meta() -> EventMeta {
         sequence: 0,
         time: std::time::SystemTime::UNIX_EPOCH,
         driver: String::new(),
+        turn: None,
+        source: None,
     }
 }

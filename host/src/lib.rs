@@ -97,9 +97,9 @@ pub use error::{
     Error, FailureReason, LaunchRefusal, Limit, LoadError, RunError, StartRefusal, ThreadError,
 };
 pub use event::{
-    ApprovalResolved, DropReason, Dropped, Event, EventMeta, ItemEvent, Notice, Phase, ProcessInfo,
-    ProcessInfoKind, RunFinished, RunStarted, SessionStarted, TextDelta, ThreadFallback, ToolCall,
-    ToolResult, UsageUpdate, VendorEvent,
+    ApprovalResolved, DropReason, Dropped, Event, EventMeta, EventSource, ItemEvent, Notice, Phase,
+    ProcessInfo, ProcessInfoKind, RunFinished, RunStarted, SessionStarted, TextDelta,
+    ThreadFallback, ToolCall, ToolResult, UsageUpdate, VendorEvent,
 };
 pub use grant::{DEFAULT_ENV_ALLOWLIST, DRIVER_ENV_DENYLIST};
 pub use inspect::{Availability, Check, CheckLevel, EnvironmentReport, Inspection};
@@ -109,7 +109,7 @@ pub use result::{
     RawStreams, RunResult, SessionState, StreamKind, TerminalPayload, ThreadInfo, ThreadStart,
     TranscriptItem, Usage,
 };
-pub use run::CHECKPOINT_INVALIDATED;
+pub use run::{CHECKPOINT_INVALIDATED, SUMMARY_MAX_BYTES, SUMMARY_TRUNCATED};
 pub use stream::{Canceller, Stream};
 pub use structured::{Mechanism, PROMPT_SCHEMA_MARKER, Schema, StructuredOutput};
 pub use thread::{DEFAULT_LEASE_TTL, Fork, Thread};

@@ -58,6 +58,7 @@ pub(crate) struct Emitter {
     driver: String,
     sequence: u64,
     thread_key: Option<String>,
+    turn: Option<u64>,
     blocking: bool,
     dropped: DropStats,
     consumer_gone: bool,
@@ -78,6 +79,7 @@ impl Emitter {
             driver,
             sequence: 0,
             thread_key: None,
+            turn: None,
             blocking,
             dropped: DropStats::default(),
             consumer_gone: false,
@@ -90,9 +92,16 @@ impl Emitter {
         self.thread_key = Some(key.to_owned());
     }
 
+    /// Stamp every later event with this thread turn number.
+    pub(crate) fn set_turn(&mut self, turn: u64) {
+        self.turn = Some(turn);
+    }
+
     fn stamp(&mut self, event: &mut Event) {
         self.sequence = stamp(event, &self.run_id, &self.driver, self.sequence);
-        event.meta_mut().thread_key.clone_from(&self.thread_key);
+        let meta = event.meta_mut();
+        meta.thread_key.clone_from(&self.thread_key);
+        meta.turn = self.turn;
     }
 
     /// Deliver without waiting; a full buffer counts the event as dropped. (Over the fields,

@@ -45,6 +45,31 @@ pub(crate) fn finished_event(result: &Result<RunResult, Error>) -> RunFinished {
 /// failed run (conformance clause RSP-01 looks for it).
 pub const CHECKPOINT_INVALIDATED: &str = "checkpoint.invalidated";
 
+/// Notice kind emitted when the host shortens a driver's summary to [`SUMMARY_MAX_BYTES`].
+pub const SUMMARY_TRUNCATED: &str = "summary.truncated";
+
+/// The longest summary a run result carries, in bytes: a summary is a line for a list or a
+/// log, not a second copy of the answer. Longer ones are cut at a character boundary (and
+/// end with `…`); the full text stays in `text` or the raw terminal payload, and a
+/// [`SUMMARY_TRUNCATED`] notice says so.
+pub const SUMMARY_MAX_BYTES: usize = 1024;
+
+/// `summary` bounded to [`SUMMARY_MAX_BYTES`]; the original length when it was cut.
+fn bound_summary(summary: String) -> (String, Option<usize>) {
+    if summary.len() <= SUMMARY_MAX_BYTES {
+        return (summary, None);
+    }
+    let original = summary.len();
+    let mut cut = SUMMARY_MAX_BYTES - '…'.len_utf8();
+    while !summary.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut bounded = summary;
+    bounded.truncate(cut);
+    bounded.push('…');
+    (bounded, Some(original))
+}
+
 /// Facts about a run that classification needs.
 pub(crate) struct Classify {
     pub driver: String,
@@ -125,12 +150,25 @@ pub(crate) fn classify(
             ));
         cp.invalidate();
     }
+    let summary = outcome.summary.map(|s| {
+        let (summary, cut) = bound_summary(s);
+        if let Some(original) = cut {
+            notices.push((
+                SUMMARY_TRUNCATED.to_owned(),
+                format!(
+                    "driver `{name}` returned a summary of {original} bytes; the result carries its first {} (the full text is in the raw output)",
+                    summary.len()
+                ),
+            ));
+        }
+        summary
+    });
     let result = RunResult {
         run_id: facts.run_id.clone(),
         provider: name,
         model: outcome.model,
         text: outcome.text,
-        summary: outcome.summary,
+        summary,
         usage: outcome.usage,
         metadata: outcome.metadata,
         checkpoint,
@@ -351,6 +389,43 @@ mod tests {
             );
             assert_eq!(reason(&r), Some(FailureReason::AgentError));
         }
+    }
+
+    #[test]
+    fn a_long_summary_is_bounded_at_a_character_boundary_with_a_notice() {
+        let mut notices = Vec::new();
+        let mut o = outcome(None, true);
+        o.summary = Some("é".repeat(3000));
+        let r = classify(
+            &facts(None),
+            o,
+            RawStreams::default(),
+            exit(Some(0), None),
+            &mut notices,
+        )
+        .unwrap();
+        let summary = r.summary.unwrap();
+        assert!(summary.len() <= SUMMARY_MAX_BYTES, "{}", summary.len());
+        assert!(summary.ends_with('…') && summary.starts_with("éé"));
+        assert_eq!(notices.len(), 1);
+        assert_eq!(notices[0].0, SUMMARY_TRUNCATED);
+        assert!(notices[0].1.contains("6000 bytes"), "{}", notices[0].1);
+        // A short one passes unchanged, without a notice.
+        let mut notices = Vec::new();
+        let mut o = outcome(None, true);
+        o.summary = Some("Answered in 1 turn(s).".into());
+        let r = classify(
+            &facts(None),
+            o,
+            RawStreams::default(),
+            exit(Some(0), None),
+            &mut notices,
+        )
+        .unwrap();
+        assert_eq!(r.summary.as_deref(), Some("Answered in 1 turn(s)."));
+        assert!(notices.is_empty());
+        let exact = "x".repeat(SUMMARY_MAX_BYTES);
+        assert_eq!(bound_summary(exact.clone()), (exact, None));
     }
 
     #[test]

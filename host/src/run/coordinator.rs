@@ -333,6 +333,16 @@ impl Coordinator {
         })
     }
 
+    /// This run's turn number in the thread: 1 for the first turn of a session (new, fork,
+    /// fresh after a rejection), else one more than the resumed record's turns — the `turns`
+    /// the record will have when this run is saved.
+    pub(crate) fn turn(&self) -> u64 {
+        match (&self.parent, &self.fell_back, &self.current) {
+            (None, None, Some(record)) => record.turns + 1,
+            _ => 1,
+        }
+    }
+
     /// The key.
     pub(crate) fn key(&self) -> &str {
         &self.key

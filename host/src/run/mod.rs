@@ -51,7 +51,7 @@ use coordinator::{Coordinator, FingerprintInput, ThreadBinding, thread_fingerpri
 use resident::Resident;
 
 use crate::grant::resolve_workspace;
-pub use classify::CHECKPOINT_INVALIDATED;
+pub use classify::{CHECKPOINT_INVALIDATED, SUMMARY_MAX_BYTES, SUMMARY_TRUNCATED};
 pub(crate) use classify::{Classify, classify, finished_event};
 pub(crate) use prepare::plan;
 
@@ -213,6 +213,9 @@ impl Run {
                 return Err(e);
             }
         };
+        if let Some(c) = &self.coordinator {
+            self.emitter.set_turn(c.turn());
+        }
         let program = match &attach {
             Attach::Spawn(p) => p.spec.program.display().to_string(),
             Attach::Reuse(r, _) => r.launch.resolved.display().to_string(),
@@ -451,6 +454,9 @@ impl Run {
             .map(|c| c.key().to_owned())
             .unwrap_or_default();
         tracing::info!(%key, previous = %previous_record_id, %reason, "resume rejected; starting a fresh session");
+        if let Some(c) = &self.coordinator {
+            self.emitter.set_turn(c.turn());
+        }
         self.emitter
             .emit(Event::ThreadFallback(ThreadFallback {
                 meta: blank_meta(),

@@ -101,7 +101,8 @@ impl Supervisor<'_> {
         loop {
             if let Some((id, decision)) = self.deliveries.pop_front() {
                 let actions = self.session.on_decision(&id, &decision).await?;
-                self.apply(actions).await?;
+                self.apply(EventSource::Decision { request_id: id }, actions)
+                    .await?;
                 continue;
             }
             if self.asks.aborting() && !self.turn_ended && status.is_none() {
@@ -192,7 +193,7 @@ impl Supervisor<'_> {
                     if let Some((id, _)) = next_timer {
                         self.timers.remove(&id);
                         let actions = self.session.on_timer(id).await?;
-                        self.apply(actions).await?;
+                        self.apply(EventSource::Timer { id }, actions).await?;
                     }
                 }
                 n = read_opt(&mut stdout, &mut out_buf) => {
@@ -253,7 +254,8 @@ impl Supervisor<'_> {
     pub(super) async fn deliver_after_exit(&mut self) -> Result<(), Error> {
         while let Some((id, decision)) = self.deliveries.pop_front() {
             let actions = self.session.on_decision(&id, &decision).await?;
-            self.apply_after_exit(actions).await?;
+            self.apply_after_exit(EventSource::Decision { request_id: id }, actions)
+                .await?;
         }
         Ok(())
     }
@@ -311,6 +313,12 @@ impl Supervisor<'_> {
         };
         let offset = bytes.len();
         bytes.extend_from_slice(chunk);
+        let source = EventSource::Output {
+            stream,
+            chunk: self.raw.chunks.len(),
+            offset,
+            len: chunk.len(),
+        };
         self.raw.chunks.push(ChunkRecord {
             stream,
             at: self.spawned_at.elapsed(),
@@ -319,7 +327,10 @@ impl Supervisor<'_> {
         });
         self.emitter
             .emit(Event::ProcessInfo(ProcessInfo {
-                meta: blank_meta(),
+                meta: EventMeta {
+                    source: Some(source.clone()),
+                    ..blank_meta()
+                },
                 process: if is_stdout {
                     ProcessInfoKind::Stdout
                 } else {
@@ -335,7 +346,7 @@ impl Supervisor<'_> {
         } else {
             self.session.on_stderr(chunk).await?
         };
-        self.apply(actions).await
+        self.apply(source, actions).await
     }
 
     pub(super) async fn notice(&mut self, kind: &str, message: &str) {
@@ -384,7 +395,7 @@ impl Supervisor<'_> {
             return Ok(());
         }
         tracing::info!(driver = %self.driver, why, "the driver stops the turn gracefully");
-        self.apply(actions).await?;
+        self.apply(EventSource::Cancel, actions).await?;
         if !self.stopping {
             self.terminate_at = Some((Instant::now() + self.grace, why.to_owned()));
         }
@@ -430,10 +441,16 @@ impl Supervisor<'_> {
         }
     }
 
-    pub(super) async fn apply(&mut self, actions: Vec<Action>) -> Result<(), Error> {
+    /// Perform the actions a driver callback returned; the events among them are stamped with
+    /// `source`, the input the callback was given.
+    pub(super) async fn apply(
+        &mut self,
+        source: EventSource,
+        actions: Vec<Action>,
+    ) -> Result<(), Error> {
         for action in actions {
             match action {
-                Action::Emit(event) => self.emitter.emit(*event).await,
+                Action::Emit(event) => self.emitter.emit(sourced(*event, &source)).await,
                 Action::WriteStdin(bytes) => self.write_stdin(bytes).await,
                 Action::CloseStdin => self.stdin = None,
                 Action::RequestApproval(request) => {
@@ -467,10 +484,14 @@ impl Supervisor<'_> {
     }
 
     /// After exit only events make sense; anything else is logged, never silently lost.
-    pub(super) async fn apply_after_exit(&mut self, actions: Vec<Action>) -> Result<(), Error> {
+    pub(super) async fn apply_after_exit(
+        &mut self,
+        source: EventSource,
+        actions: Vec<Action>,
+    ) -> Result<(), Error> {
         for action in actions {
             match action {
-                Action::Emit(event) => self.emitter.emit(*event).await,
+                Action::Emit(event) => self.emitter.emit(sourced(*event, &source)).await,
                 Action::EndTurn => {}
                 other => {
                     tracing::debug!(driver = %self.driver, action = ?other, "action after the process exited ignored");
@@ -524,4 +545,10 @@ async fn sleep_opt(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
     }
+}
+
+/// A driver's event, stamped with the input that produced it.
+fn sourced(mut event: Event, source: &EventSource) -> Event {
+    event.meta_mut().source = Some(source.clone());
+    event
 }

@@ -201,7 +201,7 @@ impl Run {
                     sup.stdin = None;
                 }
             }
-            Initial::Actions(actions) => sup.apply(actions).await?,
+            Initial::Actions(actions) => sup.apply(EventSource::NextTurn, actions).await?,
         }
 
         let outcome = sup
@@ -282,7 +282,7 @@ impl Run {
         };
         sup.deliver_after_exit().await?;
         let actions = sup.session.on_exit(session_exit).await?;
-        sup.apply_after_exit(actions).await?;
+        sup.apply_after_exit(EventSource::Exit, actions).await?;
         let outcome = sup.session.finish(&codec).await?;
         let raw = std::mem::take(&mut sup.raw);
         let host_failure = sup

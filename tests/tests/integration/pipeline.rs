@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use adaptor::{
-    Agent, Error, Event, FailureReason, LaunchRefusal, Phase, ProcessInfoKind, RunResult,
+    Agent, Error, Event, EventSource, FailureReason, LaunchRefusal, Phase, ProcessInfoKind,
+    RunResult,
 };
 use adaptor_integration_tests::*;
 use futures::StreamExt;
@@ -672,6 +673,8 @@ fn the_lifecycle_checker_catches_broken_streams() {
         sequence: seq,
         time: std::time::SystemTime::now(),
         driver: "d".into(),
+        turn: None,
+        source: None,
     };
     let started = Event::RunStarted(adaptor::RunStarted {
         meta: meta(1),
@@ -1020,4 +1023,67 @@ async fn instructions_reach_a_driver_that_declares_them_and_refuse_one_that_does
             .is_some_and(|l| l.contains(r#""instructions":"be terse""#)),
         "{stdout}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_driver_event_names_the_provider_output_that_produced_it() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path()).build();
+    let (events, r) = collect(agent.stream("where is it")).await;
+    let r = r.unwrap();
+    let raw = r.raw();
+    let mut from_output = 0;
+    for e in &events {
+        let meta = e.meta();
+        assert_eq!(meta.turn, None, "a plain run has no thread turn");
+        match (e, &meta.source) {
+            (Event::RunStarted(_) | Event::RunFinished(_), source) => assert_eq!(
+                source, &None,
+                "host lifecycle events have no provider source"
+            ),
+            (Event::ProcessInfo(p), source)
+                if !matches!(p.process, ProcessInfoKind::Stdout | ProcessInfoKind::Stderr) =>
+            {
+                assert_eq!(source, &None, "the host's own process facts")
+            }
+            (
+                _,
+                Some(EventSource::Output {
+                    stream,
+                    chunk,
+                    offset,
+                    len,
+                }),
+            ) => {
+                let record = &raw.chunks[*chunk];
+                assert_eq!(
+                    (record.stream, record.offset, record.len),
+                    (*stream, *offset, *len),
+                    "{}: the source is the chunk record",
+                    e.kind()
+                );
+                if let Event::ProcessInfo(p) = e {
+                    assert_eq!(p.text.as_bytes(), raw.chunk_bytes(record));
+                }
+                from_output += 1;
+            }
+            (_, Some(EventSource::Exit)) => {}
+            (e, source) => panic!("{} has source {source:?}", e.kind()),
+        }
+    }
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::ToolCall(_)) && e.meta().source.is_some()),
+        "the tool call is attributed"
+    );
+    assert!(from_output >= 3, "{from_output}");
+    // The source is part of the JSON an event serialises to.
+    let text = events
+        .iter()
+        .find(|e| matches!(e, Event::TextDelta(_)))
+        .expect("a text delta");
+    let json = serde_json::to_value(text).unwrap();
+    assert_eq!(json["source"]["kind"], "output", "{json}");
+    assert_eq!(json["source"]["stream"], "stdout", "{json}");
 }

@@ -57,17 +57,23 @@ async fn second_run_resumes_the_first_session() {
             .all(|e| e.meta().thread_key.as_deref() == Some("ticket-42")),
         "every event carries the thread key"
     );
+    assert!(
+        events.iter().all(|e| e.meta().turn == Some(1)),
+        "every event of the first turn says turn 1"
+    );
     let stored = thread.session_state().await.unwrap().expect("saved");
     assert_eq!(
         Some(&stored),
         first.checkpoint.as_ref().map(adaptor::Checkpoint::state)
     );
 
-    let second = thread.run("again").await.unwrap();
+    let (events, second) = collect(thread.stream("again")).await;
+    let second = second.unwrap();
     assert_eq!(
         second.text,
         "Reference reply (turn 2, previously: hello): again"
     );
+    assert!(events.iter().all(|e| e.meta().turn == Some(2)));
     let info2 = second.thread.unwrap();
     assert_eq!(info2.start, ThreadStart::Resumed);
     assert_eq!(info2.record_id, info.record_id, "same session lineage");
@@ -230,6 +236,14 @@ async fn a_rejected_resume_falls_back_once_to_a_fresh_session_explicitly() {
         .collect();
     assert_eq!(fallbacks.len(), 1, "exactly one explicit fallback");
     assert_eq!(fallbacks[0].previous_record_id, old.id);
+    // The rejected attempt was the record's turn 2; from the fallback on, turn 1 of the new
+    // session.
+    let at = events
+        .iter()
+        .position(|e| matches!(e, Event::ThreadFallback(_)))
+        .unwrap();
+    assert!(events[..at].iter().all(|e| e.meta().turn == Some(2)));
+    assert!(events[at..].iter().all(|e| e.meta().turn == Some(1)));
     assert!(
         fallbacks[0].reason.contains("unknown session"),
         "{:?}",
