@@ -264,6 +264,21 @@ pub enum LaunchRefusal {
         /// The denylist entry that covers it.
         rule: String,
     },
+    /// The driver set an endpoint variable
+    /// ([`DRIVER_ENDPOINT_VARIABLES`](crate::DRIVER_ENDPOINT_VARIABLES)) while a secret the
+    /// caller gave the provider is in its environment: the secret would go to the driver's
+    /// endpoint.
+    #[error(
+        "environment variable `{name}` (endpoint rule `{rule}`) may not be set by a driver while the caller's secret `{secret}` is in the provider's environment; the caller can set it, or allow it with Containment::allow_driver_env"
+    )]
+    EndpointWithSecret {
+        /// The variable.
+        name: String,
+        /// The endpoint rule that covers it.
+        rule: String,
+        /// The caller's secret-looking variable.
+        secret: String,
+    },
 }
 
 /// A driver failed to load.

@@ -101,7 +101,7 @@ pub use event::{
     ProcessInfo, ProcessInfoKind, RunFinished, RunStarted, SessionStarted, TextDelta,
     ThreadFallback, ToolCall, ToolResult, UsageUpdate, VendorEvent,
 };
-pub use grant::{DEFAULT_ENV_ALLOWLIST, DRIVER_ENV_DENYLIST};
+pub use grant::{DEFAULT_ENV_ALLOWLIST, DRIVER_ENDPOINT_VARIABLES, DRIVER_ENV_DENYLIST};
 pub use inspect::{Availability, Check, CheckLevel, EnvironmentReport, Inspection};
 pub use policy::{ApprovalPolicy, DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
 pub use result::{

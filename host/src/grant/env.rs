@@ -107,27 +107,82 @@ pub const DRIVER_ENV_DENYLIST: &[&str] = &[
     "REFERENCE_PROVIDER_STATE_DIR",
 ];
 
+/// Variables that tell a CLI where to send its requests (a leading `*` matches any prefix, a
+/// trailing one any suffix). A driver may not set one while the provider's environment holds
+/// a secret the caller put there (a secret-looking name: `*_API_KEY`, `*TOKEN*`, …): the
+/// caller's credential would go to the driver's endpoint. The caller may still set them, or
+/// allow one by exact name with
+/// [`Containment::allow_driver_env`](crate::Containment::allow_driver_env).
+pub const DRIVER_ENDPOINT_VARIABLES: &[&str] = &[
+    "*_BASE_URL",
+    "*_API_URL",
+    "*_API_BASE",
+    "*_ENDPOINT",
+    "*_HOST",
+    "*_PROXY",
+    "*_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+];
+
+/// `name` matches `rule` (a `*` at either end is a wildcard).
+fn matches(rule: &str, name: &str) -> bool {
+    if let Some(suffix) = rule.strip_prefix('*') {
+        name.ends_with(suffix)
+    } else if let Some(prefix) = rule.strip_suffix('*') {
+        name.starts_with(prefix)
+    } else {
+        name == rule
+    }
+}
+
 /// The denylist entry that covers `name`, if any.
 pub(crate) fn denied_by(name: &str) -> Option<&'static str> {
     DRIVER_ENV_DENYLIST
         .iter()
         .copied()
-        .find(|rule| match rule.strip_suffix('*') {
-            Some(prefix) => name.starts_with(prefix),
-            None => name == *rule,
-        })
+        .find(|rule| matches(rule, name))
 }
 
-/// Check one variable of a driver's launch: refused when the denylist covers it and the
-/// caller did not allow it by name.
-pub(crate) fn check_driver_var(name: &str, allowed: &[String]) -> Result<(), LaunchRefusal> {
-    match denied_by(name) {
-        Some(rule) if !allowed.iter().any(|a| a == name) => Err(LaunchRefusal::DeniedEnv {
+/// The endpoint rule that covers `name`, if any.
+pub(crate) fn endpoint_rule(name: &str) -> Option<&'static str> {
+    DRIVER_ENDPOINT_VARIABLES
+        .iter()
+        .copied()
+        .find(|rule| matches(rule, name))
+}
+
+/// Check one variable of a driver's launch: refused when the denylist covers it, or when it
+/// is an endpoint variable and `secret` names a caller secret in the provider's environment —
+/// unless the caller allowed the name.
+pub(crate) fn check_driver_var(
+    name: &str,
+    allowed: &[String],
+    secret: Option<&str>,
+) -> Result<(), LaunchRefusal> {
+    if allowed.iter().any(|a| a == name) {
+        return Ok(());
+    }
+    if let Some(rule) = denied_by(name) {
+        return Err(LaunchRefusal::DeniedEnv {
             name: name.to_owned(),
             rule: rule.to_owned(),
-        }),
-        _ => Ok(()),
+        });
     }
+    if let (Some(rule), Some(secret)) = (endpoint_rule(name), secret) {
+        return Err(LaunchRefusal::EndpointWithSecret {
+            name: name.to_owned(),
+            rule: rule.to_owned(),
+            secret: secret.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -176,20 +231,58 @@ mod tests {
             "LANG",
             "TERMINAL",
         ] {
-            assert_eq!(check_driver_var(name, &[]), Ok(()), "{name}");
+            assert_eq!(check_driver_var(name, &[], None), Ok(()), "{name}");
         }
         assert_eq!(
-            check_driver_var("NODE_OPTIONS", &[]),
+            check_driver_var("NODE_OPTIONS", &[], None),
             Err(LaunchRefusal::DeniedEnv {
                 name: "NODE_OPTIONS".into(),
                 rule: "NODE_*".into()
             })
         );
         assert_eq!(
-            check_driver_var("NODE_OPTIONS", &["NODE_OPTIONS".into()]),
+            check_driver_var("NODE_OPTIONS", &["NODE_OPTIONS".into()], None),
             Ok(())
         );
         // Allowing one name does not allow its neighbours.
-        assert!(check_driver_var("NODE_PATH", &["NODE_OPTIONS".into()]).is_err());
+        assert!(check_driver_var("NODE_PATH", &["NODE_OPTIONS".into()], None).is_err());
+    }
+
+    #[test]
+    fn endpoint_variables_are_refused_only_while_a_caller_secret_is_present() {
+        for name in [
+            "ANTHROPIC_BASE_URL",
+            "OPENAI_BASE_URL",
+            "AZURE_OPENAI_ENDPOINT",
+            "OLLAMA_HOST",
+            "HTTPS_PROXY",
+            "https_proxy",
+            "NO_PROXY",
+            "GOOGLE_GEMINI_BASE_URL",
+        ] {
+            assert_eq!(
+                check_driver_var(name, &[], None),
+                Ok(()),
+                "{name}: no secret"
+            );
+            assert_eq!(
+                check_driver_var(name, &[], Some("ANTHROPIC_API_KEY")),
+                Err(LaunchRefusal::EndpointWithSecret {
+                    name: name.into(),
+                    rule: endpoint_rule(name).unwrap().into(),
+                    secret: "ANTHROPIC_API_KEY".into(),
+                }),
+                "{name}"
+            );
+            assert_eq!(
+                check_driver_var(name, &[name.to_owned()], Some("ANTHROPIC_API_KEY")),
+                Ok(()),
+                "{name}: allowed by the caller"
+            );
+        }
+        assert_eq!(
+            check_driver_var("ANTHROPIC_MODEL", &[], Some("K_TOKEN")),
+            Ok(())
+        );
     }
 }

@@ -23,7 +23,7 @@ use crate::process::{self, ProcessSpec};
 pub(crate) mod confine;
 pub(crate) mod env;
 
-pub use env::DRIVER_ENV_DENYLIST;
+pub use env::{DRIVER_ENDPOINT_VARIABLES, DRIVER_ENV_DENYLIST};
 
 /// Variables passed from the host's environment by default. Anything else (API keys,
 /// tokens) must be opted into per variable with `AgentBuilder::pass_env`. `TMPDIR` is not
@@ -226,12 +226,20 @@ impl ProcessGrant {
         if let Some(i) = launch.args.iter().position(|a| a.contains('\0')) {
             return Err(LaunchRefusal::Arg(i));
         }
+        let secret = self
+            .base_env
+            .keys()
+            .filter_map(|k| k.to_str())
+            .find(|k| crate::result::looks_secret(k));
         for (name, value) in launch.env {
             if name.is_empty() || name.contains('=') || name.contains('\0') || value.contains('\0')
             {
                 return Err(LaunchRefusal::Env(name.clone()));
             }
-            env::check_driver_var(name, &self.containment.allow_env)?;
+            // A name the caller set keeps the caller's value (see `spec`): no leak to refuse.
+            let caller_set = self.caller_names.iter().any(|c| c == name);
+            let secret = secret.filter(|_| !caller_set);
+            env::check_driver_var(name, &self.containment.allow_env, secret)?;
         }
         for file in launch.file_names {
             if !is_plain_file_name(file) {

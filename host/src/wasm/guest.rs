@@ -51,6 +51,63 @@ impl wasmtime_wasi::HostMonotonicClock for StoppedClock {
     }
 }
 
+/// A WASI pollable that is always ready: what every clock subscription of a driver returns.
+/// A sans-IO driver has nothing to wait for, so no guest call can block in the host: a
+/// guest `sleep` returns at once, and a guest that polls in a loop burns its fuel.
+struct Ready;
+
+impl wasmtime_wasi::p2::Pollable for Ready {
+    fn ready<'life0, 'async_trait>(
+        &'life0 mut self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// The monotonic clock a driver sees: stopped at zero ([`StoppedClock`]), and every
+/// subscription (`subscribe-duration`, `subscribe-instant`) [`Ready`] at once. Shadows
+/// wasmtime-wasi's clock, whose subscriptions sleep on the host's timer.
+struct ReadyClock<'a> {
+    table: &'a mut ResourceTable,
+}
+
+impl wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host for ReadyClock<'_> {
+    fn now(&mut self) -> wasmtime::Result<u64> {
+        Ok(0)
+    }
+
+    fn resolution(&mut self) -> wasmtime::Result<u64> {
+        Ok(1_000_000_000)
+    }
+
+    fn subscribe_instant(
+        &mut self,
+        _when: u64,
+    ) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi::p2::DynPollable>> {
+        let ready = self.table.push(Ready)?;
+        wasmtime_wasi::p2::subscribe(self.table, ready)
+    }
+
+    fn subscribe_duration(
+        &mut self,
+        _duration: u64,
+    ) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi::p2::DynPollable>> {
+        let ready = self.table.push(Ready)?;
+        wasmtime_wasi::p2::subscribe(self.table, ready)
+    }
+}
+
+/// [`wasmtime::component::HasData`] for [`ReadyClock`].
+struct ReadyClocks;
+
+impl wasmtime::component::HasData for ReadyClocks {
+    type Data<'a> = ReadyClock<'a>;
+}
+
 /// The WASI world of a driver, written out as data. Everything is denied or fixed:
 /// - no stdin (closed), stdout discarded, stderr kept in a bounded buffer (panic messages);
 /// - no arguments, no environment variables, no preopened directories (so no files);
@@ -166,6 +223,16 @@ pub(crate) fn linker() -> &'static Linker<GuestState> {
     LINKER.get_or_init(|| {
         let mut linker = Linker::new(engine());
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("link WASI p2");
+        // Replace the monotonic clock: its subscriptions are ready at once (nothing blocks).
+        linker.allow_shadowing(true);
+        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::add_to_linker::<_, ReadyClocks>(
+            &mut linker,
+            |s: &mut GuestState| ReadyClock {
+                table: &mut s.table,
+            },
+        )
+        .expect("link the ready monotonic clock");
+        linker.allow_shadowing(false);
         crate::wasm::bindings::adaptor::driver::log::add_to_linker::<_, HasSelf<_>>(
             &mut linker,
             |s| s,

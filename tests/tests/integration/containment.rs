@@ -73,6 +73,55 @@ async fn loader_interpreter_shell_and_config_variables_are_refused_before_spawn(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_cannot_point_the_cli_elsewhere_while_a_caller_secret_is_present() {
+    let ws = tmp();
+    // Without a caller secret in the provider's environment, an endpoint is the driver's
+    // business (a mock, a proxy it documents).
+    let open = shell_agent(ws.path()).build();
+    let (out, _) = shell(
+        &open,
+        "[[env ANTHROPIC_BASE_URL=http://127.0.0.1:9]]",
+        "echo $ANTHROPIC_BASE_URL",
+    )
+    .await;
+    assert_eq!(out.trim(), "http://127.0.0.1:9");
+    // With the caller's key there, the same launch is refused before anything starts: the
+    // key would go to the driver's endpoint.
+    let keyed = shell_agent(ws.path())
+        .env("ANTHROPIC_API_KEY", "sk-caller")
+        .build();
+    let marker = ws.path().join("spawned");
+    let (events, result) = collect(keyed.stream(format!(
+        "[[env ANTHROPIC_BASE_URL=http://127.0.0.1:9]] [[shell]] touch {}",
+        marker.display()
+    )))
+    .await;
+    match result {
+        Err(Error::LaunchRefused {
+            refusal: LaunchRefusal::EndpointWithSecret { name, rule, secret },
+            ..
+        }) => assert_eq!(
+            (name.as_str(), rule.as_str(), secret.as_str()),
+            ("ANTHROPIC_BASE_URL", "*_BASE_URL", "ANTHROPIC_API_KEY")
+        ),
+        other => panic!("expected EndpointWithSecret, got {other:?}"),
+    }
+    assert!(events.is_empty() && !marker.exists(), "nothing started");
+    // The caller's own endpoint wins over the driver's, and is no refusal.
+    let both = shell_agent(ws.path())
+        .env("ANTHROPIC_API_KEY", "sk-caller")
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:7")
+        .build();
+    let (out, _) = shell(
+        &both,
+        "[[env ANTHROPIC_BASE_URL=http://127.0.0.1:9]]",
+        "echo $ANTHROPIC_BASE_URL",
+    )
+    .await;
+    assert_eq!(out.trim(), "http://127.0.0.1:7");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_callers_variables_win_and_a_denied_name_can_be_allowed() {
     let ws = tmp();
     let agent = shell_agent(ws.path())

@@ -204,3 +204,39 @@ async fn the_sandbox_grants_no_files_environment_arguments_or_network() {
     assert_eq!(probe, again, "two instances see the same world");
     assert!(probe["hash_seeded_by_random"].is_u64(), "{probe}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_that_waits_on_a_clock_blocks_no_call() {
+    // The hostile driver sleeps an hour (a WASI monotonic-clock wait) in `describe` and
+    // `validate-config` — so loading it at all is the first check — and with `[[block]]` in
+    // `start`, on every stdout chunk and in `finish`. Every wait returns at once: the run is
+    // the reference run. (The run timeout only stops a hang from stalling the suite.)
+    let (state, ws) = (tmp(), tmp());
+    let state_path = state.path().to_owned();
+    let load =
+        tokio::task::spawn_blocking(move || configured(&test_driver_path("hostile"), &state_path));
+    let driver = tokio::time::timeout(Duration::from_secs(60), load)
+        .await
+        .expect("loading a driver whose describe waits must not hang")
+        .unwrap();
+    let agent = agent_builder(driver, ws.path())
+        .timeout(Duration::from_secs(120))
+        .build();
+    let r = agent
+        .run("[[block]] wake up")
+        .await
+        .expect("the waits return at once");
+    assert_eq!(r.text, "Reference reply: [[block]] wake up");
+
+    // The CLI lists it too (a wait in `describe` once made `adaptor drivers` panic).
+    let dir = tmp();
+    std::fs::copy(test_driver_path("hostile"), dir.path().join("hostile.wasm")).unwrap();
+    let out = adaptor_cli()
+        .env("ADAPTOR_DRIVER_PATH", dir.path())
+        .args(["drivers", "--json"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.contains("\"name\":\"hostile\""), "{listed}");
+}

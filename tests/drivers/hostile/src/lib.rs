@@ -11,6 +11,9 @@
 //! - `[[never-finish]]`: spin forever in `finish` (CPU per call);
 //! - `[[burn-cpu]]`: a fixed, large amount of work on every chunk (CPU per run);
 //! - `[[panic]]`: panic while the provider runs;
+//! - `[[block]]`: block for an hour (a WASI clock wait) in `start`, on every stdout chunk and
+//!   in `finish` — and `describe` and `validate-config` always block for an hour, so a host
+//!   whose guest calls can wait cannot even load this driver;
 //! - `[[drop-structured]]`: report no structured output although the CLI produced one
 //!   (the host must not guess it from the text);
 //! - `[[spawn-ungranted]]`, `[[spawn-sh]]`, `[[cwd-parent]]`, `[[cwd-absolute]]`: ask to launch
@@ -39,6 +42,7 @@ impl Driver for HostileDriver {
     type Session = HostileSession;
 
     fn describe() -> Descriptor {
+        block_for_an_hour();
         let mut d = ReferenceDriver::describe();
         d.name = "hostile".into();
         d.display_name = "Hostile (reference plus attacks on the host)".into();
@@ -46,6 +50,7 @@ impl Driver for HostileDriver {
     }
 
     fn validate_config(config: &serde_json::Value) -> Result<(), ConfigError> {
+        block_for_an_hour();
         ReferenceDriver::validate_config(config)
     }
 
@@ -120,6 +125,12 @@ impl HostileSession {
     fn wants(&self, directive: &str) -> bool {
         self.prompt.contains(&format!("[[{directive}]]"))
     }
+}
+
+/// A blocking wait on the WASI monotonic clock (`std::thread::sleep` subscribes to it and
+/// polls). The host must make it return at once: a driver has nothing to wait for.
+fn block_for_an_hour() {
+    std::thread::sleep(std::time::Duration::from_secs(3600));
 }
 
 #[inline(never)]
@@ -211,6 +222,9 @@ impl Session for HostileSession {
             self.shell = Some((Vec::new(), Vec::new()));
             return Ok(launch);
         }
+        if self.wants("block") {
+            block_for_an_hour();
+        }
         if self.wants("spawn-ungranted") {
             launch.program = "/bin/cat".into();
         }
@@ -237,6 +251,9 @@ impl Session for HostileSession {
         }
         if self.wants("endless-loop") {
             spin();
+        }
+        if self.wants("block") {
+            block_for_an_hour();
         }
         if self.wants("memory-bomb") {
             let mut hoard: Vec<Vec<u8>> = Vec::new();
@@ -297,6 +314,9 @@ impl Session for HostileSession {
     }
 
     fn finish(&mut self) -> Outcome {
+        if self.wants("block") {
+            block_for_an_hour();
+        }
         if let Some((stdout, stderr)) = &self.shell {
             let mut outcome = adaptor_sdk::empty_outcome();
             outcome.text = format!(
