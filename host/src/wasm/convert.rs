@@ -667,6 +667,37 @@ mod tests {
             details_json: Some("[]x".into()),
         });
         assert!(outcome("x", "c", bad).is_err());
+        // The terminal payload: a named event with JSON text (RSP-05).
+        for (event, json, why) in [
+            ("", "{}", "empty event name"),
+            ("result", "{\"type\":", "not valid JSON"),
+        ] {
+            let mut bad = empty_outcome();
+            bad.terminal = Some(wit::TerminalPayload {
+                event: event.into(),
+                json: json.into(),
+            });
+            let err = outcome("x", "c", bad).unwrap_err();
+            assert!(
+                matches!(&err, Error::DriverContract { call: "session.finish", message, .. } if message.contains(why)),
+                "{err:?}"
+            );
+        }
+        // A checkpoint needs the provider's session id.
+        let mut bad = empty_outcome();
+        bad.checkpoint = Some(wit::Checkpoint {
+            state: wit::SessionState {
+                resume_id: String::new(),
+                display_id: None,
+                data: Vec::new(),
+            },
+            valid: true,
+        });
+        let err = outcome("x", "c", bad).unwrap_err();
+        assert!(
+            matches!(&err, Error::DriverContract { message, .. } if message.contains("empty resume id")),
+            "{err:?}"
+        );
         let ok = outcome("x", "codec/v1", empty_outcome()).unwrap();
         assert!(ok.failure.is_none() && ok.checkpoint.is_none());
     }

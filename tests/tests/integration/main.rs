@@ -12,6 +12,7 @@ mod codex_e2e;
 mod codex_mock;
 mod conformance;
 mod containment;
+mod contract_rules;
 mod fuzz_host;
 mod hostile;
 mod loading;

@@ -333,6 +333,28 @@ async fn resume_only_does_not_fall_back_when_the_provider_rejects() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_whose_parent_session_is_rejected_does_not_fall_back() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    let parent = agent.thread("parent");
+    parent.run("hello").await.unwrap();
+    let before = parent.record().await.unwrap();
+    std::fs::remove_dir_all(state.path()).unwrap();
+    std::fs::create_dir(state.path()).unwrap();
+    let (events, r) = collect(parent.fork("child").stream("branch")).await;
+    assert!(!events.iter().any(|e| matches!(e, Event::ThreadFallback(_))));
+    let e = adaptor_integration_tests::run_error(r);
+    assert_eq!(e.reason, FailureReason::ResumeRejected);
+    assert_eq!(
+        agent.thread("child").record().await.unwrap(),
+        None,
+        "no child"
+    );
+    assert_eq!(parent.record().await.unwrap(), before, "the parent stays");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_run_keeps_the_last_healthy_checkpoint() {
     let (state, ws) = (tmp(), tmp());
     let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
@@ -687,4 +709,32 @@ async fn a_fork_holds_the_parents_lease_while_it_runs() {
     assert_refused_before_start(&events);
     assert!(matches!(thread_error(r), ThreadError::Busy { key, .. } if key == "p"));
     busy_parent.result().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_state_of_another_codec_or_without_a_resume_id_is_incompatible() {
+    // The fingerprint matches (same agent), so these reach the record's own checks.
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    for (key, change, why) in [
+        (
+            "codec",
+            (|s: &mut adaptor::SessionState| s.codec = "other/v1".into())
+                as fn(&mut adaptor::SessionState),
+            "codec `other/v1`",
+        ),
+        ("empty", |s| s.resume_id.clear(), "empty resume id"),
+    ] {
+        agent.thread(key).run("hello").await.unwrap();
+        let before = rewrite_state(&*store, key, change).await;
+        let (events, r) = collect(agent.thread(key).stream("again")).await;
+        assert_refused_before_start(&events);
+        assert!(
+            matches!(thread_error(r), ThreadError::Incompatible { reason, .. } if reason.contains(why)),
+            "{key}"
+        );
+        let after = agent.thread(key).record().await.unwrap().unwrap();
+        assert_eq!(after, before, "{key}: the record is left alone");
+    }
 }
