@@ -359,6 +359,62 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn negotiation_is_native_else_prompt_validate_else_refused() {
+        let with = |native, prompt_validate, with_streaming, native_with_approvals| {
+            let mut d = crate::wasm::convert::minimal_host_descriptor();
+            d.structured_output = crate::descriptor::StructuredOutputCaps {
+                native,
+                prompt_validate,
+                with_streaming,
+                native_with_approvals,
+            };
+            d
+        };
+        let refused = |r: Result<Mechanism, Error>, why: &str| {
+            assert!(
+                matches!(&r, Err(Error::StructuredOutputUnsupported { reason, .. }) if reason.contains(why)),
+                "{r:?}"
+            )
+        };
+        // No mechanism at all.
+        refused(
+            negotiate(&with(false, false, true, true), false, false),
+            "no structured-output",
+        );
+        // Streaming needs `with_streaming`.
+        refused(
+            negotiate(&with(true, true, false, true), true, false),
+            "streaming",
+        );
+        assert_eq!(
+            negotiate(&with(true, true, false, true), false, false).unwrap(),
+            Mechanism::Native
+        );
+        // Native first; with approvals that ask only if native works with them.
+        assert_eq!(
+            negotiate(&with(true, true, true, false), true, false).unwrap(),
+            Mechanism::Native
+        );
+        assert_eq!(
+            negotiate(&with(true, true, true, true), true, true).unwrap(),
+            Mechanism::Native
+        );
+        assert_eq!(
+            negotiate(&with(true, true, true, false), true, true).unwrap(),
+            Mechanism::PromptValidate
+        );
+        refused(
+            negotiate(&with(true, false, true, false), true, true),
+            "approvals that ask",
+        );
+        // Prompt+validate alone.
+        assert_eq!(
+            negotiate(&with(false, true, true, false), true, true).unwrap(),
+            Mechanism::PromptValidate
+        );
+    }
+
+    #[test]
     fn local_refs_are_inlined_and_recursion_refused() {
         let s = Schema::from_json(json!({
             "type": "object",

@@ -626,3 +626,35 @@ fn the_config_fingerprint_covers_model_effort_and_extra_args_not_the_command() {
         assert_ne!(fp(changed.clone()), base, "{changed}");
     }
 }
+
+#[test]
+fn an_unknown_frame_is_passed_on_as_a_vendor_event_and_a_system_item() {
+    // A frame type this driver does not know (a newer CLI) is neither dropped nor fatal.
+    let recorded = std::str::from_utf8(fixture!("plain_text")).unwrap();
+    let unknown =
+        r#"{"type":"brand_new_frame","session_id":"81aad91c-21f6-45b5-8dc7-e4b3f059c312","x":1}"#;
+    let mut lines: Vec<&str> = recorded.lines().collect();
+    let result = lines.pop().unwrap();
+    lines.extend([unknown, result]);
+    let bytes = format!("{}\n", lines.join("\n"));
+    let r = replayed(bytes.as_bytes(), 0, 0, false);
+    let events = r.events();
+    let vendor: Vec<&adaptor_sdk::VendorEvent> = events
+        .iter()
+        .filter_map(|e| match e {
+            adaptor_sdk::Event::Other(v) => Some(v),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(vendor.len(), 1, "{events:?}");
+    assert_eq!(vendor[0].name, "brand_new_frame");
+    assert_eq!(vendor[0].json, unknown);
+    assert!(
+        r.outcome
+            .transcript
+            .iter()
+            .any(|i| i.kind == ItemKind::System && i.data_json.as_deref() == Some(unknown))
+    );
+    assert!(r.outcome.failure.is_none());
+    assert!(r.outcome.checkpoint.as_ref().unwrap().valid);
+}

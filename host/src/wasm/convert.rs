@@ -611,6 +611,65 @@ pub(crate) fn environment(r: wit::EnvironmentReport) -> (Vec<Check>, Option<Stri
     (checks, r.cli_version)
 }
 
+/// A minimal valid descriptor (no capabilities), for tests.
+#[cfg(test)]
+pub(crate) fn minimal_descriptor() -> wit::Descriptor {
+    wit::Descriptor {
+        name: "minimal".into(),
+        display_name: "Minimal".into(),
+        version: "0.1.0".into(),
+        default_program: "minimal-cli".into(),
+        cli_versions: wit::VersionRange {
+            min: None,
+            max_exclusive: None,
+            verified: vec![],
+        },
+        config_schema: "{}".into(),
+        models: vec![],
+        sessions: wit::SessionCaps {
+            resume: false,
+            fork: false,
+            codec: String::new(),
+        },
+        persistent_process: false,
+        structured_output: wit::StructuredOutputCaps {
+            native: false,
+            prompt_validate: false,
+            with_streaming: false,
+            native_with_approvals: false,
+        },
+        policy: wit::PolicyCaps {
+            sandbox: wit::SandboxLevels::empty(),
+            web_search: false,
+            browser: false,
+        },
+        approvals: wit::ApprovalCaps {
+            permission: wit::DecisionModes::empty(),
+            plan_review: wit::DecisionModes::empty(),
+            question: wit::DecisionModes::empty(),
+        },
+        streaming: wit::StreamingCaps {
+            incremental: false,
+            token_level: false,
+            reasoning: false,
+            tool_call_args: false,
+        },
+        mcp: wit::McpCaps {
+            stdio: false,
+            http: false,
+            sse: false,
+        },
+        skills: false,
+        instructions: false,
+    }
+}
+
+/// [`minimal_descriptor`] in host types, for tests elsewhere in the crate.
+#[cfg(test)]
+pub(crate) fn minimal_host_descriptor() -> Descriptor {
+    descriptor(minimal_descriptor()).expect("the minimal descriptor is valid")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -628,6 +687,20 @@ mod tests {
         ] {
             assert!(check_default_program(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_descriptor_that_resumes_names_its_codec() {
+        assert!(descriptor(minimal_descriptor()).is_ok());
+        let mut d = minimal_descriptor();
+        d.sessions.resume = true;
+        d.sessions.codec = " ".into();
+        let err = descriptor(d).unwrap_err();
+        assert!(err.contains("without a codec name"), "{err}");
+        let mut d = minimal_descriptor();
+        d.sessions.resume = true;
+        d.sessions.codec = "minimal/v1".into();
+        assert_eq!(descriptor(d).unwrap().sessions.codec, "minimal/v1");
     }
 
     fn empty_outcome() -> wit::Outcome {

@@ -491,3 +491,41 @@ async fn policy_auto_modes_answer_without_asking() {
     ));
     assert_eq!(handler_calls.load(Ordering::SeqCst), 0, "nobody was asked");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_events_are_never_dropped_by_a_full_buffer() {
+    // Drop mode with a two-event buffer and a consumer that starts late: stdout chunks and
+    // thinking deltas are dropped, the approval request and its resolution are not.
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path())
+        .event_buffer(2)
+        .build();
+    let mut stream = agent.stream_with("[[ask-permission]] hi", asking(ask_all()));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut events = Vec::new();
+    while let Some(ev) = stream.next().await {
+        if let Event::ApprovalRequest(req) = &ev {
+            req.approve().expect("the request is answerable");
+        }
+        events.push(ev);
+    }
+    let r = stream.result().await.expect("approved run succeeds");
+    assert_eq!(tool_output(&r, "call-1"), ("hi".into(), false));
+    let requests = events
+        .iter()
+        .filter(|e| matches!(e, Event::ApprovalRequest(_)))
+        .count();
+    assert_eq!(requests, 1, "the request arrived");
+    assert_eq!(resolutions(&events).len(), 1, "its resolution arrived");
+    let dropped = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Dropped(d) => Some(d.count),
+            _ => None,
+        })
+        .unwrap_or(0);
+    assert!(
+        dropped > 0,
+        "the buffer was full (droppable events were dropped)"
+    );
+}

@@ -724,12 +724,143 @@ fn the_lifecycle_checker_catches_broken_streams() {
             .iter()
             .any(|v| v.clause == "EVT-01")
     );
-    let delta_first = vec![started, text(2, Phase::Delta), finished(3)];
+    let delta_first = vec![started.clone(), text(2, Phase::Delta), finished(3)];
     assert!(
         adaptortest::check_events(&delta_first)
             .iter()
             .any(|v| v.clause == "EVT-03")
     );
+    let has = |events: &[Event], clause: &str| {
+        adaptortest::check_events(events)
+            .iter()
+            .any(|v| v.clause == clause)
+    };
+    // EVT-00: sequences start at 1, increase, and name one run.
+    assert!(has(
+        &[
+            started.clone(),
+            text(2, Phase::Start),
+            text(2, Phase::End),
+            finished(4)
+        ],
+        "EVT-00"
+    ));
+    let late = Event::RunStarted(adaptor::RunStarted {
+        meta: meta(3),
+        program: "p".into(),
+        model: None,
+    });
+    assert!(has(&[late, finished(4)], "EVT-00"));
+    let other_run = Event::RunFinished(adaptor::RunFinished {
+        meta: adaptor::EventMeta {
+            run_id: "another".into(),
+            ..meta(2)
+        },
+        usage: None,
+        failed: false,
+        reason: None,
+        message: None,
+    });
+    assert!(has(&[started.clone(), other_run], "EVT-00"));
+    // EVT-02: one RunFinished, last.
+    assert!(has(
+        &[started.clone(), text(2, Phase::Start), text(3, Phase::End)],
+        "EVT-02"
+    ));
+    assert!(has(
+        &[
+            started.clone(),
+            finished(2),
+            text(3, Phase::Start),
+            text(4, Phase::End)
+        ],
+        "EVT-02"
+    ));
+    // EVT-04: no empty deltas.
+    let mut empty = text(3, Phase::Delta);
+    if let Event::TextDelta(d) = &mut empty {
+        d.text.clear();
+    }
+    assert!(has(
+        &[
+            started.clone(),
+            text(2, Phase::Start),
+            empty,
+            text(4, Phase::End),
+            finished(5)
+        ],
+        "EVT-04"
+    ));
+    // EVT-06: the thinking lifecycle.
+    let thinking = |seq, phase| match text(seq, phase) {
+        Event::TextDelta(d) => Event::Thinking(d),
+        _ => unreachable!(),
+    };
+    assert!(!has(
+        &[
+            started.clone(),
+            thinking(2, Phase::Start),
+            thinking(3, Phase::End),
+            finished(4)
+        ],
+        "EVT-06"
+    ));
+    assert!(has(
+        &[started.clone(), thinking(2, Phase::End), finished(3)],
+        "EVT-06"
+    ));
+    // EVT-05: a tool call starts with a name, its result follows its end.
+    let tool = |seq, phase, name: &str| {
+        Event::ToolCall(adaptor::ToolCall {
+            meta: meta(seq),
+            id: "c".into(),
+            name: name.into(),
+            phase,
+            args: None,
+            args_delta: None,
+            parent_tool_call_id: None,
+        })
+    };
+    let result = |seq, id: &str| {
+        Event::ToolResult(adaptor::ToolResult {
+            meta: meta(seq),
+            id: id.into(),
+            output: "o".into(),
+            is_error: false,
+            parent_tool_call_id: None,
+        })
+    };
+    let good = [
+        started.clone(),
+        tool(2, Phase::Start, "echo"),
+        tool(3, Phase::End, "echo"),
+        result(4, "c"),
+        finished(5),
+    ];
+    assert!(adaptortest::check_events(&good).is_empty());
+    assert!(has(
+        &[
+            started.clone(),
+            tool(2, Phase::Start, ""),
+            tool(3, Phase::End, ""),
+            finished(4)
+        ],
+        "EVT-05"
+    ));
+    assert!(has(
+        &[started.clone(), result(2, "nobody"), finished(3)],
+        "EVT-05"
+    ));
+    assert!(has(
+        &[
+            started,
+            tool(2, Phase::Start, "echo"),
+            result(3, "c"),
+            tool(4, Phase::End, "echo"),
+            finished(5)
+        ],
+        "EVT-05"
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

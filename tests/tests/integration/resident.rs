@@ -251,3 +251,26 @@ async fn approvals_work_on_every_turn_of_a_resident_process() {
     agent.close().await;
     assert!(pid.is_some_and(|p| !pid_alive(p)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_with_another_policy_or_transport_gets_a_new_process() {
+    // A kept process was started for one policy and transport: a turn asking for another
+    // must not be fed to it. It is stopped and the turn resumes the session in a new one.
+    let (state, ws) = (tmp(), tmp());
+    let agent = builder(Arc::new(MemoryStore::new()), state.path(), ws.path()).build();
+    let t = agent.thread("signature");
+    let (events, _) = collect(t.stream("hello")).await;
+    let first = spawned_pid(&events).expect("a spawn");
+    let (events, second) =
+        collect(t.stream_with("again", RunOptions::new().streaming(false))).await;
+    let second = second.unwrap();
+    assert_eq!(
+        second.text,
+        "Reference reply (turn 2, previously: hello): again"
+    );
+    assert_eq!(reused_pid(&events), None, "not reused");
+    let replacement = spawned_pid(&events).expect("a new process");
+    assert_ne!(replacement, first);
+    assert!(gone(first).await, "the old process was stopped");
+    agent.close().await;
+}

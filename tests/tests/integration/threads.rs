@@ -456,12 +456,26 @@ async fn a_successful_run_without_a_checkpoint_is_reported_not_saved() {
 }
 
 /// A memory store whose lease renewals fail after the first `allowed` ones: a host that
-/// lost its database connection or had its lease taken over.
+/// lost its database connection or had its lease taken over. With `intrude` set, the first
+/// compare-and-set finalize (a fork's) finds its key bound just before it commits: another
+/// writer won the race.
 #[derive(Debug)]
 struct LosingStore {
     inner: MemoryStore,
     allowed: usize,
     renewals: AtomicUsize,
+    intrude: std::sync::atomic::AtomicBool,
+}
+
+impl LosingStore {
+    fn new(allowed: usize) -> Self {
+        Self {
+            inner: MemoryStore::new(),
+            allowed,
+            renewals: AtomicUsize::new(0),
+            intrude: false.into(),
+        }
+    }
 }
 
 impl ThreadStore for LosingStore {
@@ -475,6 +489,21 @@ impl ThreadStore for LosingStore {
         self.inner.list(query)
     }
     fn finalize(&self, request: Finalize) -> StoreFuture<'_, ()> {
+        if request.require_key_absent && self.intrude.swap(false, Ordering::SeqCst) {
+            return Box::pin(async move {
+                let mut intruder = request.record.clone();
+                intruder.id = adaptor::store::new_record_id();
+                self.inner
+                    .finalize(Finalize {
+                        record: intruder,
+                        archive_previous: None,
+                        require_key_absent: true,
+                        leases: request.leases.clone(),
+                    })
+                    .await?;
+                self.inner.finalize(request).await
+            });
+        }
         self.inner.finalize(request)
     }
     fn archive<'a>(&'a self, id: &'a str, leases: &'a [Lease]) -> StoreFuture<'a, ()> {
@@ -503,11 +532,7 @@ impl ThreadStore for LosingStore {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_the_lease_cancels_the_run_and_persists_nothing() {
     let (state, ws) = (tmp(), tmp());
-    let losing = Arc::new(LosingStore {
-        inner: MemoryStore::new(),
-        allowed: 1,
-        renewals: AtomicUsize::new(0),
-    });
+    let losing = Arc::new(LosingStore::new(1));
     let agent = agent_builder(reference(state.path()), ws.path())
         .shared_thread_store(losing.clone())
         .lease_ttl(Duration::from_millis(300))
@@ -525,6 +550,45 @@ async fn losing_the_lease_cancels_the_run_and_persists_nothing() {
     }
     assert!(matches!(events.last(), Some(Event::RunFinished(f)) if f.failed));
     assert_eq!(thread.record().await.unwrap(), None, "nothing persisted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_keeps_a_run_longer_than_its_lease_alive_and_saved() {
+    let (state, ws) = (tmp(), tmp());
+    let store = Arc::new(LosingStore::new(usize::MAX));
+    let agent = agent_builder(reference(state.path()), ws.path())
+        .shared_thread_store(store.clone())
+        .lease_ttl(Duration::from_millis(300))
+        .build();
+    // Five lease lifetimes long: without renewal the lease would lapse mid-run.
+    let r = agent
+        .thread("long")
+        .run("[[sleep 1500]] slow")
+        .await
+        .unwrap();
+    assert_eq!(r.thread.unwrap().start, ThreadStart::New);
+    let renewed = store.renewals.load(Ordering::SeqCst);
+    assert!(renewed >= 3, "renewed {renewed} times");
+    assert!(
+        agent.thread("long").record().await.unwrap().is_some(),
+        "saved"
+    );
+    // A fork renews both its own lease and its parent's.
+    let r = agent
+        .thread("long")
+        .fork("long/alt")
+        .run("[[sleep 1500]] branch")
+        .await
+        .unwrap();
+    assert!(matches!(
+        r.thread.unwrap().start,
+        ThreadStart::Forked { .. }
+    ));
+    let fork_renewals = store.renewals.load(Ordering::SeqCst) - renewed;
+    assert!(
+        fork_renewals >= 6,
+        "renewed {fork_renewals} times for two leases"
+    );
 }
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -737,4 +801,64 @@ async fn a_stored_state_of_another_codec_or_without_a_resume_id_is_incompatible(
         let after = agent.thread(key).record().await.unwrap().unwrap();
         assert_eq!(after, before, "{key}: the record is left alone");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_on_a_driver_that_cannot_fork_is_refused_before_anything_starts() {
+    // The puppet driver resumes but declares no fork.
+    let ws = tmp();
+    let puppet = adaptor::Driver::from_file(adaptor_integration_tests::test_driver_path("puppet"))
+        .expect("puppet.wasm");
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent_builder(puppet, ws.path())
+        .shared_thread_store(store.clone())
+        .build();
+    let (events, r) = collect(agent.thread("parent").fork("child").stream("x")).await;
+    assert_refused_before_start(&events);
+    assert!(matches!(
+        thread_error(r),
+        ThreadError::Unsupported { driver, what: "forking sessions", .. } if driver == "puppet"
+    ));
+    assert!(
+        store
+            .list(&adaptor::store::ListQuery::default())
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing written"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_that_loses_the_race_for_its_key_saves_nothing() {
+    // Between the fork's check (the key is free) and its commit, another writer binds the
+    // key: the commit is a compare-and-set, so the fork fails `AlreadyExists` and the
+    // winner's record stays.
+    let (state, ws) = (tmp(), tmp());
+    let store = Arc::new(LosingStore::new(usize::MAX));
+    let agent = agent_builder(reference(state.path()), ws.path())
+        .shared_thread_store(store.clone())
+        .build();
+    agent.thread("origin").run("hello").await.unwrap();
+    let parent_before = agent.thread("origin").record().await.unwrap();
+    store.intrude.store(true, Ordering::SeqCst);
+    let r = agent.thread("origin").fork("contested").run("branch").await;
+    assert!(matches!(thread_error(r), ThreadError::AlreadyExists { key } if key == "contested"));
+    let winner = agent
+        .thread("contested")
+        .record()
+        .await
+        .unwrap()
+        .expect("the winner");
+    assert_eq!(winner.turns, 1);
+    assert_eq!(
+        agent.thread("origin").record().await.unwrap(),
+        parent_before
+    );
+    let all = store.list(&ListQuery::default()).await.unwrap();
+    assert_eq!(
+        all.len(),
+        2,
+        "the parent and the winner, nothing of the fork: {all:?}"
+    );
 }
