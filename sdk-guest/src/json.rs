@@ -101,6 +101,19 @@ pub fn check_one_of(config: &Value, key: &str, allowed: &[&str]) -> Result<(), C
     }
 }
 
+/// Whether `id` is a UUID in its canonical text form (`8-4-4-4-12` hexadecimal digits, either
+/// case): the shape of Claude Code's session ids and Codex's thread ids. A driver checks a
+/// resume id with it before the id reaches a command line, so a stored id can never be an
+/// option (`--settings=…`) or anything but an id.
+pub fn is_uuid(id: &str) -> bool {
+    let groups: Vec<&str> = id.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, len)| g.len() == len && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// Canonical JSON text: object keys sorted, no insignificant whitespace.
 pub fn canonical(value: &Value) -> String {
     fn write(value: &Value, out: &mut String) {
@@ -304,6 +317,27 @@ fn version_check(descriptor: &Descriptor, version: Option<&str>) -> crate::Check
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn uuids_are_recognised_and_nothing_else() {
+        for ok in [
+            "81aad91c-21f6-45b5-8dc7-e4b3f059c312",
+            "019A0000-0000-7000-8000-000000000000",
+        ] {
+            assert!(is_uuid(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "--settings={\"apiKeyHelper\":\"touch /tmp/x\"}",
+            "81aad91c21f645b58dc7e4b3f059c312",
+            "81aad91c-21f6-45b5-8dc7-e4b3f059c31",
+            "81aad91c-21f6-45b5-8dc7-e4b3f059c312 ",
+            "81aad91c-21f6-45b5-8dc7-e4b3f059c3g2",
+            "-1aad91c-21f6-45b5-8dc7-e4b3f059c312",
+        ] {
+            assert!(!is_uuid(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn fingerprint_ignores_key_order() {

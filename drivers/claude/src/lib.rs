@@ -352,7 +352,15 @@ pub(crate) fn launch(
         Toggle::Deny => args.push("--no-chrome".into()),
     }
     if let Some(resume) = &request.resume {
-        args.extend(["--resume".to_owned(), resume.state.resume_id.clone()]);
+        // A stored id is data, never an option: it must be a session id, and it is passed
+        // attached to its flag.
+        if !json::is_uuid(&resume.state.resume_id) {
+            return Err(StartError::ResumeRejected(format!(
+                "the resume id {:?} is not a Claude Code session id (a UUID)",
+                resume.state.resume_id.chars().take(80).collect::<String>()
+            )));
+        }
+        args.push(format!("--resume={}", resume.state.resume_id));
         if resume.mode == SessionMode::Fork {
             // A new session id with the parent's history; the parent session is unchanged.
             args.push("--fork-session".to_owned());

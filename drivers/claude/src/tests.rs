@@ -74,7 +74,7 @@ fn resume_instructions_schema_and_config() {
     req.resume = Some(adaptor_sdk::Resume {
         mode: SessionMode::ContinueOnly,
         state: adaptor_sdk::SessionState {
-            resume_id: "sess-1".into(),
+            resume_id: "11111111-2222-4333-8444-555555555555".into(),
             display_id: None,
             data: Vec::new(),
         },
@@ -88,7 +88,19 @@ fn resume_instructions_schema_and_config() {
     });
     let launch = start(req.clone());
     let args = launch.args.join(" ");
-    assert!(args.contains("--resume sess-1"), "{args}");
+    assert!(
+        args.contains("--resume=11111111-2222-4333-8444-555555555555"),
+        "{args}"
+    );
+    // A stored id that is not a session id never reaches the command line.
+    let mut forged = req.clone();
+    if let Some(r) = forged.resume.as_mut() {
+        r.state.resume_id = r#"--settings={"apiKeyHelper":"touch /tmp/pwned"}"#.into();
+    }
+    assert!(matches!(
+        Harness::<ClaudeSession>::start(forged),
+        Err(StartError::ResumeRejected(m)) if m.contains("not a Claude Code session id")
+    ));
     assert!(args.contains("--effort high --max-turns 3"), "{args}");
     assert!(
         args.contains(&format!(
@@ -594,18 +606,17 @@ fn fork_resumes_the_parent_into_a_new_session() {
     req.resume = Some(adaptor_sdk::Resume {
         mode: SessionMode::Fork,
         state: adaptor_sdk::SessionState {
-            resume_id: "parent-session".into(),
+            resume_id: "99999999-2222-4333-8444-555555555555".into(),
             display_id: None,
             data: Vec::new(),
         },
     });
     let launch = start(req);
-    assert!(
-        launch
-            .args
-            .windows(3)
-            .any(|w| w == ["--resume", "parent-session", "--fork-session"])
-    );
+    assert!(launch.args.windows(2).any(|w| w
+        == [
+            "--resume=99999999-2222-4333-8444-555555555555",
+            "--fork-session"
+        ]));
 }
 
 #[test]

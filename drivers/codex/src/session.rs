@@ -288,12 +288,20 @@ impl Session for CodexSession {
         use adaptor_sdk::Driver;
         crate::CodexDriver::validate_config(&self.config)
             .map_err(|e| StartError::InvalidRequest(format!("{}: {}", e.path, e.message)))?;
-        if let Some(resume) = &self.request.resume
-            && resume.mode == adaptor_sdk::SessionMode::Fork
-        {
-            return Err(StartError::Unsupported(
-                "forking Codex threads is not supported by this driver".into(),
-            ));
+        if let Some(resume) = &self.request.resume {
+            if resume.mode == adaptor_sdk::SessionMode::Fork {
+                return Err(StartError::Unsupported(
+                    "forking Codex threads is not supported by this driver".into(),
+                ));
+            }
+            // A stored id is data, never an argument of its own choosing (`exec resume ID`
+            // takes it as a positional): it must be a Codex thread id.
+            if !adaptor_sdk::json::is_uuid(&resume.state.resume_id) {
+                return Err(StartError::ResumeRejected(format!(
+                    "the resume id {:?} is not a Codex thread id (a UUID)",
+                    resume.state.resume_id.chars().take(80).collect::<String>()
+                )));
+            }
         }
         match self.transport {
             Transport::Exec => self.exec_launch(),

@@ -217,7 +217,7 @@ fn a_resumed_run_reports_its_own_usage_not_the_threads() {
     req.resume = Some(adaptor_sdk::Resume {
         mode: SessionMode::ContinueOnly,
         state: adaptor_sdk::SessionState {
-            resume_id: "t".into(),
+            resume_id: "01a22c43-f937-7de0-9f11-acf02ac8ea43".into(),
             display_id: None,
             data: vec![(
                 "usage_total".into(),
@@ -473,5 +473,25 @@ fn the_config_fingerprint_covers_model_effort_and_extra_args_not_the_command() {
         serde_json::json!({"extra_args": ["--add-dir", "/srv/data"]}),
     ] {
         assert_ne!(fp(changed.clone()), base, "{changed}");
+    }
+}
+
+#[test]
+fn a_resume_id_that_is_not_a_thread_id_is_refused_before_launch() {
+    for streaming in [false, true] {
+        let mut req = request("second");
+        req.streaming = streaming;
+        req.resume = Some(adaptor_sdk::Resume {
+            mode: SessionMode::ContinueOnly,
+            state: adaptor_sdk::SessionState {
+                resume_id: "--dangerously-bypass-approvals-and-sandbox".into(),
+                display_id: None,
+                data: Vec::new(),
+            },
+        });
+        assert!(matches!(
+            adaptor_sdk::harness::Harness::<CodexSession>::start(req),
+            Err(StartError::ResumeRejected(m)) if m.contains("not a Codex thread id")
+        ));
     }
 }

@@ -216,9 +216,38 @@ pub(crate) fn terminal(t: wit::TerminalPayload) -> Result<TerminalPayload, Strin
     })
 }
 
+/// The largest resume id a checkpoint may carry, in bytes (provider ids are UUIDs or short
+/// tokens; a store keeps what a driver returns, so the host bounds it).
+pub(crate) const MAX_RESUME_ID_BYTES: usize = 512;
+/// The most entries a checkpoint's driver data may have.
+pub(crate) const MAX_CHECKPOINT_ENTRIES: usize = 64;
+/// The most bytes a checkpoint's driver data may hold (keys and values together).
+pub(crate) const MAX_CHECKPOINT_DATA_BYTES: usize = 64 * 1024;
+
 pub(crate) fn checkpoint(codec: &str, c: wit::Checkpoint) -> Result<Checkpoint, String> {
     if c.state.resume_id.is_empty() {
         return Err("checkpoint has an empty resume id".into());
+    }
+    if c.state.resume_id.len() > MAX_RESUME_ID_BYTES {
+        return Err(format!(
+            "checkpoint resume id is {} bytes, over the limit of {MAX_RESUME_ID_BYTES}",
+            c.state.resume_id.len()
+        ));
+    }
+    if c.state.resume_id.chars().any(char::is_control) {
+        return Err("checkpoint resume id contains control characters".into());
+    }
+    if c.state.data.len() > MAX_CHECKPOINT_ENTRIES {
+        return Err(format!(
+            "checkpoint data has {} entries, over the limit of {MAX_CHECKPOINT_ENTRIES}",
+            c.state.data.len()
+        ));
+    }
+    let bytes: usize = c.state.data.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if bytes > MAX_CHECKPOINT_DATA_BYTES {
+        return Err(format!(
+            "checkpoint data holds {bytes} bytes, over the limit of {MAX_CHECKPOINT_DATA_BYTES}"
+        ));
     }
     Ok(Checkpoint::from_driver(
         SessionState {
@@ -754,6 +783,51 @@ mod tests {
             assert!(
                 matches!(&err, Error::DriverContract { call: "session.finish", message, .. } if message.contains(why)),
                 "{err:?}"
+            );
+        }
+        // Resume ids and driver data are bounded.
+        for (state, why) in [
+            (
+                wit::SessionState {
+                    resume_id: "x".repeat(MAX_RESUME_ID_BYTES + 1),
+                    display_id: None,
+                    data: Vec::new(),
+                },
+                "resume id is",
+            ),
+            (
+                wit::SessionState {
+                    resume_id: "a\nb".into(),
+                    display_id: None,
+                    data: Vec::new(),
+                },
+                "control characters",
+            ),
+            (
+                wit::SessionState {
+                    resume_id: "r".into(),
+                    display_id: None,
+                    data: (0..=MAX_CHECKPOINT_ENTRIES)
+                        .map(|i| (i.to_string(), String::new()))
+                        .collect(),
+                },
+                "entries",
+            ),
+            (
+                wit::SessionState {
+                    resume_id: "r".into(),
+                    display_id: None,
+                    data: vec![("k".into(), "v".repeat(MAX_CHECKPOINT_DATA_BYTES))],
+                },
+                "bytes, over",
+            ),
+        ] {
+            let mut bad = empty_outcome();
+            bad.checkpoint = Some(wit::Checkpoint { state, valid: true });
+            let err = outcome("x", "c", bad).unwrap_err();
+            assert!(
+                matches!(&err, Error::DriverContract { message, .. } if message.contains(why)),
+                "{why}: {err:?}"
             );
         }
         // A checkpoint needs the provider's session id.

@@ -261,7 +261,7 @@ async fn resume_carries_the_first_turn() {
     );
     assert_eq!(valid_checkpoint(&second), session, "same session");
     let args = second.raw().launch.as_ref().unwrap().args.clone();
-    assert!(args.windows(2).any(|w| w == ["--resume", session.as_str()]));
+    assert!(args.contains(&format!("--resume={session}")), "{args:?}");
     let sent = c.mock.requests();
     let history = sent.last().unwrap()["messages"].to_string();
     assert!(
@@ -303,7 +303,7 @@ async fn thread_in_a_sqlite_store_resumes_the_session() {
     assert_eq!(info2.record_id, info.record_id, "same record");
     assert_eq!(valid_checkpoint(&second), session, "same session");
     let args = second.raw().launch.as_ref().unwrap().args.clone();
-    assert!(args.windows(2).any(|w| w == ["--resume", session.as_str()]));
+    assert!(args.contains(&format!("--resume={session}")), "{args:?}");
 
     let sent = c.mock.requests();
     assert_eq!(sent.len(), 2);
@@ -364,7 +364,7 @@ fn thread_continues_across_two_cli_processes() {
     let (launched, second) = run("second turn");
     let words: Vec<&str> = launched.split(' ').collect();
     assert!(
-        words.windows(2).any(|w| w == ["--resume", session]),
+        words.contains(&format!("--resume={session}").as_str()),
         "{launched}"
     );
     assert_eq!(
@@ -781,10 +781,11 @@ async fn a_forked_thread_starts_a_new_session_from_the_parent() {
         ThreadStart::Forked { .. }
     ));
     let args = forked.raw().launch.as_ref().unwrap().args.clone();
-    assert!(
-        args.windows(3)
-            .any(|w| w == ["--resume", parent_session.as_str(), "--fork-session"])
-    );
+    assert!(args.windows(2).any(|w| w
+        == [
+            format!("--resume={parent_session}").as_str(),
+            "--fork-session"
+        ]));
     assert!(
         c.mock.requests()[1]["messages"]
             .to_string()
@@ -799,4 +800,53 @@ async fn a_forked_thread_starts_a_new_session_from_the_parent() {
         history.contains("first turn") && !history.contains("branch turn"),
         "{history}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_resume_id_that_is_an_option_never_reaches_claude() {
+    // Another component that called itself `claude` stored a "session id" that is a
+    // `--settings` option with a command hook. The genuine driver refuses it before launch: a
+    // resume-only run fails typed, a continue-or-start run starts a fresh session, and the
+    // command never runs.
+    let c = Claude::new().await;
+    let store: std::sync::Arc<dyn adaptor::store::ThreadStore> =
+        std::sync::Arc::new(adaptor::store::MemoryStore::new());
+    let agent = c.agent().shared_thread_store(store.clone()).build();
+    agent
+        .thread("forged")
+        .run("first turn")
+        .await
+        .expect("first");
+    let marker = c.ws.path().join("pwned");
+    let forged = format!(
+        r#"--settings={{"apiKeyHelper":"touch {}"}}"#,
+        marker.display()
+    );
+    rewrite_state(&*store, "forged", |s| s.resume_id = forged.clone()).await;
+    let (events, r) = collect(agent.thread("forged").resume_only().stream("again")).await;
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::ProcessInfo(_))),
+        "nothing was spawned"
+    );
+    match r {
+        Err(adaptor::Error::Thread(adaptor::ThreadError::ResumeRejected { message, .. })) => {
+            assert!(
+                message.contains("not a Claude Code session id"),
+                "{message}"
+            )
+        }
+        other => panic!("expected a rejected resume, got {other:?}"),
+    }
+    let fresh = agent
+        .thread("forged")
+        .run("again")
+        .await
+        .expect("a fresh session");
+    assert!(matches!(
+        fresh.thread.as_ref().unwrap().start,
+        ThreadStart::FreshAfterRejection { .. }
+    ));
+    let args = fresh.raw().launch.as_ref().unwrap().args.join(" ");
+    assert!(!args.contains("--settings"), "{args}");
+    assert!(!marker.exists(), "the forged hook never ran");
 }
