@@ -17,6 +17,7 @@
 //! | EVT-12 | capabilities declared absent never show up (no thinking without `reasoning`, no tool-argument deltas without `tool-call-args`) |
 //! | USG-01 | usage is reported only when observed: the result's usage equals the last `usage` event (none without one) |
 //! | SES-04 | a valid checkpoint resumes: the resume id reaches the new command line or stdin |
+//! | HST-01 | the host finds no contract violation in the driver's events or outcome (part lifecycles, tool results, nothing after the turn ended, plausible usage, an outcome that matches its events) |
 //! | EVT-*, RUN-04, RSP-* | see [`crate::clauses`], on every cassette |
 //!
 //! Must not: print (the binary renders reports).
@@ -606,7 +607,7 @@ fn reorder(value: &Value) -> Value {
 
 const DYNAMIC: &[&str] = &[
     "RUN-00", "RUN-01", "EVT-00", "EVT-01", "EVT-02", "EVT-03", "EVT-04", "EVT-05", "EVT-06",
-    "EVT-11", "EVT-12", "RUN-04", "RSP-01", "RSP-03", "RSP-05", "USG-01", "SES-04",
+    "EVT-11", "EVT-12", "RUN-04", "RSP-01", "RSP-03", "RSP-05", "USG-01", "HST-01", "SES-04",
 ];
 
 async fn dynamic_clauses(r: &mut Results, driver: &Driver, options: &CheckOptions) {

@@ -182,7 +182,7 @@ pub fn check_events(events: &[Event]) -> Vec<Violation> {
     out
 }
 
-/// Check the result clauses (RUN-04, RSP-01, RSP-03, RSP-05) given the run's events and its
+/// Check the result clauses (RUN-04, RSP-01, RSP-03, RSP-05, USG-01, HST-01) given the run's events and its
 /// outcome (`Ok` result or the partial result inside a `RunError`).
 pub fn check_result(events: &[Event], result: &Result<RunResult, Error>) -> Vec<Violation> {
     let mut out = Vec::new();
@@ -212,11 +212,19 @@ pub fn check_result(events: &[Event], result: &Result<RunResult, Error>) -> Vec<
     if failed && res.checkpoint.as_ref().is_some_and(|c| c.is_valid()) {
         out.push(v("RSP-01", "a failed run carries a valid checkpoint"));
     }
+    // HST-01: the host found the driver breaking a rule it checks (the run failed with
+    // `contract_violation`; the notice names the rule). The driver could not know its run
+    // would fail, so the checkpoint the host invalidated then is not also an RSP-01.
+    let violated = matches!(result, Err(Error::Run(e)) if e.reason == adaptor::FailureReason::ContractViolation);
     for e in events {
-        if let Event::Notice(n) = e
-            && n.notice == adaptor::CHECKPOINT_INVALIDATED
-        {
-            out.push(v("RSP-01", n.message.clone()));
+        match e {
+            Event::Notice(n) if n.notice == adaptor::CONTRACT_VIOLATION => {
+                out.push(v("HST-01", n.message.clone()));
+            }
+            Event::Notice(n) if n.notice == adaptor::CHECKPOINT_INVALIDATED && !violated => {
+                out.push(v("RSP-01", n.message.clone()));
+            }
+            _ => {}
         }
     }
     let last_usage = events.iter().rev().find_map(|e| match e {

@@ -420,6 +420,11 @@ pub enum FailureReason {
     InvalidOutput,
     /// The provider wrote more than the Agent's `max_output_bytes`; it was stopped.
     OutputLimit,
+    /// The driver broke a rule of the WIT contract that the host checks (a part lifecycle, a
+    /// tool result for no call, an event after the turn ended, implausible usage, an outcome
+    /// that contradicts its events); the message names the rule. The provider was stopped
+    /// and the driver's later events were not forwarded.
+    ContractViolation,
     /// Another reason, named by the driver.
     Other(String),
 }
@@ -439,6 +444,7 @@ impl FailureReason {
             FailureReason::ProtocolError => "protocol_error",
             FailureReason::InvalidOutput => "invalid_output",
             FailureReason::OutputLimit => "output_limit",
+            FailureReason::ContractViolation => "contract_violation",
             FailureReason::Other(s) => s,
         }
     }

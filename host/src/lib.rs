@@ -109,7 +109,10 @@ pub use result::{
     RawStreams, RunResult, SessionState, StreamKind, TerminalPayload, ThreadInfo, ThreadStart,
     TranscriptItem, Usage,
 };
-pub use run::{CHECKPOINT_INVALIDATED, SUMMARY_MAX_BYTES, SUMMARY_TRUNCATED};
+pub use run::{
+    CHECKPOINT_INVALIDATED, CONTRACT_VIOLATION, MAX_PLAUSIBLE_COST_USD, MAX_PLAUSIBLE_TOKENS,
+    SUMMARY_MAX_BYTES, SUMMARY_TRUNCATED,
+};
 pub use stream::{Canceller, Stream};
 pub use structured::{Mechanism, PROMPT_SCHEMA_MARKER, Schema, StructuredOutput};
 pub use thread::{DEFAULT_LEASE_TTL, Fork, Thread};

@@ -173,7 +173,7 @@ pub(crate) struct DriverFailure {
 }
 
 /// Everything a session's `finish` returned, validated.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct DriverOutcome {
     /// Final assistant text.
     pub text: String,

@@ -11,7 +11,8 @@
 //! fresh fallback), `prepare` (everything resolved before a process starts), `turn` (one turn on
 //! an attached process, from spawn to the classified result), `supervise` (the select loop
 //! and the driver's actions), `output` (the output budget), `classify` (outcome + process
-//! facts → result, pure), `decisions` (approval requests of one run), `resident` (kept
+//! facts → result, pure), `guard` (the driver's events and outcome checked against the WIT's
+//! rules before they are forwarded), `decisions` (approval requests of one run), `resident` (kept
 //! processes of threads), `coordinator` (the thread stage: fingerprint, lease, record,
 //! finalize).
 //!
@@ -22,6 +23,7 @@
 mod classify;
 pub(crate) mod coordinator;
 pub(crate) mod decisions;
+mod guard;
 mod output;
 mod prepare;
 pub(crate) mod resident;
@@ -53,6 +55,7 @@ use resident::Resident;
 use crate::grant::resolve_workspace;
 pub use classify::{CHECKPOINT_INVALIDATED, SUMMARY_MAX_BYTES, SUMMARY_TRUNCATED};
 pub(crate) use classify::{Classify, classify, finished_event};
+pub use guard::{CONTRACT_VIOLATION, MAX_PLAUSIBLE_COST_USD, MAX_PLAUSIBLE_TOKENS};
 pub(crate) use prepare::plan;
 
 pub(crate) fn new_run_id() -> String {

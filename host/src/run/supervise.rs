@@ -13,9 +13,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::decisions::{Decisions, Step};
+use super::guard::{CONTRACT_VIOLATION, Claims, Stage, Violation};
 use super::output::{Admit, OutputBudget};
 use crate::approval::Resolution;
-use crate::error::Error;
+use crate::error::{Error, FailureReason};
 use crate::event::blank_meta;
 use crate::event::*;
 use crate::process::{self, Sig};
@@ -54,6 +55,12 @@ pub(super) struct Supervisor<'a> {
     pub(super) idle_fired: bool,
     /// What the provider may write (bytes in all, bytes per line).
     pub(super) budget: OutputBudget,
+    /// The driver's events and outcome, checked before they are forwarded.
+    pub(super) claims: Claims,
+    /// The first rule the driver broke; from then on its events are withheld.
+    pub(super) violation: Option<Violation>,
+    /// Driver events withheld after the violation (reported in one notice).
+    pub(super) withheld: u64,
 }
 
 /// How a turn's run loop ended.
@@ -450,7 +457,7 @@ impl Supervisor<'_> {
     ) -> Result<(), Error> {
         for action in actions {
             match action {
-                Action::Emit(event) => self.emitter.emit(sourced(*event, &source)).await,
+                Action::Emit(event) => self.forward(*event, &source).await,
                 Action::WriteStdin(bytes) => self.write_stdin(bytes).await,
                 Action::CloseStdin => self.stdin = None,
                 Action::RequestApproval(request) => {
@@ -477,10 +484,74 @@ impl Supervisor<'_> {
                     DriverSignal::Terminate => self.terminate("requested by the driver").await,
                     DriverSignal::Kill => self.signal(Sig::Kill, "requested by the driver").await,
                 },
-                Action::EndTurn => self.turn_ended = true,
+                Action::EndTurn => {
+                    self.turn_ended = true;
+                    if self.claims.stage == Stage::Running {
+                        self.claims.stage = Stage::Ended;
+                    }
+                }
             }
         }
         Ok(())
+    }
+
+    /// Forward one driver event after checking it against the contract. The first violation
+    /// is reported (a `driver.contract_violation` notice naming the rule), stops the provider
+    /// and fails the run; the driver's events after it are withheld and counted.
+    async fn forward(&mut self, event: Event, source: &EventSource) {
+        if self.violation.is_some() {
+            self.withheld += 1;
+            return;
+        }
+        match self.claims.check(&event) {
+            Ok(()) => self.emitter.emit(sourced(event, source)).await,
+            Err(v) => {
+                self.withheld += 1;
+                self.violate(v).await;
+            }
+        }
+    }
+
+    /// Record the driver's first contract violation: report it and stop the provider.
+    pub(super) async fn violate(&mut self, v: Violation) {
+        if self.violation.is_some() {
+            return;
+        }
+        tracing::warn!(driver = %self.driver, rule = v.rule, message = %v.message, "driver contract violation");
+        self.emitter
+            .emit(Event::Notice(Notice {
+                meta: blank_meta(),
+                notice: CONTRACT_VIOLATION.to_owned(),
+                message: format!(
+                    "driver `{}` broke the contract: {v}; the run fails",
+                    self.driver
+                ),
+                data: Some(serde_json::json!({"rule": v.rule})),
+            }))
+            .await;
+        self.violation = Some(v);
+        if !self.stopping {
+            self.terminate("driver contract violation").await;
+        }
+    }
+
+    /// The run's failure for a contract violation (and a notice for withheld events).
+    pub(super) async fn violation_failure(&mut self) -> Option<(FailureReason, String)> {
+        let v = self.violation.clone()?;
+        if self.withheld > 1 {
+            self.notice(
+                "driver.events_withheld",
+                &format!(
+                    "{} events of driver `{}` were not forwarded: the offending one and every later one",
+                    self.withheld, self.driver
+                ),
+            )
+            .await;
+        }
+        Some((
+            FailureReason::ContractViolation,
+            format!("driver `{}` broke the contract: {v}", self.driver),
+        ))
     }
 
     /// After exit only events make sense; anything else is logged, never silently lost.
@@ -491,7 +562,7 @@ impl Supervisor<'_> {
     ) -> Result<(), Error> {
         for action in actions {
             match action {
-                Action::Emit(event) => self.emitter.emit(sourced(*event, &source)).await,
+                Action::Emit(event) => self.forward(*event, &source).await,
                 Action::EndTurn => {}
                 other => {
                     tracing::debug!(driver = %self.driver, action = ?other, "action after the process exited ignored");

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::classify::{describe_exit, exit_info};
 use super::decisions::Decisions;
+use super::guard::{Claims, Stage};
 use super::output::OutputBudget;
 use super::resident::Resident;
 use super::supervise::{LoopEnd, Supervisor, write_stdin};
@@ -178,6 +179,9 @@ impl Run {
                 self.inner.settings.max_output_bytes,
                 self.inner.settings.max_line_bytes,
             ),
+            claims: Claims::default(),
+            violation: None,
+            withheld: 0,
         };
         match pipe {
             Some(StdinPipe { sender, writer }) => {
@@ -224,8 +228,15 @@ impl Run {
             Ok(LoopEnd::KeptAlive) => {
                 // The turn ended and the process lives on for the thread's next turn.
                 let outcome = sup.session.finish(&codec).await?;
+                if let Err(v) = sup.claims.check_outcome(&outcome) {
+                    sup.violate(v).await;
+                }
                 let raw = std::mem::take(&mut sup.raw);
-                let host_failure = sup.asks.failure();
+                let violation = sup.violation_failure().await;
+                // A driver that broke the contract does not keep its process (dropping it
+                // kills the group).
+                let keep = violation.is_none();
+                let host_failure = violation.or_else(|| sup.asks.failure());
                 let exit = ExitInfo {
                     kept_alive: true,
                     ..ExitInfo::default()
@@ -234,7 +245,7 @@ impl Run {
                 let stdin_writer = sup.stdin_writer.take();
                 drop(sup);
                 let result = self.conclude(outcome, raw, exit, host_failure).await;
-                if let Some(stdin) = stdin {
+                if let Some(stdin) = stdin.filter(|_| keep) {
                     self.kept = Some(Resident {
                         session,
                         spawned,
@@ -280,15 +291,22 @@ impl Run {
             timed_out,
             cancelled,
         };
+        // The process is gone: from here the driver may only close what is open and report.
+        sup.claims.stage = Stage::Exited;
         sup.deliver_after_exit().await?;
         let actions = sup.session.on_exit(session_exit).await?;
         sup.apply_after_exit(EventSource::Exit, actions).await?;
         let outcome = sup.session.finish(&codec).await?;
+        if let Err(v) = sup.claims.check_outcome(&outcome) {
+            sup.violate(v).await;
+        }
         let raw = std::mem::take(&mut sup.raw);
-        let host_failure = sup
-            .asks
-            .failure()
-            .or_else(|| output_limit.map(|message| (FailureReason::OutputLimit, message)));
+        let violation = sup.violation_failure().await;
+        let host_failure = violation.or_else(|| {
+            sup.asks
+                .failure()
+                .or_else(|| output_limit.map(|message| (FailureReason::OutputLimit, message)))
+        });
         self.emitter
             .emit(Event::ProcessInfo(ProcessInfo {
                 meta: blank_meta(),

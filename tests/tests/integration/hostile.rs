@@ -240,3 +240,58 @@ async fn a_driver_that_waits_on_a_clock_blocks_no_call() {
     let listed = String::from_utf8_lossy(&out.stdout);
     assert!(listed.contains("\"name\":\"hostile\""), "{listed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lies_are_not_forwarded_and_fail_the_run_naming_the_rule() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = hostile_agent(state.path(), ws.path(), GuestLimits::default());
+    for (lie, rule) in [
+        ("lie-double-start", "text-lifecycle"),
+        ("lie-orphan-result", "tool-result"),
+        ("lie-huge-usage", "usage"),
+        ("lie-nan-cost", "usage"),
+        ("lie-after-exit", "after-end-turn"),
+    ] {
+        let (events, result) = collect(agent.stream(format!("[[{lie}]] hello"))).await;
+        let e = run_error(result);
+        assert_eq!(e.reason, adaptor::FailureReason::ContractViolation, "{lie}");
+        assert!(
+            e.message.contains(&format!("rule `{rule}`")),
+            "{lie}: {}",
+            e.message
+        );
+        let notice = events
+            .iter()
+            .find_map(|ev| match ev {
+                Event::Notice(n) if n.notice == adaptor::CONTRACT_VIOLATION => Some(n),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{lie}: a violation notice"));
+        assert_eq!(notice.data.as_ref().unwrap()["rule"], rule, "{lie}");
+        // The lie itself never reached the caller.
+        let forwarded_lie = events.iter().any(|ev| match ev {
+            Event::ToolResult(r) => r.id == "ghost",
+            Event::ToolCall(c) => c.id == "late",
+            Event::Usage(u) => {
+                u.usage.input_tokens == Some(u64::MAX) || u.usage.cost_usd.is_some_and(f64::is_nan)
+            }
+            Event::TextDelta(t) => {
+                t.message_id == "lie" && t.meta.sequence > 0 && {
+                    // The first start is fine; the second must not be forwarded.
+                    events
+                        .iter()
+                        .filter(|x| matches!(x, Event::TextDelta(d) if d.message_id == "lie"))
+                        .count()
+                        > 1
+                }
+            }
+            _ => false,
+        });
+        assert!(!forwarded_lie, "{lie}: forwarded");
+        assert!(
+            !e.result.checkpoint.as_ref().is_some_and(|c| c.is_valid()),
+            "{lie}"
+        );
+        good_run_after(&agent, lie).await;
+    }
+}

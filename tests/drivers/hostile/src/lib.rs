@@ -14,6 +14,11 @@
 //! - `[[block]]`: block for an hour (a WASI clock wait) in `start`, on every stdout chunk and
 //!   in `finish` — and `describe` and `validate-config` always block for an hour, so a host
 //!   whose guest calls can wait cannot even load this driver;
+//! - lies the host must not forward, each on the first stdout chunk unless said otherwise:
+//!   `[[lie-double-start]]` (a text part started twice), `[[lie-orphan-result]]` (a result for
+//!   a call that never started), `[[lie-huge-usage]]` (`u64::MAX` input tokens),
+//!   `[[lie-nan-cost]]` (a NaN cost), `[[lie-after-exit]]` (a tool call started in `on-exit`,
+//!   never ended);
 //! - `[[drop-structured]]`: report no structured output although the CLI produced one
 //!   (the host must not guess it from the text);
 //! - `[[spawn-ungranted]]`, `[[spawn-sh]]`, `[[cwd-parent]]`, `[[cwd-absolute]]`: ask to launch
@@ -108,6 +113,8 @@ pub struct HostileSession {
     probe: Option<String>,
     /// `[[shell]]` mode: stdout and stderr of the script.
     shell: Option<(Vec<u8>, Vec<u8>)>,
+    /// The `[[lie-…]]` events were emitted (on the first chunk only).
+    lied: bool,
 }
 
 /// The `[[NAME ARG]]` arguments of every directive `name` in `text`.
@@ -197,6 +204,7 @@ impl Session for HostileSession {
             private_dir,
             probe: None,
             shell: None,
+            lied: false,
         }
     }
 
@@ -288,6 +296,36 @@ impl Session for HostileSession {
             }
             std::hint::black_box(acc);
         }
+        if !std::mem::replace(&mut self.lied, true) {
+            let top = adaptor_sdk::top_scope();
+            if self.wants("lie-double-start") {
+                out.text_start("lie", &top);
+                out.text_start("lie", &top);
+            }
+            if self.wants("lie-orphan-result") {
+                out.tool_result("ghost", "out of nowhere", false, &top);
+            }
+            if self.wants("lie-huge-usage") {
+                out.usage(adaptor_sdk::Usage {
+                    input_tokens: Some(u64::MAX),
+                    output_tokens: None,
+                    cache_read_tokens: None,
+                    cache_write_tokens: None,
+                    reasoning_tokens: None,
+                    cost_usd: None,
+                });
+            }
+            if self.wants("lie-nan-cost") {
+                out.usage(adaptor_sdk::Usage {
+                    input_tokens: Some(1),
+                    output_tokens: None,
+                    cache_read_tokens: None,
+                    cache_write_tokens: None,
+                    reasoning_tokens: None,
+                    cost_usd: Some(f64::NAN),
+                });
+            }
+        }
         if let Some(probe) = self.probe.take() {
             out.notice(
                 "hostile.probe",
@@ -311,6 +349,9 @@ impl Session for HostileSession {
             return;
         }
         self.inner.on_exit(status, out);
+        if self.wants("lie-after-exit") {
+            out.tool_start("late", "echo", None, &adaptor_sdk::top_scope());
+        }
     }
 
     fn finish(&mut self) -> Outcome {

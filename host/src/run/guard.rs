@@ -1,0 +1,455 @@
+//! The driver's claims, checked before they are forwarded: what the WIT says the host checks
+//! about the events a driver emits and the outcome it returns.
+//!
+//! Rules (each violation names one, and ends the run with `contract_violation`):
+//! - `text-lifecycle`, `thinking-lifecycle`, `tool-lifecycle`: a part (by message or call id)
+//!   is started once while open, gets deltas only while open (never empty for text and
+//!   thinking), and is ended once; a tool call starts with a name;
+//! - `tool-result`: a result names a call that has ended;
+//! - `after-end-turn`: once the driver ended the turn, and once the process exited, it may
+//!   only close parts still open and report transcript items, notices and vendor events;
+//! - `usage`: every counter at most [`MAX_PLAUSIBLE_TOKENS`], a cost finite, non-negative and
+//!   at most [`MAX_PLAUSIBLE_COST_USD`];
+//! - `outcome-usage`: the outcome's usage is the last usage event's (absent when none was
+//!   emitted);
+//! - `unclosed`: nothing is left open when the turn's outcome is returned.
+//!
+//! Owns the bookkeeping only; the supervisor decides what a violation does (stop the
+//! provider, fail the run). Must not: fix a claim up (a wrong event is never forwarded
+//! "corrected").
+
+use std::collections::BTreeSet;
+
+use crate::event::{Event, Phase, TextDelta, ToolCall};
+use crate::result::Usage;
+use crate::session::DriverOutcome;
+
+/// Notice kind emitted when a driver breaks one of these rules (its `data.rule` names it).
+pub const CONTRACT_VIOLATION: &str = "driver.contract_violation";
+
+/// The largest token count a usage counter may report (a million million: beyond any real
+/// turn, far below overflow).
+pub const MAX_PLAUSIBLE_TOKENS: u64 = 1_000_000_000_000;
+
+/// The largest cost a usage report may carry, in US dollars.
+pub const MAX_PLAUSIBLE_COST_USD: f64 = 1_000_000.0;
+
+/// A broken rule: its name and what happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Violation {
+    /// The rule (see the module docs).
+    pub rule: &'static str,
+    /// What the driver did.
+    pub message: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rule `{}`: {}", self.rule, self.message)
+    }
+}
+
+fn broke(rule: &'static str, message: String) -> Result<(), Violation> {
+    Err(Violation { rule, message })
+}
+
+/// Open and seen parts of one kind.
+#[derive(Debug, Default)]
+struct Parts {
+    open: BTreeSet<String>,
+}
+
+impl Parts {
+    fn step(
+        &mut self,
+        rule: &'static str,
+        what: &str,
+        id: &str,
+        phase: Phase,
+    ) -> Result<(), Violation> {
+        match phase {
+            Phase::Start if !self.open.insert(id.to_owned()) => {
+                broke(rule, format!("{what} `{id}` started while already open"))
+            }
+            Phase::Delta if !self.open.contains(id) => {
+                broke(rule, format!("{what} `{id}` got a delta while not open"))
+            }
+            Phase::End if !self.open.remove(id) => {
+                broke(rule, format!("{what} `{id}` ended while not open"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Where the turn is, for the `after-end-turn` rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// The turn is running.
+    Running,
+    /// The driver ended the turn (`end-turn`).
+    Ended,
+    /// The process exited and `on-exit` was answered.
+    Exited,
+}
+
+/// The checks of one turn.
+#[derive(Debug)]
+pub(crate) struct Claims {
+    text: Parts,
+    thinking: Parts,
+    tools: Parts,
+    ended_tools: BTreeSet<String>,
+    last_usage: Option<Usage>,
+    /// Where the turn is.
+    pub stage: Stage,
+}
+
+impl Default for Claims {
+    fn default() -> Self {
+        Self {
+            text: Parts::default(),
+            thinking: Parts::default(),
+            tools: Parts::default(),
+            ended_tools: BTreeSet::new(),
+            last_usage: None,
+            stage: Stage::Running,
+        }
+    }
+}
+
+impl Claims {
+    /// Check one event the driver emitted (and record it).
+    pub(crate) fn check(&mut self, event: &Event) -> Result<(), Violation> {
+        let closing = matches!(
+            event,
+            Event::TextDelta(TextDelta {
+                phase: Phase::End,
+                ..
+            }) | Event::Thinking(TextDelta {
+                phase: Phase::End,
+                ..
+            }) | Event::ToolCall(ToolCall {
+                phase: Phase::End,
+                ..
+            })
+        );
+        if self.stage != Stage::Running
+            && !closing
+            && !matches!(event, Event::Item(_) | Event::Notice(_) | Event::Vendor(_))
+        {
+            let when = match self.stage {
+                Stage::Ended => "after it ended the turn",
+                _ => "after the process exited",
+            };
+            return broke(
+                "after-end-turn",
+                format!("the driver emitted `{}` {when}", event.kind()),
+            );
+        }
+        match event {
+            Event::TextDelta(d) => {
+                self.text
+                    .step("text-lifecycle", "text", &d.message_id, d.phase)?;
+                empty_delta("text-lifecycle", "text", &d.message_id, d.phase, &d.text)
+            }
+            Event::Thinking(d) => {
+                self.thinking
+                    .step("thinking-lifecycle", "thinking", &d.message_id, d.phase)?;
+                empty_delta(
+                    "thinking-lifecycle",
+                    "thinking",
+                    &d.message_id,
+                    d.phase,
+                    &d.text,
+                )
+            }
+            Event::ToolCall(c) => {
+                if c.phase == Phase::Start && c.name.is_empty() {
+                    return broke(
+                        "tool-lifecycle",
+                        format!("tool call `{}` started without a name", c.id),
+                    );
+                }
+                self.tools
+                    .step("tool-lifecycle", "tool call", &c.id, c.phase)?;
+                if c.phase == Phase::End {
+                    self.ended_tools.insert(c.id.clone());
+                }
+                Ok(())
+            }
+            Event::ToolResult(r) if !self.ended_tools.contains(&r.id) => {
+                let why = if self.tools.open.contains(&r.id) {
+                    "before the call ended"
+                } else {
+                    "for a call that never started"
+                };
+                broke("tool-result", format!("tool result `{}` {why}", r.id))
+            }
+            Event::Usage(u) => {
+                plausible(&u.usage)?;
+                self.last_usage = Some(u.usage.clone());
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Check the turn's outcome against what was emitted.
+    pub(crate) fn check_outcome(&self, outcome: &DriverOutcome) -> Result<(), Violation> {
+        for (what, parts) in [
+            ("text", &self.text),
+            ("thinking", &self.thinking),
+            ("tool call", &self.tools),
+        ] {
+            if let Some(id) = parts.open.iter().next() {
+                return broke(
+                    "unclosed",
+                    format!("{what} `{id}` is still open when the turn's outcome is returned"),
+                );
+            }
+        }
+        if let Some(u) = &outcome.usage {
+            plausible(u)?;
+        }
+        if outcome.usage != self.last_usage {
+            let message = match (&outcome.usage, &self.last_usage) {
+                (Some(_), None) => "the outcome reports usage that no usage event carried",
+                (None, Some(_)) => "usage events were emitted but the outcome has no usage",
+                _ => "the outcome's usage differs from the last usage event",
+            };
+            return broke("outcome-usage", message.to_owned());
+        }
+        Ok(())
+    }
+}
+
+fn empty_delta(
+    rule: &'static str,
+    what: &str,
+    id: &str,
+    phase: Phase,
+    text: &str,
+) -> Result<(), Violation> {
+    if phase == Phase::Delta && text.is_empty() {
+        return broke(rule, format!("{what} `{id}` got an empty delta"));
+    }
+    Ok(())
+}
+
+fn plausible(u: &Usage) -> Result<(), Violation> {
+    for (name, value) in [
+        ("input_tokens", u.input_tokens),
+        ("output_tokens", u.output_tokens),
+        ("cache_read_tokens", u.cache_read_tokens),
+        ("cache_write_tokens", u.cache_write_tokens),
+        ("reasoning_tokens", u.reasoning_tokens),
+    ] {
+        if let Some(v) = value
+            && v > MAX_PLAUSIBLE_TOKENS
+        {
+            return broke(
+                "usage",
+                format!("{name} is {v}, over {MAX_PLAUSIBLE_TOKENS}"),
+            );
+        }
+    }
+    if let Some(cost) = u.cost_usd
+        && !(cost.is_finite() && (0.0..=MAX_PLAUSIBLE_COST_USD).contains(&cost))
+    {
+        return broke(
+            "usage",
+            format!("cost_usd is {cost}, not a finite amount in 0..={MAX_PLAUSIBLE_COST_USD}"),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{ToolResult, UsageUpdate, blank_meta};
+
+    fn text(phase: Phase, t: &str) -> Event {
+        Event::TextDelta(TextDelta {
+            meta: blank_meta(),
+            message_id: "m".into(),
+            phase,
+            text: t.into(),
+            parent_tool_call_id: None,
+        })
+    }
+
+    fn tool(phase: Phase, name: &str) -> Event {
+        Event::ToolCall(ToolCall {
+            meta: blank_meta(),
+            id: "c".into(),
+            name: name.into(),
+            phase,
+            args: None,
+            args_delta: None,
+            parent_tool_call_id: None,
+        })
+    }
+
+    fn result(id: &str) -> Event {
+        Event::ToolResult(ToolResult {
+            meta: blank_meta(),
+            id: id.into(),
+            output: String::new(),
+            is_error: false,
+            parent_tool_call_id: None,
+        })
+    }
+
+    fn usage(u: Usage) -> Event {
+        Event::Usage(UsageUpdate {
+            meta: blank_meta(),
+            usage: u,
+        })
+    }
+
+    fn rule(events: &[Event]) -> Option<&'static str> {
+        let mut c = Claims::default();
+        events.iter().find_map(|e| c.check(e).err()).map(|v| v.rule)
+    }
+
+    #[test]
+    fn part_lifecycles_are_checked() {
+        assert_eq!(
+            rule(&[
+                text(Phase::Start, ""),
+                text(Phase::Delta, "x"),
+                text(Phase::End, "")
+            ]),
+            None
+        );
+        // Started again after it ended: a new part with the same id.
+        assert_eq!(
+            rule(&[
+                text(Phase::Start, ""),
+                text(Phase::End, ""),
+                text(Phase::Start, "")
+            ]),
+            None
+        );
+        assert_eq!(rule(&[text(Phase::End, "")]), Some("text-lifecycle"));
+        assert_eq!(rule(&[text(Phase::Delta, "x")]), Some("text-lifecycle"));
+        assert_eq!(
+            rule(&[text(Phase::Start, ""), text(Phase::Start, "")]),
+            Some("text-lifecycle")
+        );
+        assert_eq!(
+            rule(&[text(Phase::Start, ""), text(Phase::Delta, "")]),
+            Some("text-lifecycle")
+        );
+        assert_eq!(rule(&[tool(Phase::Start, "")]), Some("tool-lifecycle"));
+        assert_eq!(
+            rule(&[
+                tool(Phase::Start, "echo"),
+                tool(Phase::End, "echo"),
+                result("c")
+            ]),
+            None
+        );
+        assert_eq!(rule(&[result("ghost")]), Some("tool-result"));
+        assert_eq!(
+            rule(&[tool(Phase::Start, "echo"), result("c")]),
+            Some("tool-result")
+        );
+    }
+
+    #[test]
+    fn only_items_notices_and_vendor_events_follow_the_end_of_the_turn() {
+        let mut c = Claims {
+            stage: Stage::Ended,
+            ..Claims::default()
+        };
+        assert_eq!(
+            c.check(&text(Phase::Start, "")).unwrap_err().rule,
+            "after-end-turn"
+        );
+        assert_eq!(
+            c.check(&tool(Phase::Start, "echo")).unwrap_err().rule,
+            "after-end-turn"
+        );
+        let notice = Event::Notice(crate::event::Notice {
+            meta: blank_meta(),
+            notice: "n".into(),
+            message: String::new(),
+            data: None,
+        });
+        assert!(c.check(&notice).is_ok());
+        // Closing what is still open is allowed (a CLI killed mid-turn).
+        let mut open = Claims::default();
+        open.check(&tool(Phase::Start, "echo")).unwrap();
+        open.stage = Stage::Exited;
+        assert!(open.check(&tool(Phase::End, "echo")).is_ok());
+        assert_eq!(
+            open.check(&tool(Phase::End, "echo")).unwrap_err().rule,
+            "tool-lifecycle"
+        );
+        c.stage = Stage::Exited;
+        assert!(
+            c.check(&usage(Usage::default()))
+                .unwrap_err()
+                .message
+                .contains("after the process exited")
+        );
+    }
+
+    #[test]
+    fn usage_must_be_plausible_and_the_outcome_must_repeat_the_last_report() {
+        for bad in [
+            Usage {
+                input_tokens: Some(u64::MAX),
+                ..Usage::default()
+            },
+            Usage {
+                cost_usd: Some(f64::NAN),
+                ..Usage::default()
+            },
+            Usage {
+                cost_usd: Some(f64::INFINITY),
+                ..Usage::default()
+            },
+            Usage {
+                cost_usd: Some(-1e308),
+                ..Usage::default()
+            },
+        ] {
+            assert_eq!(rule(&[usage(bad.clone())]), Some("usage"), "{bad:?}");
+        }
+        let good = Usage {
+            input_tokens: Some(10),
+            cost_usd: Some(0.01),
+            ..Usage::default()
+        };
+        let mut c = Claims::default();
+        c.check(&usage(good.clone())).unwrap();
+        let mut outcome = crate::session::DriverOutcome::default();
+        assert_eq!(c.check_outcome(&outcome).unwrap_err().rule, "outcome-usage");
+        outcome.usage = Some(Usage {
+            input_tokens: Some(11),
+            ..good.clone()
+        });
+        assert_eq!(c.check_outcome(&outcome).unwrap_err().rule, "outcome-usage");
+        outcome.usage = Some(good);
+        assert!(c.check_outcome(&outcome).is_ok());
+        // Nothing emitted, nothing claimed.
+        assert!(
+            Claims::default()
+                .check_outcome(&crate::session::DriverOutcome::default())
+                .is_ok()
+        );
+        // Open parts at the end.
+        let mut c = Claims::default();
+        c.check(&tool(Phase::Start, "echo")).unwrap();
+        assert_eq!(
+            c.check_outcome(&crate::session::DriverOutcome::default())
+                .unwrap_err()
+                .rule,
+            "unclosed"
+        );
+    }
+}
