@@ -7,7 +7,9 @@
 //!   thinking), and is ended once; a tool call starts with a name;
 //! - `tool-result`: a result names a call that has ended;
 //! - `after-end-turn`: once the driver ended the turn, and once the process exited, it may
-//!   only close parts still open and report transcript items, notices and vendor events;
+//!   only close parts still open (ends, and results of its calls) and report transcript
+//!   items, usage, notices and vendor events (a late token count is a report, not a lie; a
+//!   new part would never end);
 //! - `usage`: every counter at most [`MAX_PLAUSIBLE_TOKENS`], a cost finite, non-negative and
 //!   at most [`MAX_PLAUSIBLE_COST_USD`];
 //! - `outcome-usage`: the outcome's usage is the last usage event's (absent when none was
@@ -121,6 +123,8 @@ impl Default for Claims {
 impl Claims {
     /// Check one event the driver emitted (and record it).
     pub(crate) fn check(&mut self, event: &Event) -> Result<(), Violation> {
+        // Closing what is open: ends, and the result of a call (a call denied or cut off
+        // when the turn was stopped still gets its result; `tool-result` checks the call).
         let closing = matches!(
             event,
             Event::TextDelta(TextDelta {
@@ -132,11 +136,14 @@ impl Claims {
             }) | Event::ToolCall(ToolCall {
                 phase: Phase::End,
                 ..
-            })
+            }) | Event::ToolResult(_)
         );
         if self.stage != Stage::Running
             && !closing
-            && !matches!(event, Event::Item(_) | Event::Notice(_) | Event::Vendor(_))
+            && !matches!(
+                event,
+                Event::Item(_) | Event::Notice(_) | Event::Vendor(_) | Event::Usage(_)
+            )
         {
             let when = match self.stage {
                 Stage::Ended => "after it ended the turn",
@@ -360,7 +367,7 @@ mod tests {
     }
 
     #[test]
-    fn only_items_notices_and_vendor_events_follow_the_end_of_the_turn() {
+    fn after_the_turn_only_closings_and_reports_follow() {
         let mut c = Claims {
             stage: Stage::Ended,
             ..Claims::default()
@@ -385,13 +392,25 @@ mod tests {
         open.check(&tool(Phase::Start, "echo")).unwrap();
         open.stage = Stage::Exited;
         assert!(open.check(&tool(Phase::End, "echo")).is_ok());
+        assert!(
+            open.check(&result("c")).is_ok(),
+            "the stopped call's result"
+        );
+        assert_eq!(
+            open.check(&result("other")).unwrap_err().rule,
+            "tool-result"
+        );
         assert_eq!(
             open.check(&tool(Phase::End, "echo")).unwrap_err().rule,
             "tool-lifecycle"
         );
         c.stage = Stage::Exited;
         assert!(
-            c.check(&usage(Usage::default()))
+            c.check(&usage(Usage::default())).is_ok(),
+            "a late usage report"
+        );
+        assert!(
+            c.check(&text(Phase::Start, ""))
                 .unwrap_err()
                 .message
                 .contains("after the process exited")

@@ -538,7 +538,7 @@ async fn approvals_through_the_app_server() {
         Err(Error::Run(e)) => e,
         other => panic!("{other:?}"),
     };
-    assert_eq!(e.reason, FailureReason::ApprovalDenied);
+    assert_eq!(e.reason, FailureReason::ApprovalDenied, "{}", e.message);
     assert!(!c.ws().join("denied.txt").exists(), "the command never ran");
     let stdin = String::from_utf8_lossy(&e.result.raw().stdin).into_owned();
     assert!(stdin.contains(r#""decision":"cancel""#), "{stdin}");
