@@ -127,7 +127,10 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("ADAPTOR_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
-        .with_writer(std::io::stderr)
+        // Colour only on a terminal that allows it; either way no control character of a
+        // driver's reaches the terminal (see `output::log_writer`).
+        .with_writer(output::log_writer())
+        .with_ansi(output::stderr_styled())
         .init();
     let cli = match parse_args() {
         Ok(cli) => cli,

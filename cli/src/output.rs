@@ -3,7 +3,11 @@
 //!
 //! Owns the `outln!`/`out!`/`errln!` macros every command prints through, the "stdout was
 //! closed" flag, `--color auto|always|never` with `NO_COLOR`, and [`sanitize`], which makes
-//! driver and provider text inert on a terminal. Must not: decide what a command prints.
+//! driver and provider text inert on a terminal. Everything written through the macros is
+//! sanitised at the sink — whatever a command interpolates (an approval id, a descriptor
+//! string, a program name in an error), no control character from a driver or provider
+//! reaches the terminal; the only escape codes written are the CLI's own dim style
+//! ([`write_stdout_dim`]) and the status line's. Must not: decide what a command prints.
 //!
 //! A closed stdout (`adaptor run --json "hi" | head -3`) is not an error: the first write that
 //! fails with `EPIPE` marks stdout closed and later writes are skipped, so nothing panics; the
@@ -58,8 +62,21 @@ pub fn write_stdout(args: fmt::Arguments<'_>) {
     if STDOUT_STATE.load(Ordering::Relaxed) != OPEN {
         return;
     }
+    write_stdout_raw(&sanitize(&args.to_string()));
+}
+
+/// Write `text` dimmed (the one style the CLI uses): the text is sanitised, the style codes
+/// are the CLI's own.
+pub fn write_stdout_dim(text: &str) {
+    write_stdout_raw(&format!("\x1b[2m{}\x1b[0m", sanitize(text)));
+}
+
+fn write_stdout_raw(text: &str) {
+    if STDOUT_STATE.load(Ordering::Relaxed) != OPEN {
+        return;
+    }
     let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             STDOUT_STATE.store(CLOSED, Ordering::Relaxed);
         } else {
@@ -69,10 +86,11 @@ pub fn write_stdout(args: fmt::Arguments<'_>) {
     }
 }
 
-/// Write to stderr, ignoring failures. Used by `errln!`.
+/// Write to stderr, sanitised, ignoring failures. Used by `errln!`.
 pub fn write_stderr(args: fmt::Arguments<'_>) {
+    let text = sanitize(&args.to_string());
     let mut err = std::io::stderr().lock();
-    let _ = err.write_fmt(args).and_then(|()| err.flush());
+    let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
 }
 
 /// Print to stdout (data), surviving a closed pipe.
@@ -126,6 +144,58 @@ impl ColorChoice {
             ColorChoice::Never => clap::ColorChoice::Never,
         }
     }
+}
+
+/// Where log lines go: stderr, sanitised unless the log is styled (then tracing-subscriber
+/// escapes control characters inside fields itself, and its own colour codes must survive).
+pub fn log_writer() -> LogWriter {
+    LogWriter {
+        styled: stderr_styled(),
+    }
+}
+
+/// The CLI's log sink (see [`log_writer`]).
+#[derive(Debug, Clone, Copy)]
+pub struct LogWriter {
+    styled: bool,
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
+    type Writer = LogLine;
+
+    fn make_writer(&'a self) -> LogLine {
+        LogLine {
+            styled: self.styled,
+        }
+    }
+}
+
+/// One log line being written.
+#[derive(Debug)]
+pub struct LogLine {
+    styled: bool,
+}
+
+impl Write for LogLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut err = std::io::stderr().lock();
+        if self.styled {
+            err.write_all(buf)?;
+        } else {
+            err.write_all(sanitize(&String::from_utf8_lossy(buf)).as_bytes())?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+/// Whether stderr gets styling (the log lines' colours): a terminal, and the environment
+/// allows colour.
+pub fn stderr_styled() -> bool {
+    std::io::stderr().is_terminal() && env_allows_color()
 }
 
 /// `NO_COLOR` (set and not empty, see no-color.org) and `TERM=dumb` turn colour off.

@@ -65,11 +65,12 @@ impl View {
         }
     }
 
-    fn dim(&self, s: &str) -> String {
+    /// Print `s` dimmed when styled (the sink sanitises it either way).
+    fn dim(&self, s: &str) {
         if self.styled {
-            format!("\x1b[2m{s}\x1b[0m")
+            crate::output::write_stdout_dim(s);
         } else {
-            s.to_owned()
+            out!("{s}");
         }
     }
 
@@ -110,7 +111,7 @@ impl View {
                     self.in_thinking = true;
                 }
                 self.printing();
-                out!("{}", self.dim(&sanitize(&d.text)));
+                self.dim(&d.text);
                 self.mid_line = true;
                 self.status.set_activity("thinking");
             }
@@ -204,7 +205,8 @@ impl View {
                 r.session_id().unwrap_or("none"),
                 r.duration.as_secs_f64()
             );
-            outln!("{}", self.dim(&sanitize(&line)));
+            self.dim(&line);
+            outln!();
             if let Some(t) = &r.thread {
                 let how = match &t.start {
                     adaptor::ThreadStart::New => "new session".to_owned(),
@@ -217,7 +219,8 @@ impl View {
                     }
                 };
                 let line = format!("— thread {:?} · record {} · {how}", t.key, t.record_id);
-                outln!("{}", self.dim(&sanitize(&line)));
+                self.dim(&line);
+                outln!();
             }
         }
     }

@@ -54,6 +54,44 @@ pub(crate) fn descriptor(d: wit::Descriptor) -> Result<Descriptor, String> {
     if d.display_name.trim().is_empty() {
         return Err("display-name is empty".into());
     }
+    // Descriptor strings are shown to people (`adaptor drivers`, `inspect`, errors): no
+    // control characters, so no escape sequence reaches a terminal from a descriptor.
+    let mut strings: Vec<(&str, &str)> = vec![
+        ("display-name", &d.display_name),
+        ("version", &d.version),
+        ("default-program", &d.default_program),
+        ("sessions.codec", &d.sessions.codec),
+    ];
+    strings.extend(
+        d.cli_versions
+            .min
+            .as_deref()
+            .map(|v| ("cli-versions.min", v)),
+    );
+    strings.extend(
+        d.cli_versions
+            .max_exclusive
+            .as_deref()
+            .map(|v| ("cli-versions.max-exclusive", v)),
+    );
+    strings.extend(
+        d.cli_versions
+            .verified
+            .iter()
+            .map(|v| ("cli-versions.verified", v.as_str())),
+    );
+    strings.extend(d.models.iter().flat_map(|m| {
+        [
+            ("models.id", m.id.as_str()),
+            ("models.label", m.label.as_str()),
+        ]
+    }));
+    if let Some((field, value)) = strings
+        .iter()
+        .find(|(_, v)| v.chars().any(char::is_control))
+    {
+        return Err(format!("{field} {value:?} contains control characters"));
+    }
     check_default_program(&d.default_program)?;
     if d.sessions.resume && d.sessions.codec.trim().is_empty() {
         return Err("sessions.resume is declared without a codec name".into());
@@ -716,6 +754,27 @@ mod tests {
         ] {
             assert!(check_default_program(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn descriptor_strings_carry_no_control_characters() {
+        let mut d = minimal_descriptor();
+        d.display_name = "Evil \x1b]0;pwned\x07".into();
+        let err = descriptor(d).unwrap_err();
+        assert!(
+            err.contains("display-name") && err.contains("control"),
+            "{err}"
+        );
+        assert!(!err.contains('\x1b'), "the value is shown escaped: {err}");
+        let mut d = minimal_descriptor();
+        d.models = vec![wit::ModelInfo {
+            id: "m".into(),
+            label: "bell\x07".into(),
+        }];
+        assert!(descriptor(d).unwrap_err().contains("models.label"));
+        let mut d = minimal_descriptor();
+        d.version = "1.0\r".into();
+        assert!(descriptor(d).unwrap_err().contains("version"));
     }
 
     #[test]

@@ -874,3 +874,85 @@ fn inspect_prints_the_containment_and_a_missing_allowed_path_is_a_usage_error() 
         "{err}"
     );
 }
+
+/// No raw control character from a driver or provider in what a command printed.
+fn assert_inert(what: &str, out: &std::process::Output) {
+    for (stream, bytes) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+        let text = String::from_utf8_lossy(bytes);
+        assert!(
+            !text.contains(['\x1b', '\x07', '\r']),
+            "{what}: a control character reached {stream}: {text:?}"
+        );
+    }
+}
+
+#[test]
+fn no_escape_sequence_from_a_driver_reaches_the_terminal() {
+    // The hostile driver puts escape sequences in its text, thinking, tool call, notice and
+    // approval request (`[[escapes]]`), in a program name it asks to launch
+    // (`[[spawn-escape]]`) and, run through a shell, in its Inspect probe's output.
+    let (state, ws, db) = (tmp(), tmp(), tmp());
+    let hostile = test_driver_path("hostile").display().to_string();
+    let reference_like = serde_json::json!({
+        "command": provider_path().display().to_string(),
+        "state_dir": state.path().display().to_string(),
+    })
+    .to_string();
+    let store = db.path().join("threads.sqlite3").display().to_string();
+    let cwd = ws.path().display().to_string();
+    let run = |extra: &[&str], prompt: &str| {
+        let mut args = vec![
+            "run",
+            "--driver",
+            &hostile,
+            "--config",
+            &reference_like,
+            "--cwd",
+            &cwd,
+        ];
+        args.extend_from_slice(extra);
+        args.push(prompt);
+        adaptor().args(&args).output().unwrap()
+    };
+    let readable = run(&[], "[[escapes]] hi");
+    assert_inert("run", &readable);
+    let shown = String::from_utf8_lossy(&readable.stdout);
+    assert!(shown.contains("text") && shown.contains("tool"), "{shown}");
+    assert_inert(
+        "run --approve ask",
+        &run(&["--approve", "ask"], "[[escapes]] hi"),
+    );
+    assert_inert(
+        "run --approve deny",
+        &run(&["--approve", "deny"], "[[escapes]] hi"),
+    );
+    let json = run(&["--json"], "[[escapes]] hi");
+    assert_inert("run --json", &json);
+    assert!(
+        String::from_utf8_lossy(&json.stdout).contains("\\u001b"),
+        "JSON escapes them"
+    );
+    let refused = run(&[], "[[spawn-escape]] hi");
+    assert_exit(&refused, 2);
+    assert_inert("a refused launch", &refused);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("pwned"));
+    // A thread key with escapes, listed.
+    let key = "key\x1b]0;pwned\x07";
+    let threaded = run(&["--thread", key, "--store", &store], "hi");
+    assert_exit(&threaded, 0);
+    assert_inert("a thread run", &threaded);
+    let listed = adaptor()
+        .args(["threads", "list", "--store", &store])
+        .output()
+        .unwrap();
+    assert_exit(&listed, 0);
+    assert_inert("threads list", &listed);
+    // Inspect with a shell as the CLI: the probe prints an escape sequence.
+    let sh = serde_json::json!({"command": "/bin/sh"}).to_string();
+    let inspected = adaptor()
+        .args(["inspect", "--driver", &hostile, "--config", &sh])
+        .output()
+        .unwrap();
+    assert_inert("inspect", &inspected);
+    assert!(String::from_utf8_lossy(&inspected.stdout).contains("probe-ran"));
+}
