@@ -374,6 +374,41 @@ pub enum Limit {
         /// Bytes.
         bytes: usize,
     },
+    /// Timers set at once.
+    TimersLive {
+        /// The maximum.
+        max: usize,
+    },
+    /// Timer fires in one turn.
+    TimerFiresPerTurn {
+        /// The maximum.
+        max: u64,
+    },
+    /// Bytes written to the provider's stdin in one turn.
+    StdinPerTurn {
+        /// Bytes.
+        bytes: usize,
+    },
+    /// Approval requests pending at once.
+    ApprovalsPending {
+        /// The maximum.
+        max: usize,
+    },
+    /// Approval requests in one turn.
+    ApprovalsPerTurn {
+        /// The maximum.
+        max: usize,
+    },
+    /// Events emitted in one turn.
+    EventsPerTurn {
+        /// The maximum.
+        max: u64,
+    },
+    /// Private files of one launch.
+    PrivateFiles {
+        /// The maximum.
+        max: usize,
+    },
 }
 
 impl fmt::Display for Limit {
@@ -389,6 +424,19 @@ impl fmt::Display for Limit {
             Limit::HostcallBytes { bytes } => {
                 write!(f, "limit of {} MiB copied per call", bytes >> 20)
             }
+            Limit::TimersLive { max } => write!(f, "limit of {max} timers set at once"),
+            Limit::TimerFiresPerTurn { max } => write!(f, "limit of {max} timer fires per turn"),
+            Limit::StdinPerTurn { bytes } => {
+                write!(f, "limit of {} MiB written to stdin per turn", bytes >> 20)
+            }
+            Limit::ApprovalsPending { max } => {
+                write!(f, "limit of {max} approval requests pending at once")
+            }
+            Limit::ApprovalsPerTurn { max } => {
+                write!(f, "limit of {max} approval requests per turn")
+            }
+            Limit::EventsPerTurn { max } => write!(f, "limit of {max} events per turn"),
+            Limit::PrivateFiles { max } => write!(f, "limit of {max} private files per launch"),
         }
     }
 }

@@ -107,6 +107,11 @@ impl Decisions {
         }
     }
 
+    /// Requests waiting for an answer.
+    pub(crate) fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+
     /// A driver's `request-approval`. `Err` names a contract violation (duplicate pending id,
     /// details that are not a JSON object).
     pub(crate) fn request(

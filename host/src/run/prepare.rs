@@ -76,6 +76,14 @@ impl Run {
         );
         let mut session = instance.open_session(&request).await?;
         let launch = session.start().await?;
+        let max_files = self.inner.settings.limits.private_files;
+        if launch.files.len() > max_files {
+            return Err(Error::LimitExceeded {
+                driver: name.clone(),
+                call: "session.start",
+                limit: crate::error::Limit::PrivateFiles { max: max_files },
+            });
+        }
         let file_names: Vec<&str> = launch.files.iter().map(|(name, _)| name.as_str()).collect();
         let ask = LaunchAsk {
             program: &launch.program,

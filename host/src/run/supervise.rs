@@ -16,13 +16,14 @@ use super::decisions::{Decisions, Step};
 use super::guard::{CONTRACT_VIOLATION, Claims, Stage, Violation};
 use super::output::{Admit, OutputBudget};
 use crate::approval::Resolution;
-use crate::error::{Error, FailureReason};
+use crate::error::{Error, FailureReason, Limit};
 use crate::event::blank_meta;
 use crate::event::*;
 use crate::process::{self, Sig};
 use crate::result::{ChunkRecord, RawStreams, StreamKind};
 use crate::session::{Action, Decision, DriverSignal};
 use crate::stream::Emitter;
+use crate::wasm::guest::GuestLimits;
 use crate::wasm::guest::GuestSession;
 
 /// Read size for stdout/stderr chunks.
@@ -61,6 +62,19 @@ pub(super) struct Supervisor<'a> {
     pub(super) violation: Option<Violation>,
     /// Driver events withheld after the violation (reported in one notice).
     pub(super) withheld: u64,
+    /// The Agent's limits (the host resources a driver's actions may hold).
+    pub(super) limits: GuestLimits,
+    /// What this turn's driver used of them.
+    pub(super) used: Used,
+}
+
+/// The host resources a driver's actions used in this turn (see [`GuestLimits`]).
+#[derive(Debug, Default)]
+pub(super) struct Used {
+    timer_fires: u64,
+    events: u64,
+    approvals: usize,
+    stdin_bytes: usize,
 }
 
 /// How a turn's run loop ended.
@@ -106,7 +120,12 @@ impl Supervisor<'_> {
         let mut end_turn_deadline: Option<Instant> = None;
         let mut end_turn_seen = false;
         loop {
-            if let Some((id, decision)) = self.deliveries.pop_front() {
+            // Decisions are delivered one per turn of the loop, and not once the run is
+            // cancelled: a driver answering each decision with more requests cannot keep
+            // Ctrl-C waiting (what is left is delivered after the exit, as events only).
+            if !cancel.is_cancelled()
+                && let Some((id, decision)) = self.deliveries.pop_front()
+            {
                 let actions = self.session.on_decision(&id, &decision).await?;
                 self.apply(EventSource::Decision { request_id: id }, actions)
                     .await?;
@@ -199,6 +218,12 @@ impl Supervisor<'_> {
                 _ = sleep_opt(next_timer.map(|(_, at)| at)) => {
                     if let Some((id, _)) = next_timer {
                         self.timers.remove(&id);
+                        self.used.timer_fires += 1;
+                        if self.used.timer_fires > self.limits.timer_fires_per_turn {
+                            return Err(self.limit("session.on-timer", Limit::TimerFiresPerTurn {
+                                max: self.limits.timer_fires_per_turn,
+                            }));
+                        }
                         let actions = self.session.on_timer(id).await?;
                         self.apply(EventSource::Timer { id }, actions).await?;
                     }
@@ -457,10 +482,41 @@ impl Supervisor<'_> {
     ) -> Result<(), Error> {
         for action in actions {
             match action {
-                Action::Emit(event) => self.forward(*event, &source).await,
-                Action::WriteStdin(bytes) => self.write_stdin(bytes).await,
+                Action::Emit(event) => {
+                    self.count_event()?;
+                    self.forward(*event, &source).await
+                }
+                Action::WriteStdin(bytes) => {
+                    self.used.stdin_bytes += bytes.len();
+                    if self.used.stdin_bytes > self.limits.stdin_bytes_per_turn {
+                        return Err(self.limit(
+                            "write-stdin",
+                            Limit::StdinPerTurn {
+                                bytes: self.limits.stdin_bytes_per_turn,
+                            },
+                        ));
+                    }
+                    self.write_stdin(bytes).await
+                }
                 Action::CloseStdin => self.stdin = None,
                 Action::RequestApproval(request) => {
+                    self.used.approvals += 1;
+                    if self.used.approvals > self.limits.approvals_per_turn {
+                        return Err(self.limit(
+                            "request-approval",
+                            Limit::ApprovalsPerTurn {
+                                max: self.limits.approvals_per_turn,
+                            },
+                        ));
+                    }
+                    if self.asks.pending_count() >= self.limits.approvals_pending {
+                        return Err(self.limit(
+                            "request-approval",
+                            Limit::ApprovalsPending {
+                                max: self.limits.approvals_pending,
+                            },
+                        ));
+                    }
                     let mut steps = Vec::new();
                     self.asks.request(request, &mut steps).map_err(|message| {
                         Error::DriverContract {
@@ -472,6 +528,16 @@ impl Supervisor<'_> {
                     self.perform(steps).await;
                 }
                 Action::SetTimer { id, after } => {
+                    if !self.timers.contains_key(&id)
+                        && self.timers.len() >= self.limits.timers_live
+                    {
+                        return Err(self.limit(
+                            "set-timer",
+                            Limit::TimersLive {
+                                max: self.limits.timers_live,
+                            },
+                        ));
+                    }
                     self.timers.insert(id, Instant::now() + after);
                 }
                 Action::CancelTimer(id) => {
@@ -493,6 +559,30 @@ impl Supervisor<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Count one driver event against the turn's limit.
+    fn count_event(&mut self) -> Result<(), Error> {
+        self.used.events += 1;
+        if self.used.events > self.limits.events_per_turn {
+            return Err(self.limit(
+                "emit",
+                Limit::EventsPerTurn {
+                    max: self.limits.events_per_turn,
+                },
+            ));
+        }
+        Ok(())
+    }
+
+    /// A host-resource limit the driver's actions hit: the run ends with it.
+    fn limit(&self, call: &'static str, limit: Limit) -> Error {
+        tracing::warn!(driver = %self.driver, call, %limit, "driver stopped by a limit");
+        Error::LimitExceeded {
+            driver: self.driver.clone(),
+            call,
+            limit,
+        }
     }
 
     /// Forward one driver event after checking it against the contract. The first violation
@@ -562,7 +652,10 @@ impl Supervisor<'_> {
     ) -> Result<(), Error> {
         for action in actions {
             match action {
-                Action::Emit(event) => self.forward(*event, &source).await,
+                Action::Emit(event) => {
+                    self.count_event()?;
+                    self.forward(*event, &source).await
+                }
                 Action::EndTurn => {}
                 other => {
                     tracing::debug!(driver = %self.driver, action = ?other, "action after the process exited ignored");

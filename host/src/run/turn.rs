@@ -182,6 +182,8 @@ impl Run {
             claims: Claims::default(),
             violation: None,
             withheld: 0,
+            limits: self.inner.settings.limits,
+            used: Default::default(),
         };
         match pipe {
             Some(StdinPipe { sender, writer }) => {

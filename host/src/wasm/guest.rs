@@ -130,8 +130,10 @@ fn sandbox_wasi(stderr: MemoryOutputPipe) -> WasiCtx {
     builder.build()
 }
 
-/// Sandbox limits applied to every driver instance (one instance per run). Exceeding one
-/// stops the call with [`Error::LimitExceeded`] naming the driver, the call and the limit.
+/// Sandbox limits applied to every driver instance (one instance per run), and the host
+/// resources a driver's actions may hold across calls (timers, stdin, approvals, events,
+/// private files). Exceeding one stops the run with [`Error::LimitExceeded`] naming the
+/// driver, the call (or action) and the limit actually hit.
 ///
 /// Guest CPU is measured in wasmtime *fuel* — units of executed WebAssembly, about one per
 /// instruction — not in time: the same driver on the same input uses the same fuel on a quiet
@@ -159,6 +161,23 @@ pub struct GuestLimits {
     pub actions_per_call: usize,
     /// Log messages one call may write.
     pub logs_per_call: u32,
+    /// Timers a driver may have set at once (default 256).
+    pub timers_live: usize,
+    /// Timer fires in one turn (default 100 000): a driver that re-arms a 0 ms timer forever
+    /// ends with [`Limit::TimerFiresPerTurn`] even without a run timeout.
+    pub timer_fires_per_turn: u64,
+    /// Bytes a driver may write to the provider's stdin in one turn (default 64 MiB). The
+    /// raw capture keeps every byte written, so the total is what bounds the host's memory
+    /// (a provider that does not read cannot make the host queue gigabytes).
+    pub stdin_bytes_per_turn: usize,
+    /// Approval requests pending at once (default 256).
+    pub approvals_pending: usize,
+    /// Approval requests in one turn (default 10 000).
+    pub approvals_per_turn: usize,
+    /// Events a driver may emit in one turn (default 10 000 000).
+    pub events_per_turn: u64,
+    /// Private files one launch may ask for (default 64).
+    pub private_files: usize,
 }
 
 impl Default for GuestLimits {
@@ -172,6 +191,13 @@ impl Default for GuestLimits {
             run_fuel: 60_000_000_000,
             actions_per_call: 10_000,
             logs_per_call: 1_000,
+            timers_live: 256,
+            timer_fires_per_turn: 100_000,
+            stdin_bytes_per_turn: 64 << 20,
+            approvals_pending: 256,
+            approvals_per_turn: 10_000,
+            events_per_turn: 10_000_000,
+            private_files: 64,
         }
     }
 }

@@ -295,3 +295,107 @@ async fn lies_are_not_forwarded_and_fail_the_run_naming_the_rule() {
         good_run_after(&agent, lie).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_resources_held_across_calls_are_bounded_and_named() {
+    let (state, ws) = (tmp(), tmp());
+    let limits = GuestLimits {
+        timer_fires_per_turn: 1_000,
+        events_per_turn: 500,
+        ..GuestLimits::default()
+    };
+    // No run timeout backs these up: each limit alone must end its attack.
+    let agent = agent_builder(
+        configured(&test_driver_path("hostile"), state.path()),
+        ws.path(),
+    )
+    .guest_limits(limits)
+    .build();
+    let d = GuestLimits::default();
+    for (attack, call, limit) in [
+        (
+            "timer-herd",
+            "session.on-timer",
+            Limit::TimerFiresPerTurn { max: 1_000 },
+        ),
+        (
+            "timer-flood",
+            "set-timer",
+            Limit::TimersLive { max: d.timers_live },
+        ),
+        (
+            "stdin-flood",
+            "write-stdin",
+            Limit::StdinPerTurn {
+                bytes: d.stdin_bytes_per_turn,
+            },
+        ),
+        (
+            "approval-flood",
+            "request-approval",
+            Limit::ApprovalsPending {
+                max: d.approvals_pending,
+            },
+        ),
+        ("notice-flood", "emit", Limit::EventsPerTurn { max: 500 }),
+        (
+            "approval-chain",
+            "request-approval",
+            Limit::ApprovalsPerTurn {
+                max: d.approvals_per_turn,
+            },
+        ),
+        (
+            "many-files",
+            "session.start",
+            Limit::PrivateFiles {
+                max: d.private_files,
+            },
+        ),
+    ] {
+        // The provider hangs after its first line: only the limit can end the herd.
+        let hang = if attack == "timer-herd" || attack == "stdin-flood" {
+            " [[hang]]"
+        } else {
+            ""
+        };
+        // Decisions come back at once (auto-approve), so the chain grows as fast as it can.
+        let options = if attack == "approval-chain" {
+            adaptor::RunOptions::new().policy(adaptor::Policy {
+                approvals: adaptor::ApprovalPolicy {
+                    permission: adaptor::DecisionMode::AutoApprove,
+                    ..adaptor::ApprovalPolicy::default()
+                },
+                ..adaptor::Policy::default()
+            })
+        } else {
+            adaptor::RunOptions::new()
+        };
+        let (events, result) =
+            collect(agent.stream_with(format!("[[{attack}]]{hang} hello"), options)).await;
+        match result.map(|r| r.text) {
+            Err(Error::LimitExceeded {
+                driver,
+                call: c,
+                limit: l,
+            }) => {
+                assert_eq!(
+                    (driver.as_str(), c, &l),
+                    ("hostile", call, &limit),
+                    "{attack}"
+                );
+                assert!(l.to_string().starts_with("limit of"), "{attack}: {l}");
+            }
+            other => panic!("{attack}: expected {limit}, got {other:?}"),
+        }
+        if attack == "many-files" {
+            assert!(events.is_empty(), "refused before anything started");
+        } else {
+            assert!(
+                matches!(events.last(), Some(Event::RunFinished(f)) if f.failed),
+                "{attack}"
+            );
+        }
+        good_run_after(&agent, attack).await;
+    }
+}

@@ -19,6 +19,12 @@
 //!   a call that never started), `[[lie-huge-usage]]` (`u64::MAX` input tokens),
 //!   `[[lie-nan-cost]]` (a NaN cost), `[[lie-after-exit]]` (a tool call started in `on-exit`,
 //!   never ended);
+//! - host resources held across calls, from the first stdout chunk: `[[timer-herd]]` (a 0 ms
+//!   timer re-armed on every fire, forever), `[[timer-flood]]` (1 000 timers at once),
+//!   `[[stdin-flood]]` (4 MiB written to stdin on every fire of a 0 ms timer, forever), `[[approval-flood]]` (1 000 approval
+//!   requests at once), `[[notice-flood]]` (1 000 notices), `[[approval-chain]]` (every decision
+//!   answered with 200 more requests), `[[many-files]]` (1 000 private
+//!   files asked for at launch);
 //! - `[[escapes]]`: terminal escape sequences in everything the CLI shows — text, thinking,
 //!   a tool call's name and result, a notice, and an approval request's id, kind, title,
 //!   tool name, choices and details; `[[spawn-escape]]`: a program name with escapes (refused,
@@ -124,6 +130,8 @@ pub struct HostileSession {
     shell: Option<(Vec<u8>, Vec<u8>)>,
     /// The `[[lie-…]]` events were emitted (on the first chunk only).
     lied: bool,
+    /// Approval requests made by `[[approval-chain]]`.
+    asked: u32,
 }
 
 /// The `[[NAME ARG]]` arguments of every directive `name` in `text`.
@@ -140,6 +148,22 @@ fn directive_args<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
 impl HostileSession {
     fn wants(&self, directive: &str) -> bool {
         self.prompt.contains(&format!("[[{directive}]]"))
+    }
+
+    /// `[[approval-chain]]`: `n` more approval requests.
+    fn chain(&mut self, n: u32, out: &mut Actions) {
+        for _ in 0..n {
+            self.asked += 1;
+            out.request_approval(adaptor_sdk::ApprovalRequest {
+                id: format!("chain-{}", self.asked),
+                kind: adaptor_sdk::ApprovalKind::Permission,
+                title: "chain".into(),
+                tool_call_id: None,
+                tool_name: None,
+                choices: Vec::new(),
+                details_json: None,
+            });
+        }
     }
 }
 
@@ -214,6 +238,7 @@ impl Session for HostileSession {
             probe: None,
             shell: None,
             lied: false,
+            asked: 0,
         }
     }
 
@@ -241,6 +266,14 @@ impl Session for HostileSession {
         }
         if self.wants("block") {
             block_for_an_hour();
+        }
+        if self.wants("many-files") {
+            launch.files = (0..1_000)
+                .map(|i| adaptor_sdk::PrivateFile {
+                    name: format!("f{i}"),
+                    contents: Vec::new(),
+                })
+                .collect();
         }
         if self.wants("spawn-escape") {
             launch.program = format!("{ESC}]0;pwned{BEL}cat");
@@ -310,6 +343,38 @@ impl Session for HostileSession {
         }
         if !std::mem::replace(&mut self.lied, true) {
             let top = adaptor_sdk::top_scope();
+            if self.wants("timer-herd") {
+                out.set_timer(1, 0);
+            }
+            if self.wants("timer-flood") {
+                for id in 0..1_000 {
+                    out.set_timer(id, 60_000);
+                }
+            }
+            if self.wants("stdin-flood") {
+                out.set_timer(2, 0);
+            }
+            if self.wants("approval-chain") {
+                self.chain(1, out);
+            }
+            if self.wants("approval-flood") {
+                for i in 0..1_000 {
+                    out.request_approval(adaptor_sdk::ApprovalRequest {
+                        id: format!("flood-{i}"),
+                        kind: adaptor_sdk::ApprovalKind::Permission,
+                        title: "flood".into(),
+                        tool_call_id: None,
+                        tool_name: None,
+                        choices: Vec::new(),
+                        details_json: None,
+                    });
+                }
+            }
+            if self.wants("notice-flood") {
+                for _ in 0..1_000 {
+                    out.notice("flood", "", None);
+                }
+            }
             if self.wants("escapes") {
                 let evil = format!("{ESC}]52;c;cHduZWQ={BEL}{ESC}[2J{ESC}]0;title{BEL}\r");
                 out.text_start("esc-text", &top);
@@ -381,6 +446,25 @@ impl Session for HostileSession {
             return;
         }
         self.inner.on_stderr(chunk, out);
+    }
+
+    fn on_decision(&mut self, id: &str, decision: adaptor_sdk::Decision, out: &mut Actions) {
+        if self.wants("approval-chain") {
+            self.chain(200, out);
+            return;
+        }
+        self.inner.on_decision(id, decision, out);
+    }
+
+    fn on_timer(&mut self, id: u64, out: &mut Actions) {
+        if self.wants("timer-herd") {
+            out.set_timer(id, 0);
+        }
+        if self.wants("stdin-flood") {
+            // 4 MiB per call (under the per-call copy limit), forever.
+            out.write_stdin(vec![b'x'; 4 << 20]);
+            out.set_timer(id, 0);
+        }
     }
 
     fn on_exit(&mut self, status: &ExitStatus, out: &mut Actions) {
