@@ -1,6 +1,8 @@
 //! Inspect (read-only): what a driver and its CLI look like on this machine — environment
 //! checks from the driver's probe commands (run by the host under the same grant as a launch,
-//! with bounded output and a timeout), models, config schema, and explicit "unsupported" for
+//! with a read-only workspace and read-only CLI state, bounded output, at most
+//! [`MAX_PROBES`] probes of plain words and flags, each within [`MAX_PROBE_TIME`] and all
+//! within [`MAX_INSPECTION_TIME`]), models, config schema, and explicit "unsupported" for
 //! what the driver cannot report (quota, skills). Never fakes success.
 //!
 //! Must not: start sessions or write anything.
@@ -21,6 +23,47 @@ use crate::wasm::guest::GuestInstance;
 
 /// Bytes kept from a probe's stdout and from its stderr.
 const PROBE_OUTPUT_CAP: usize = 64 * 1024;
+
+/// The most probes a driver may ask for.
+pub const MAX_PROBES: usize = 4;
+/// The most arguments one probe may pass.
+pub const MAX_PROBE_ARGS: usize = 8;
+/// The longest probe argument, in bytes.
+pub const MAX_PROBE_ARG_BYTES: usize = 64;
+/// The longest one probe may run.
+pub const MAX_PROBE_TIME: Duration = Duration::from_secs(30);
+/// The longest all probes of one inspection may run together.
+pub const MAX_INSPECTION_TIME: Duration = Duration::from_secs(60);
+
+/// A probe must look like `--version`, `--help` or `models list`: a few plain words and
+/// flags. No paths, no JSON, no spaces, no shell: whatever the driver asks, a probe cannot
+/// hand the CLI a settings document, a hook, a script or a file to run (the CLI's state is
+/// read-only for probes as well, so nothing it runs can leave one behind).
+fn check_probe(probe: &crate::session::Probe) -> Result<(), String> {
+    if probe.args.len() > MAX_PROBE_ARGS {
+        return Err(format!(
+            "probe `{}` has {} arguments, over the limit of {MAX_PROBE_ARGS}",
+            probe.id,
+            probe.args.len()
+        ));
+    }
+    for arg in &probe.args {
+        let word = arg.trim_start_matches('-');
+        let plain = !word.is_empty()
+            && arg.len() - word.len() <= 2
+            && arg.len() <= MAX_PROBE_ARG_BYTES
+            && word
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '=' | ':'));
+        if !plain {
+            return Err(format!(
+                "probe `{}` argument {arg:?} is not a plain word or flag (at most {MAX_PROBE_ARG_BYTES} bytes of letters, digits, `-_.=:`)",
+                probe.id
+            ));
+        }
+    }
+    Ok(())
+}
 
 pub use crate::session::{Check, CheckLevel};
 
@@ -95,6 +138,21 @@ impl Agent {
             .environment_probes(&config)
             .await?
             .map_err(|e| e.into_error(name.clone()))?;
+        let contract = |message: String| Error::DriverContract {
+            driver: name.clone(),
+            call: "environment-probes",
+            message,
+        };
+        if probes.len() > MAX_PROBES {
+            return Err(contract(format!(
+                "{} probes, over the limit of {MAX_PROBES}",
+                probes.len()
+            )));
+        }
+        for probe in &probes {
+            check_probe(probe).map_err(contract)?;
+        }
+        let inspection_ends = std::time::Instant::now() + MAX_INSPECTION_TIME;
         let workspace = crate::grant::resolve_workspace(inner.defaults.workspace.as_deref())?;
         // The same grant as a launch: the configured command, resolved once.
         let grant = driver.process_grant(workspace.clone(), &inner.settings.grant_rules())?;
@@ -114,6 +172,7 @@ impl Agent {
                 files: None,
                 tmp: &PrivateDir::tmp_for(run_dir.root()),
                 read_only: true,
+                state_read_only: true,
             },
         );
         let mut outputs = Vec::new();
@@ -141,9 +200,11 @@ impl Agent {
                 },
                 Ok((spec, _)) => {
                     tracing::info!(driver = %name, probe = %probe.id, "running environment probe");
+                    let left = inspection_ends.saturating_duration_since(std::time::Instant::now());
                     let timeout = probe
                         .timeout
-                        .clamp(Duration::from_millis(100), Duration::from_secs(60));
+                        .clamp(Duration::from_millis(100), MAX_PROBE_TIME)
+                        .min(left);
                     let spec = ProcessSpec {
                         args: probe.args,
                         ..spec.clone()
@@ -272,5 +333,47 @@ async fn run_probe(
             stderr: Vec::new(),
             error: Some(format!("timed out after {} ms", timeout.as_millis())),
         },
+    }
+}
+
+#[cfg(test)]
+mod probe_tests {
+    use super::*;
+
+    fn probe(args: &[&str]) -> crate::session::Probe {
+        crate::session::Probe {
+            id: "p".into(),
+            program: "cli".into(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn probes_are_plain_words_and_flags() {
+        for ok in [
+            &["--version"][..],
+            &["models", "list"],
+            &["-v"],
+            &["--format=json"],
+            &[],
+        ] {
+            assert!(check_probe(&probe(ok)).is_ok(), "{ok:?}");
+        }
+        for bad in [
+            &["-c", "touch /tmp/x"][..],
+            &["--settings", r#"{"apiKeyHelper":"id"}"#],
+            &["--settings=/tmp/s.json"],
+            &["---x"],
+            &["--"],
+            &["a b"],
+            &["$(id)"],
+        ] {
+            assert!(check_probe(&probe(bad)).is_err(), "{bad:?}");
+        }
+        let long = "x".repeat(MAX_PROBE_ARG_BYTES + 1);
+        assert!(check_probe(&probe(&[&long])).is_err());
+        let many = vec!["-v"; MAX_PROBE_ARGS + 1];
+        assert!(check_probe(&probe(&many)).is_err());
     }
 }

@@ -102,7 +102,10 @@ pub use event::{
     ThreadFallback, ToolCall, ToolResult, UsageUpdate, VendorEvent,
 };
 pub use grant::{DEFAULT_ENV_ALLOWLIST, DRIVER_ENDPOINT_VARIABLES, DRIVER_ENV_DENYLIST};
-pub use inspect::{Availability, Check, CheckLevel, EnvironmentReport, Inspection};
+pub use inspect::{
+    Availability, Check, CheckLevel, EnvironmentReport, Inspection, MAX_INSPECTION_TIME,
+    MAX_PROBE_ARG_BYTES, MAX_PROBE_ARGS, MAX_PROBE_TIME, MAX_PROBES,
+};
 pub use policy::{ApprovalPolicy, DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
 pub use result::{
     Checkpoint, ChunkRecord, ExitInfo, ItemKind, LaunchPlan, LaunchRecord, ProcessIdentity,

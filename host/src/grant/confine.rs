@@ -90,6 +90,10 @@ pub(crate) struct PlanInputs<'a> {
     pub workspace: &'a Path,
     /// No writes to the workspace (`Sandbox::ReadOnly`).
     pub read_only: bool,
+    /// No writes to the CLI's state either (Inspect's probes: nothing they run can leave a
+    /// setting or hook behind); state that exists is readable, state that does not is not
+    /// created.
+    pub state_read_only: bool,
     /// The run's private files, if any were written.
     pub files_dir: Option<&'a Path>,
     /// The provider's `TMPDIR`.
@@ -253,7 +257,11 @@ impl ConfinementPlan {
                 StatePath::Dir(p) => (p, true),
                 StatePath::File(p) => (p, false),
             };
-            if is_dir {
+            if inputs.state_read_only {
+                if path.exists() {
+                    plan.add(&path, PathAccess::Read, "state (read-only)");
+                }
+            } else if is_dir {
                 plan.add_or_create(&path, "state");
             } else {
                 plan.add(&path, PathAccess::ReadWrite, "state");
@@ -287,7 +295,17 @@ impl ConfinementPlan {
                             canonical.display()
                         )));
                     }
-                    plan.add_or_create(&canonical, &format!("state ({why})"));
+                    if inputs.state_read_only {
+                        if canonical.exists() {
+                            plan.add(
+                                &canonical,
+                                PathAccess::Read,
+                                &format!("state ({why}, read-only)"),
+                            );
+                        }
+                    } else {
+                        plan.add_or_create(&canonical, &format!("state ({why})"));
+                    }
                 }
                 ConfigPathKind::Read => {
                     if !canonical.exists() {
@@ -539,6 +557,7 @@ mod tests {
             program: &program,
             workspace: &ws,
             read_only: false,
+            state_read_only: false,
             files_dir: None,
             tmp_dir: &tmp,
             env: &env,
@@ -570,6 +589,7 @@ mod tests {
         // Read-only: the workspace loses write; a caller path must exist.
         let read_only = PlanInputs {
             read_only: true,
+            state_read_only: false,
             ..inputs
         };
         let plan = ConfinementPlan::decide(&read_only).unwrap();

@@ -86,6 +86,8 @@ pub(crate) struct RunPaths<'a> {
     pub tmp: &'a Path,
     /// No writes to the workspace.
     pub read_only: bool,
+    /// No writes to the CLI's state (Inspect's probes).
+    pub state_read_only: bool,
 }
 
 /// The canonical workspace: `dir`, else the current directory; it must be a directory.
@@ -281,6 +283,7 @@ impl ProcessGrant {
             program: &program,
             workspace: &self.workspace,
             read_only: run.read_only,
+            state_read_only: run.state_read_only,
             files_dir: run.files,
             tmp_dir: &tmp,
             env: &env,
@@ -374,6 +377,7 @@ mod tests {
             files: None,
             tmp,
             read_only: false,
+            state_read_only: false,
         }
     }
 

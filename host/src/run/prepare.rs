@@ -121,6 +121,7 @@ impl Run {
                 files: Some(&private_dir.path()),
                 tmp: &tmp,
                 read_only,
+                state_read_only: false,
             },
         )?;
         Ok(Prepared {

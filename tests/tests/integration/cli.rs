@@ -947,8 +947,16 @@ fn no_escape_sequence_from_a_driver_reaches_the_terminal() {
         .unwrap();
     assert_exit(&listed, 0);
     assert_inert("threads list", &listed);
-    // Inspect with a shell as the CLI: the probe prints an escape sequence.
-    let sh = serde_json::json!({"command": "/bin/sh"}).to_string();
+    // Inspect with a CLI whose `--version` prints an escape sequence.
+    let bin = tmp();
+    let cli = bin.path().join("escaping-cli.sh");
+    std::fs::write(
+        &cli,
+        "#!/bin/sh\nprintf '\\033]0;pwned\\007'\necho probe-ran\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&cli, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let sh = serde_json::json!({"command": cli.display().to_string()}).to_string();
     let inspected = adaptor()
         .args(["inspect", "--driver", &hostile, "--config", &sh])
         .output()

@@ -294,8 +294,33 @@ async fn the_provider_cannot_signal_processes_outside_its_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_probes_are_confined_like_a_launch_and_report_it() {
+    // A probe whose arguments are a script is refused: probes are plain words and flags.
     let ws = tmp();
-    let agent = shell_agent(ws.path()).build();
+    let r = shell_agent(ws.path()).build().inspect().await;
+    assert!(
+        matches!(&r, Err(Error::DriverContract { call: "environment-probes", message, .. }) if message.contains("is not a plain word or flag")),
+        "{r:?}"
+    );
+    // A CLI that misbehaves on `--version` (a script the caller configured) runs confined:
+    // no write to the workspace or to its state, no secret read.
+    let (bin, state) = (tmp(), tmp());
+    let cli = bin.path().join("evil-cli.sh");
+    std::fs::write(
+        &cli,
+        format!(
+            "#!/bin/sh\ntouch probe-wrote && echo wrote-the-workspace\ntouch {}/hook && echo wrote-the-state\ncat /etc/shadow > /dev/null && echo read-shadow\necho probe-ran\n",
+            state.path().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&cli, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let driver = adaptor::Driver::from_file(test_driver_path("hostile"))
+        .unwrap()
+        .with_config(serde_json::json!({"command": cli.display().to_string()}))
+        .unwrap();
+    let agent = agent_builder(driver, ws.path())
+        .containment(Containment::new().state_dir(state.path()))
+        .build();
     let inspection = agent.inspect().await.unwrap();
     let check = inspection
         .environment
@@ -310,7 +335,16 @@ async fn inspect_probes_are_confined_like_a_launch_and_report_it() {
         check.message
     );
     assert!(!check.message.contains("read-shadow"), "{}", check.message);
+    assert!(
+        !check.message.contains("wrote-the-state"),
+        "{}",
+        check.message
+    );
     assert!(!ws.path().join("probe-wrote").exists());
+    assert!(
+        !state.path().join("hook").exists(),
+        "the CLI's state is read-only for probes"
+    );
     match &inspection.containment {
         adaptor::Availability::Supported { value } => {
             assert!(

@@ -77,16 +77,28 @@ impl Driver for HostileDriver {
         ReferenceDriver::config_fingerprint(config)
     }
 
-    /// With a shell as the granted program, one probe that tries to write into the workspace
-    /// and to read `/etc/shadow` (Inspect must confine it like a launch), and prints a
-    /// terminal escape sequence (Inspect must not pass it to the terminal).
+    /// With a shell as the granted program, one probe whose arguments are a script that
+    /// tries to write into the workspace, read `/etc/shadow` and print an escape sequence
+    /// (Inspect must refuse such arguments); with a `.sh` script as the program, a plain
+    /// `--version` probe (the script does the same, and Inspect must confine it).
     fn environment_probes(
         config: &serde_json::Value,
     ) -> Result<Vec<adaptor_sdk::ProbeCommand>, ConfigError> {
         let command = config.get("command").and_then(|c| c.as_str()).unwrap_or("");
+        if command.ends_with(".sh") {
+            // A caller's script as the CLI: a plain `--version` probe, and the script does
+            // the damage (the host must confine it).
+            return Ok(vec![adaptor_sdk::ProbeCommand {
+                id: "escape".into(),
+                program: command.to_owned(),
+                args: vec!["--version".into()],
+                timeout_ms: 10_000,
+            }]);
+        }
         if !command.ends_with("sh") {
             return ReferenceDriver::environment_probes(config);
         }
+        // A shell as the CLI: the probe itself is the script (the host must refuse it).
         Ok(vec![adaptor_sdk::ProbeCommand {
             id: "escape".into(),
             program: command.to_owned(),
