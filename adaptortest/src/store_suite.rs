@@ -68,6 +68,7 @@ pub fn record(id: &str, key: &str, updated_ms: u64) -> ThreadRecord {
         key: key.to_owned(),
         status: RecordStatus::Active,
         driver: "reference".to_owned(),
+        component: "cd".repeat(32),
         fingerprint: format!("sha256:{}", "ab".repeat(32)),
         state: SessionState {
             codec: "reference/v1".to_owned(),

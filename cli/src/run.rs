@@ -58,6 +58,11 @@ pub struct RunArgs {
     /// of it). After a crash, the thread is free again once it lapses.
     #[arg(long, value_name = "SECONDS", requires = "thread")]
     pub(crate) lease_ttl: Option<f64>,
+    /// With `--thread`: also resume a thread record written by the driver component with
+    /// this sha256 (after a driver upgrade: the old build's, see `adaptor threads show`);
+    /// repeatable.
+    #[arg(long, value_name = "SHA256", requires = "thread")]
+    pub(crate) accept_checkpoints_from: Vec<String>,
     /// Thread store: a SQLite file path or a `postgres://` URL [default: `store` in the
     /// config file, else the SQLite file under your data directory, or `$ADAPTOR_THREAD_DB`].
     #[arg(long, value_name = "PATH|URL")]
@@ -135,6 +140,15 @@ pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -
                 return ExitCode::from(EXIT_USAGE);
             }
         }
+    }
+    for sha in &args.accept_checkpoints_from {
+        if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+            errln!(
+                "adaptor: --accept-checkpoints-from takes a sha256 in hex (64 digits), not {sha:?}"
+            );
+            return ExitCode::from(EXIT_USAGE);
+        }
+        builder = builder.accept_checkpoints_from(sha.to_ascii_lowercase());
     }
     if let Some(secs) = args.lease_ttl {
         if !(secs.is_finite() && secs > 0.0) {

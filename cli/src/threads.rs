@@ -239,10 +239,15 @@ fn print_record(r: &ThreadRecord, json: bool) {
         RecordStatus::Archived => "archived",
     };
     outln!(
-        "{:?}  {status}  {}  driver {}  session {}  turns {}  updated {age}{}",
+        "{:?}  {status}  {}  driver {}{}  session {}  turns {}  updated {age}{}",
         sanitize(&r.key),
         r.id,
         sanitize(&r.driver),
+        if r.component.is_empty() {
+            String::new()
+        } else {
+            format!(" (sha256 {})", sanitize(&r.component))
+        },
         sanitize(r.state.display_id.as_deref().unwrap_or(&r.state.resume_id)),
         r.turns,
         r.parent_id

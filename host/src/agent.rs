@@ -244,6 +244,8 @@ pub(crate) struct Settings {
     pub set_env: Vec<(String, String)>,
     pub program_dirs: Vec<PathBuf>,
     pub limits: GuestLimits,
+    /// Driver components (sha256) whose thread records this agent resumes besides its own.
+    pub accepted_components: Vec<String>,
     pub parent_death_signal: bool,
     pub thread_store: Option<Arc<dyn ThreadStore>>,
     pub lease_ttl: Duration,
@@ -310,6 +312,7 @@ impl Default for Settings {
             set_env: Vec::new(),
             program_dirs: Vec::new(),
             limits: GuestLimits::default(),
+            accepted_components: Vec::new(),
             parent_death_signal: true,
             thread_store: None,
             lease_ttl: crate::thread::DEFAULT_LEASE_TTL,
@@ -422,6 +425,17 @@ impl AgentBuilder {
     /// run (the default) or runs best-effort. See [`Containment`](crate::Containment).
     pub fn containment(mut self, containment: crate::containment::Containment) -> Self {
         self.settings.containment = containment;
+        self
+    }
+
+    /// Resume thread records written by the driver component with this sha256 (hex, as
+    /// [`Driver::sha256`] and `adaptor drivers --json` show it) as well as by this agent's
+    /// own: the explicit migration after a driver upgrade. Without it, a record another
+    /// component wrote is [`ThreadError::Incompatible`](crate::ThreadError::Incompatible) —
+    /// its resume id and guard data are that component's claims. Each run that saves stamps
+    /// the record with this agent's component. Adds to the set; may be called repeatedly.
+    pub fn accept_checkpoints_from(mut self, sha256: impl Into<String>) -> Self {
+        self.settings.accepted_components.push(sha256.into());
         self
     }
 

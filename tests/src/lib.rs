@@ -316,13 +316,22 @@ pub async fn rewrite_state(
     key: &str,
     change: impl FnOnce(&mut adaptor::SessionState),
 ) -> adaptor::store::ThreadRecord {
+    rewrite_record(store, key, |r| change(&mut r.state)).await
+}
+
+/// Rewrite the active record of `key` in `store` (see [`rewrite_state`]).
+pub async fn rewrite_record(
+    store: &dyn adaptor::store::ThreadStore,
+    key: &str,
+    change: impl FnOnce(&mut adaptor::store::ThreadRecord),
+) -> adaptor::store::ThreadRecord {
     use adaptor::store::{Finalize, Query, lease_target_for_key};
     let mut record = store
         .resolve(&Query::Key(key.to_owned()))
         .await
         .unwrap()
         .expect("an active record");
-    change(&mut record.state);
+    change(&mut record);
     let lease = store
         .acquire_lease(&lease_target_for_key(key), "test", Duration::from_secs(5))
         .await

@@ -118,6 +118,10 @@ pub(crate) struct Coordinator {
     key: String,
     fingerprint: String,
     driver: String,
+    /// sha256 of the driver component this run uses (stamped on what it saves).
+    component: String,
+    /// Other components whose records this agent accepts (the caller's explicit migration).
+    accepted: Vec<String>,
     codec: String,
     resume_only: bool,
     fork_from: Arc<Mutex<Option<String>>>,
@@ -159,6 +163,7 @@ impl Coordinator {
         binding: ThreadBinding,
         fingerprint: String,
         driver: &str,
+        component: (&str, &[String]),
         sessions: &crate::descriptor::SessionCaps,
     ) -> Result<Coordinator, Error> {
         let key = binding.key.clone();
@@ -189,6 +194,8 @@ impl Coordinator {
             key,
             fingerprint,
             driver: driver.to_owned(),
+            component: component.0.to_owned(),
+            accepted: component.1.to_vec(),
             codec: sessions.codec.clone(),
             resume_only: binding.resume_only,
             fork_from: binding.fork_from,
@@ -270,6 +277,17 @@ impl Coordinator {
             return Err(self.incompatible(format!(
                 "{what} was written by driver `{}`, this agent runs `{}`",
                 record.driver, self.driver
+            )));
+        }
+        // Another component of the same name (another build, or a third party calling itself
+        // `claude`) wrote it: its resume id and guard data are its own claims.
+        if !record.component.is_empty()
+            && record.component != self.component
+            && !self.accepted.contains(&record.component)
+        {
+            return Err(self.incompatible(format!(
+                "{what} was written by another `{}` component (sha256 {}), this agent runs sha256 {}; accept it with AgentBuilder::accept_checkpoints_from (CLI: --accept-checkpoints-from)",
+                self.driver, record.component, self.component
             )));
         }
         if record.fingerprint != self.fingerprint {
@@ -488,6 +506,7 @@ impl Coordinator {
             key: self.key.clone(),
             status: RecordStatus::Active,
             driver: self.driver.clone(),
+            component: self.component.clone(),
             fingerprint: self.fingerprint.clone(),
             state: state.clone(),
             parent_id,
@@ -517,6 +536,7 @@ impl Coordinator {
             (Some(previous), None) => {
                 let mut record = previous.clone();
                 record.state = state.clone();
+                record.component = self.component.clone();
                 record.turns += 1;
                 record.updated_at = now;
                 (record, None, ThreadStart::Resumed)

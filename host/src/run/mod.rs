@@ -347,7 +347,12 @@ impl Run {
             )
             .as_bytes(),
         ));
-        self.coordinator = Some(Coordinator::begin(binding, fingerprint, &name, sessions).await?);
+        let component = (
+            driver.loaded.sha256.as_str(),
+            self.inner.settings.accepted_components.as_slice(),
+        );
+        self.coordinator =
+            Some(Coordinator::begin(binding, fingerprint, &name, component, sessions).await?);
         Ok(())
     }
 

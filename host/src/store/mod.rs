@@ -94,6 +94,12 @@ pub struct ThreadRecord {
     pub status: RecordStatus,
     /// Driver name that wrote it.
     pub driver: String,
+    /// sha256 (hex) of the driver component that wrote it: a thread resumes it only with the
+    /// same component, unless the caller accepts the other one explicitly
+    /// ([`AgentBuilder::accept_checkpoints_from`](crate::AgentBuilder::accept_checkpoints_from)).
+    /// Empty for records written before components were recorded (accepted, and stamped by
+    /// the next save).
+    pub component: String,
     /// The thread fingerprint of the runs that wrote it (`sha256:<hex>`); a run with another
     /// fingerprint is refused before any process starts.
     pub fingerprint: String,

@@ -35,7 +35,7 @@ use crate::result::SessionState;
 const STORE: &str = "sqlite";
 
 /// The schema version this build writes and reads (`PRAGMA user_version`).
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 /// How long a statement waits for another process's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -71,8 +71,12 @@ CREATE TABLE thread_leases (
 ) STRICT;
 ";
 
-const RECORD_COLUMNS: &str = "id, key, status, driver, fingerprint, codec, resume_id, display_id, \
-     data, valid, parent_id, turns, created_at, updated_at";
+/// Version 1 → 2: the component that wrote a record (empty for older records).
+const MIGRATE_V1_TO_V2: &str =
+    "ALTER TABLE thread_records ADD COLUMN component TEXT NOT NULL DEFAULT '';";
+
+const RECORD_COLUMNS: &str = "id, key, status, driver, component, fingerprint, codec, resume_id, \
+     display_id, data, valid, parent_id, turns, created_at, updated_at";
 
 /// Thread records and leases in one SQLite file (WAL mode). Any number of processes on this
 /// machine may open the same file; each operation is one transaction.
@@ -211,7 +215,8 @@ fn configure(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
         .map_err(|e| backend(path, "setting synchronous=FULL", e))
 }
 
-/// Create the schema on a new file, accept the current version, refuse anything else.
+/// Create the schema on a new file, migrate version 1, accept the current version, refuse
+/// anything else.
 fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -220,9 +225,13 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .map_err(|e| backend(path, "reading the schema version", e))?;
     match version {
-        0 => {
-            tx.execute_batch(SCHEMA_V1)
-                .map_err(|e| backend(path, "creating the schema", e))?;
+        0 | 1 => {
+            if version == 0 {
+                tx.execute_batch(SCHEMA_V1)
+                    .map_err(|e| backend(path, "creating the schema", e))?;
+            }
+            tx.execute_batch(MIGRATE_V1_TO_V2)
+                .map_err(|e| backend(path, "migrating the schema to version 2", e))?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(|e| backend(path, "recording the schema version", e))?;
             tx.commit()
@@ -292,6 +301,7 @@ fn decode_record(row: &Row<'_>) -> rusqlite::Result<Result<ThreadRecord, StoreEr
         key,
         status,
         driver: row.get("driver")?,
+        component: row.get("component")?,
         fingerprint: row.get("fingerprint")?,
         state: SessionState {
             codec: row.get("codec")?,
@@ -397,10 +407,11 @@ fn finalize_in(conn: &mut Connection, path: &Path, request: Finalize) -> Result<
     }
     tx.execute(
         "INSERT INTO thread_records (id, key, status, driver, fingerprint, codec, resume_id, \
-             display_id, data, valid, parent_id, turns, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
+             display_id, data, valid, parent_id, turns, created_at, updated_at, component) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
          ON CONFLICT (id) DO UPDATE SET key = excluded.key, status = excluded.status, \
-             driver = excluded.driver, fingerprint = excluded.fingerprint, \
+             driver = excluded.driver, component = excluded.component, \
+             fingerprint = excluded.fingerprint, \
              codec = excluded.codec, resume_id = excluded.resume_id, \
              display_id = excluded.display_id, data = excluded.data, valid = excluded.valid, \
              parent_id = excluded.parent_id, turns = excluded.turns, \
@@ -420,6 +431,7 @@ fn finalize_in(conn: &mut Connection, path: &Path, request: Finalize) -> Result<
             turns,
             to_millis(record.created_at),
             updated_at,
+            record.component,
         ],
     )
     .map_err(|e| backend(path, &format!("saving record `{}`", record.id), e))?;
@@ -620,6 +632,46 @@ mod tests {
         assert_eq!(pragma(&again, "user_version"), SCHEMA_VERSION.to_string());
     }
 
+    #[tokio::test]
+    async fn a_version_1_file_is_migrated_and_its_records_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.sqlite3");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(SCHEMA_V1).unwrap();
+            conn.execute(
+                "INSERT INTO thread_records (id, key, status, driver, fingerprint, codec, \
+                 resume_id, display_id, data, valid, parent_id, turns, created_at, updated_at) \
+                 VALUES ('thr-old', X'6B', 'active', 'reference', 'sha256:00', 'c', 'r', NULL, \
+                 '{}', 1, NULL, 3, 0, 0)",
+                [],
+            )
+            .unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(pragma(&store, "user_version"), SCHEMA_VERSION.to_string());
+        let old = store
+            .resolve(&Query::Key("k".into()))
+            .await
+            .unwrap()
+            .expect("the version 1 record");
+        assert_eq!(
+            (old.id.as_str(), old.turns, old.component.as_str()),
+            ("thr-old", 3, "")
+        );
+        drop(store);
+        // Opening again finds version 2 and changes nothing.
+        let again = SqliteStore::open(&path).unwrap();
+        assert!(
+            again
+                .resolve(&Query::Key("k".into()))
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+
     #[test]
     fn a_file_of_another_schema_version_is_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
@@ -652,6 +704,7 @@ mod tests {
                     key: key.clone(),
                     status: RecordStatus::Active,
                     driver: "reference".into(),
+                    component: "ab".repeat(32),
                     fingerprint: "sha256:00".into(),
                     state: SessionState {
                         codec: "c".into(),

@@ -116,6 +116,11 @@ fn a_thread_resumes_across_processes_and_is_listed() {
     assert_eq!(listed[0]["turns"], 2);
     assert_eq!(listed[0]["driver"], "reference");
     assert_eq!(
+        listed[0]["component"].as_str().map(str::len),
+        Some(64),
+        "the record names the component that wrote it"
+    );
+    assert_eq!(
         listed[0]["state"]["resume_id"],
         second["checkpoint"]["resume_id"]
     );
@@ -194,6 +199,21 @@ fn resume_only_missing_and_flag_conflicts_are_setup_errors() {
         .unwrap();
     assert_exit(&out, 2);
     assert!(stderr(&out).contains("--resume"), "{}", stderr(&out));
+    // --accept-checkpoints-from takes a sha256.
+    let out = f
+        .adaptor()
+        .args([
+            "run",
+            "--thread",
+            "a",
+            "--accept-checkpoints-from",
+            "not-a-hash",
+            "hi",
+        ])
+        .output()
+        .unwrap();
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("sha256 in hex"), "{}", stderr(&out));
     let out = f
         .adaptor()
         .args(["threads", "show", "nothing-here", "--store", &f.store()])

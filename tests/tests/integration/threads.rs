@@ -13,7 +13,9 @@ use adaptor::store::{
     ThreadRecord, ThreadStore, lease_target_for_key,
 };
 use adaptor::{Agent, Error, Event, FailureReason, RunOptions, ThreadError, ThreadStart};
-use adaptor_integration_tests::{agent_builder, collect, reference, rewrite_state, testbed, tmp};
+use adaptor_integration_tests::{
+    agent_builder, collect, reference, rewrite_record, rewrite_state, testbed, tmp,
+};
 
 fn agent(store: Arc<dyn ThreadStore>, state: &Path, workspace: &Path) -> Agent {
     agent_builder(reference(state), workspace)
@@ -860,5 +862,53 @@ async fn a_fork_that_loses_the_race_for_its_key_saves_nothing() {
         all.len(),
         2,
         "the parent and the winner, nothing of the fork: {all:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_of_another_component_resumes_only_when_the_caller_accepts_it() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), state.path(), ws.path());
+    let first = agent.thread("bound").run("hello").await.unwrap();
+    let ours = agent.driver().sha256().to_owned();
+    let record = agent.thread("bound").record().await.unwrap().unwrap();
+    assert_eq!(record.component, ours, "a saved record names the component");
+    // Another component called `reference` (same name, codec and fingerprint) wrote it.
+    let theirs = "ee".repeat(32);
+    let forged = rewrite_record(&*store, "bound", |r| r.component = theirs.clone()).await;
+    let (events, r) = collect(agent.thread("bound").stream("again")).await;
+    assert_refused_before_start(&events);
+    assert!(matches!(
+        thread_error(r),
+        ThreadError::Incompatible { reason, .. } if reason.contains(&theirs) && reason.contains("accept_checkpoints_from")
+    ));
+    assert_eq!(
+        agent.thread("bound").record().await.unwrap().unwrap(),
+        forged
+    );
+    // The caller migrates explicitly: it resumes, and the record is stamped with ours.
+    let migrating = agent_builder(reference(state.path()), ws.path())
+        .shared_thread_store(store.clone())
+        .accept_checkpoints_from(theirs.clone())
+        .build();
+    let r = migrating.thread("bound").run("again").await.unwrap();
+    assert_eq!(r.thread.as_ref().unwrap().start, ThreadStart::Resumed);
+    assert_eq!(r.session_id(), first.session_id());
+    let record = migrating.thread("bound").record().await.unwrap().unwrap();
+    assert_eq!(record.component, ours);
+    // A record from before components were recorded (empty) is accepted and stamped.
+    rewrite_record(&*store, "bound", |r| r.component.clear()).await;
+    let r = agent.thread("bound").run("once more").await.unwrap();
+    assert_eq!(r.thread.unwrap().start, ThreadStart::Resumed);
+    assert_eq!(
+        agent
+            .thread("bound")
+            .record()
+            .await
+            .unwrap()
+            .unwrap()
+            .component,
+        ours
     );
 }

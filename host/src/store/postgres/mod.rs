@@ -46,7 +46,7 @@ use tx::{RECORD_COLUMNS, archive_tx, decode_record, ensure_schema, finalize_tx};
 const STORE: &str = "postgres";
 
 /// The schema version this build writes and reads.
-const SCHEMA_VERSION: i32 = 1;
+const SCHEMA_VERSION: i32 = 2;
 
 /// Advisory lock serialising schema creation across concurrent first connects
 /// (`adaptsch` in ASCII).

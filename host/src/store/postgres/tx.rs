@@ -33,8 +33,11 @@ CREATE TABLE adaptor_thread_leases (
 );
 ";
 
-pub(super) const RECORD_COLUMNS: &str = "id, key, status, driver, fingerprint, codec, resume_id, display_id, \
-     data, valid, parent_id, turns, created_at_ms, updated_at_ms";
+/// Version 1 → 2: the component that wrote a record (empty for older records).
+pub(super) const MIGRATE_V1_TO_V2: &str = "ALTER TABLE adaptor_thread_records ADD COLUMN IF NOT EXISTS component TEXT NOT NULL DEFAULT '';";
+
+pub(super) const RECORD_COLUMNS: &str = "id, key, status, driver, component, fingerprint, codec, \
+     resume_id, display_id, data, valid, parent_id, turns, created_at_ms, updated_at_ms";
 
 pub(super) async fn ensure_schema(tx: &Transaction<'_>) -> Result<(), Failure> {
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
@@ -55,8 +58,23 @@ pub(super) async fn ensure_schema(tx: &Transaction<'_>) -> Result<(), Failure> {
             tx.batch_execute(SCHEMA_V1)
                 .await
                 .doing("creating the schema")?;
+            tx.batch_execute(MIGRATE_V1_TO_V2)
+                .await
+                .doing("migrating the schema to version 2")?;
             tx.execute(
                 "INSERT INTO adaptor_thread_schema (version) VALUES ($1)",
+                &[&SCHEMA_VERSION],
+            )
+            .await
+            .doing("recording the schema version")?;
+            Ok(())
+        }
+        [1] => {
+            tx.batch_execute(MIGRATE_V1_TO_V2)
+                .await
+                .doing("migrating the schema to version 2")?;
+            tx.execute(
+                "UPDATE adaptor_thread_schema SET version = $1",
                 &[&SCHEMA_VERSION],
             )
             .await
@@ -112,6 +130,7 @@ pub(super) fn decode_record(row: &Row) -> Result<ThreadRecord, Failure> {
         key,
         status,
         driver: get("driver")?,
+        component: get("component")?,
         fingerprint: get("fingerprint")?,
         state: SessionState {
             codec: get("codec")?,
@@ -210,10 +229,12 @@ pub(super) async fn finalize_tx(tx: &Transaction<'_>, request: &Finalize) -> Res
     }
     tx.execute(
         "INSERT INTO adaptor_thread_records (id, key, status, driver, fingerprint, codec, \
-             resume_id, display_id, data, valid, parent_id, turns, created_at_ms, updated_at_ms) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+             resume_id, display_id, data, valid, parent_id, turns, created_at_ms, updated_at_ms, \
+             component) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
          ON CONFLICT (id) DO UPDATE SET key = excluded.key, status = excluded.status, \
-             driver = excluded.driver, fingerprint = excluded.fingerprint, \
+             driver = excluded.driver, component = excluded.component, \
+             fingerprint = excluded.fingerprint, \
              codec = excluded.codec, resume_id = excluded.resume_id, \
              display_id = excluded.display_id, data = excluded.data, valid = excluded.valid, \
              parent_id = excluded.parent_id, turns = excluded.turns, \
@@ -233,6 +254,7 @@ pub(super) async fn finalize_tx(tx: &Transaction<'_>, request: &Finalize) -> Res
             &turns,
             &to_millis(record.created_at),
             &updated_at,
+            &record.component,
         ],
     )
     .await
