@@ -393,36 +393,29 @@ mod tests {
 
     #[test]
     fn a_long_summary_is_bounded_at_a_character_boundary_with_a_notice() {
-        let mut notices = Vec::new();
-        let mut o = outcome(None, true);
-        o.summary = Some("é".repeat(3000));
-        let r = classify(
-            &facts(None),
-            o,
-            RawStreams::default(),
-            exit(Some(0), None),
-            &mut notices,
-        )
-        .unwrap();
-        let summary = r.summary.unwrap();
+        let summarised = |text: String| {
+            let mut notices = Vec::new();
+            let mut o = outcome(None, true);
+            o.summary = Some(text);
+            let r = classify(
+                &facts(None),
+                o,
+                RawStreams::default(),
+                exit(Some(0), None),
+                &mut notices,
+            )
+            .unwrap();
+            (r.summary.unwrap(), notices)
+        };
+        let (summary, notices) = summarised("é".repeat(3000));
         assert!(summary.len() <= SUMMARY_MAX_BYTES, "{}", summary.len());
         assert!(summary.ends_with('…') && summary.starts_with("éé"));
         assert_eq!(notices.len(), 1);
         assert_eq!(notices[0].0, SUMMARY_TRUNCATED);
         assert!(notices[0].1.contains("6000 bytes"), "{}", notices[0].1);
         // A short one passes unchanged, without a notice.
-        let mut notices = Vec::new();
-        let mut o = outcome(None, true);
-        o.summary = Some("Answered in 1 turn(s).".into());
-        let r = classify(
-            &facts(None),
-            o,
-            RawStreams::default(),
-            exit(Some(0), None),
-            &mut notices,
-        )
-        .unwrap();
-        assert_eq!(r.summary.as_deref(), Some("Answered in 1 turn(s)."));
+        let (summary, notices) = summarised("Answered in 1 turn(s).".into());
+        assert_eq!(summary, "Answered in 1 turn(s).");
         assert!(notices.is_empty());
         let exact = "x".repeat(SUMMARY_MAX_BYTES);
         assert_eq!(bound_summary(exact.clone()), (exact, None));
