@@ -207,9 +207,10 @@ async fn the_sandbox_grants_no_files_environment_arguments_or_network() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_that_waits_on_a_clock_blocks_no_call() {
-    // The hostile driver sleeps an hour (a WASI monotonic-clock wait) in `describe` and
-    // `validate-config` — so loading it at all is the first check — and with `[[block]]` in
-    // `start`, on every stdout chunk and in `finish`. Every wait returns at once: the run is
+    // The hostile driver sleeps an hour (a WASI monotonic-clock wait) in `describe`,
+    // `validate-config`, `config-fingerprint` and its probe calls — so loading it at all is
+    // the first check — and with `[[block]]` in `start`, on every stdout chunk, in a timer,
+    // in `on-exit` and in `finish`. Every wait returns at once: the run is
     // the reference run. (The run timeout only stops a hang from stalling the suite.)
     let (state, ws) = (tmp(), tmp());
     let state_path = state.path().to_owned();
@@ -221,12 +222,22 @@ async fn a_driver_that_waits_on_a_clock_blocks_no_call() {
         .unwrap();
     let agent = agent_builder(driver, ws.path())
         .timeout(Duration::from_secs(120))
+        .thread_store(adaptor::store::MemoryStore::new())
         .build();
     let r = agent
         .run("[[block]] wake up")
         .await
         .expect("the waits return at once");
     assert_eq!(r.text, "Reference reply: [[block]] wake up");
+    // A thread run asks for the config fingerprint; Inspect for probes and their report.
+    let r = agent
+        .thread("waits")
+        .run("[[block]] wake up")
+        .await
+        .expect("the waits return at once");
+    assert!(r.thread.is_some());
+    let inspection = agent.inspect().await.expect("inspect does not wait either");
+    assert!(!inspection.environment.checks.is_empty());
 
     // The CLI lists it too (a wait in `describe` once made `adaptor drivers` panic).
     let dir = tmp();

@@ -11,9 +11,10 @@
 //! - `[[never-finish]]`: spin forever in `finish` (CPU per call);
 //! - `[[burn-cpu]]`: a fixed, large amount of work on every chunk (CPU per run);
 //! - `[[panic]]`: panic while the provider runs;
-//! - `[[block]]`: block for an hour (a WASI clock wait) in `start`, on every stdout chunk and
-//!   in `finish` — and `describe` and `validate-config` always block for an hour, so a host
-//!   whose guest calls can wait cannot even load this driver;
+//! - `[[block]]`: block for an hour (a WASI clock wait) in `start`, on every stdout chunk, in
+//!   a timer it sets, in `on-exit` and in `finish` — and `describe`, `validate-config`,
+//!   `config-fingerprint` and the probe calls always block for an hour, so a host whose guest
+//!   calls can wait cannot even load or inspect this driver;
 //! - lies the host must not forward, each on the first stdout chunk unless said otherwise:
 //!   `[[lie-double-start]]` (a text part started twice), `[[lie-orphan-result]]` (a result for
 //!   a call that never started), `[[lie-huge-usage]]` (`u64::MAX` input tokens),
@@ -74,6 +75,7 @@ impl Driver for HostileDriver {
     }
 
     fn config_fingerprint(config: &serde_json::Value) -> Result<String, ConfigError> {
+        block_for_an_hour();
         ReferenceDriver::config_fingerprint(config)
     }
 
@@ -84,6 +86,7 @@ impl Driver for HostileDriver {
     fn environment_probes(
         config: &serde_json::Value,
     ) -> Result<Vec<adaptor_sdk::ProbeCommand>, ConfigError> {
+        block_for_an_hour();
         let command = config.get("command").and_then(|c| c.as_str()).unwrap_or("");
         if command.ends_with(".sh") {
             // A caller's script as the CLI: a plain `--version` probe, and the script does
@@ -115,6 +118,7 @@ impl Driver for HostileDriver {
         config: &serde_json::Value,
         outputs: &[adaptor_sdk::ProbeOutput],
     ) -> adaptor_sdk::EnvironmentReport {
+        block_for_an_hour();
         let mut report = ReferenceDriver::environment_report(config, outputs);
         for o in outputs.iter().filter(|o| o.id == "escape") {
             report.checks.push(adaptor_sdk::Check {
@@ -319,6 +323,9 @@ impl Session for HostileSession {
         }
         if self.wants("block") {
             block_for_an_hour();
+            if !self.lied {
+                out.set_timer(3, 0);
+            }
         }
         if self.wants("memory-bomb") {
             let mut hoard: Vec<Vec<u8>> = Vec::new();
@@ -469,6 +476,9 @@ impl Session for HostileSession {
     }
 
     fn on_timer(&mut self, id: u64, out: &mut Actions) {
+        if self.wants("block") {
+            block_for_an_hour();
+        }
         if self.wants("timer-herd") {
             out.set_timer(id, 0);
         }
@@ -484,6 +494,9 @@ impl Session for HostileSession {
             return;
         }
         self.inner.on_exit(status, out);
+        if self.wants("block") {
+            block_for_an_hour();
+        }
         if self.wants("lie-after-exit") {
             out.tool_start("late", "echo", None, &adaptor_sdk::top_scope());
         }
