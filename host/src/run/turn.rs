@@ -210,6 +210,27 @@ impl Run {
             Initial::Actions(actions) => sup.apply(EventSource::NextTurn, actions).await?,
         }
 
+        // A long guest call is interrupted when the run is cancelled (Ctrl-C, `cancel`) or
+        // reaches its timeout: a watcher trips the session's interrupt at either.
+        let interrupt = tokio_util::sync::CancellationToken::new();
+        let watcher = {
+            let (interrupt, cancel, timeout) =
+                (interrupt.clone(), self.cancel.clone(), self.options.timeout);
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = cancel.cancelled() => {}
+                    _ = async {
+                        match timeout {
+                            Some(t) => tokio::time::sleep(t).await,
+                            None => std::future::pending().await,
+                        }
+                    } => {}
+                }
+                interrupt.cancel();
+            })
+        };
+        let _stop_watching = AbortOnDrop(watcher);
+        sup.session.interrupt_on(Some(interrupt));
         let outcome = sup
             .run_loop(
                 &mut spawned,
@@ -271,7 +292,14 @@ impl Run {
                 tracing::error!(pgid, error = %e, "could not confirm the provider process group is gone")
             }
         }
-        let (status, cancelled, timed_out) = exited?;
+        // A long driver call cut by the run's cancellation: the process is gone (reaped
+        // above); the run ends as cancelled, without the driver's outcome.
+        let mut interrupted = exited.is_err() && sup.session.was_interrupted();
+        let by_caller = self.cancel.is_cancelled();
+        let (status, cancelled, timed_out) = match exited {
+            Err(_) if interrupted => (None, by_caller, !by_caller),
+            other => other?,
+        };
         let stdin_error = sup
             .close_stdin_and_join(self.inner.settings.grace_period)
             .await;
@@ -295,16 +323,60 @@ impl Run {
         };
         // The process is gone: from here the driver may only close what is open and report.
         sup.claims.stage = Stage::Exited;
-        sup.deliver_after_exit().await?;
-        let actions = sup.session.on_exit(session_exit).await?;
-        sup.apply_after_exit(EventSource::Exit, actions).await?;
-        let outcome = sup.session.finish(&codec).await?;
-        if let Err(v) = sup.claims.check_outcome(&outcome) {
-            sup.violate(v).await;
-        }
+        let outcome = if interrupted {
+            None
+        } else {
+            let after_exit = async {
+                sup.deliver_after_exit().await?;
+                let actions = sup.session.on_exit(session_exit).await?;
+                sup.apply_after_exit(EventSource::Exit, actions).await?;
+                sup.session.finish(&codec).await
+            }
+            .await;
+            match after_exit {
+                Ok(outcome) => Some(outcome),
+                Err(_) if sup.session.was_interrupted() => {
+                    interrupted = true;
+                    None
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let outcome = match outcome {
+            Some(outcome) => {
+                if let Err(v) = sup.claims.check_outcome(&outcome) {
+                    sup.violate(v).await;
+                }
+                outcome
+            }
+            None => {
+                sup.notice(
+                    "driver.interrupted",
+                    "the run was cancelled or timed out while a driver call ran long; the call was interrupted and the driver's outcome is lost",
+                )
+                .await;
+                DriverOutcome::default()
+            }
+        };
         let raw = std::mem::take(&mut sup.raw);
         let violation = sup.violation_failure().await;
-        let host_failure = violation.or_else(|| {
+        let cancelled_mid_call = interrupted.then(|| {
+            if by_caller {
+                (
+                    FailureReason::Cancelled,
+                    "the run was cancelled; a driver call that ran long was interrupted".to_owned(),
+                )
+            } else {
+                (
+                    FailureReason::Timeout,
+                    format!(
+                        "the run exceeded its timeout of {} ms; a driver call that ran long was interrupted",
+                        self.options.timeout.unwrap_or_default().as_millis()
+                    ),
+                )
+            }
+        });
+        let host_failure = cancelled_mid_call.or(violation).or_else(|| {
             sup.asks
                 .failure()
                 .or_else(|| output_limit.map(|message| (FailureReason::OutputLimit, message)))
@@ -371,5 +443,14 @@ impl Run {
             exit,
             notices,
         )
+    }
+}
+
+/// Aborts a task when dropped (the interrupt watcher of one turn).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

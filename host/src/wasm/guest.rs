@@ -211,6 +211,39 @@ pub(crate) struct GuestState {
     /// Log messages written during the current call, and the cap.
     logs_this_call: u32,
     logs_cap: u32,
+    /// The run's cancellation: a call that has run for [`INTERRUPT_AFTER_TICKS`] epoch
+    /// ticks when it fires is interrupted.
+    interrupt: Option<tokio_util::sync::CancellationToken>,
+    /// Epoch ticks the current call has run, and its wall-clock bound in ticks.
+    ticks: u64,
+    wall_ticks: u64,
+    /// The current call was interrupted by the run's cancellation.
+    interrupted: bool,
+}
+
+/// A call that has been running for this many epoch ticks (50 ms) when the run is cancelled
+/// is interrupted; shorter ones finish (an interrupted call poisons the instance, and the
+/// turn's outcome is lost with it, so only a call that holds the cancel up is cut).
+pub(crate) const INTERRUPT_AFTER_TICKS: u64 = 5;
+
+/// Every epoch tick (10 ms) of a running guest call: interrupt it when the run is cancelled
+/// and the call is long, stop it at its wall-clock bound, else yield once and let it run one
+/// more tick.
+fn on_epoch_tick(
+    mut ctx: wasmtime::StoreContextMut<'_, GuestState>,
+) -> wasmtime::Result<wasmtime::UpdateDeadline> {
+    let s = ctx.data_mut();
+    s.ticks += 1;
+    if s.ticks >= INTERRUPT_AFTER_TICKS && s.interrupt.as_ref().is_some_and(|t| t.is_cancelled()) {
+        s.interrupted = true;
+        return Err(wasmtime::Trap::Interrupt.into());
+    }
+    if s.ticks >= s.wall_ticks {
+        return Err(wasmtime::Trap::Interrupt.into());
+    }
+    // Yield to the async runtime once per tick: a long call does not hold its worker thread,
+    // so the task that cancels the run (Ctrl-C, a `Canceller`) gets to run meanwhile.
+    Ok(wasmtime::UpdateDeadline::Yield(1))
 }
 
 impl WasiView for GuestState {
@@ -387,6 +420,10 @@ impl GuestInstance {
                 driver: driver.clone(),
                 logs_this_call: 0,
                 logs_cap: limits.logs_per_call,
+                interrupt: None,
+                ticks: 0,
+                wall_ticks: limits.wall_ticks(),
+                interrupted: false,
             },
         );
         store.limiter(|s| &mut s.limits);
@@ -394,8 +431,8 @@ impl GuestInstance {
         store
             .set_fuel(limits.call_fuel.min(limits.run_fuel))
             .expect("the engine consumes fuel");
-        store.set_epoch_deadline(limits.wall_ticks());
-        store.epoch_deadline_trap();
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(on_epoch_tick);
         let world = pre
             .0
             .instantiate_async(&mut store)
@@ -455,8 +492,12 @@ impl GuestInstance {
         let fuel = self.limits.call_fuel.min(left);
         self.store.set_fuel(fuel).expect("the engine consumes fuel");
         self.call_fuel = Some((fuel, left < self.limits.call_fuel));
-        self.store.set_epoch_deadline(self.limits.wall_ticks());
-        self.store.data_mut().logs_this_call = 0;
+        self.store.set_epoch_deadline(1);
+        let data = self.store.data_mut();
+        data.logs_this_call = 0;
+        data.ticks = 0;
+        data.wall_ticks = self.limits.wall_ticks();
+        data.interrupted = false;
         Ok(())
     }
 
@@ -469,6 +510,15 @@ impl GuestInstance {
             }
             None => false,
         };
+        if r.is_err() && self.store.data().interrupted {
+            self.poisoned = true;
+            tracing::info!(driver = %self.driver, call, "a long driver call was interrupted: the run was cancelled");
+            return Err(Error::DriverTrap {
+                driver: self.driver.to_string(),
+                call,
+                message: "interrupted: the run was cancelled while this call ran".into(),
+            });
+        }
         if let Err(e) = &r
             && let Some(limit) = limit_of(e, self.limits, by_run)
         {
@@ -640,6 +690,19 @@ fn describe_trap(e: &wasmtime::Error, limits: GuestLimits) -> String {
 pub(crate) struct GuestSession {
     instance: GuestInstance,
     handle: ResourceAny,
+}
+
+impl GuestSession {
+    /// Interrupt this session's long calls when `token` is cancelled (`None`: never).
+    pub(crate) fn interrupt_on(&mut self, token: Option<tokio_util::sync::CancellationToken>) {
+        self.instance.store.data_mut().interrupt = token;
+    }
+
+    /// Whether the last call was interrupted by the run's cancellation (the instance is
+    /// poisoned then: the turn has no outcome from the driver).
+    pub(crate) fn was_interrupted(&self) -> bool {
+        self.instance.store.data().interrupted
+    }
 }
 
 macro_rules! session_call {

@@ -410,3 +410,66 @@ async fn host_resources_held_across_calls_are_bounded_and_named() {
         good_run_after(&agent, attack).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_interrupts_a_driver_call_that_runs_long() {
+    // A driver spins on the first stdout chunk under a per-call CPU budget of minutes (this
+    // much fuel ran out after 390 s here): only the interruption ends the call promptly once
+    // the run is cancelled.
+    let (state, ws) = (tmp(), tmp());
+    let limits = GuestLimits {
+        call_fuel: 10_000_000_000_000,
+        run_fuel: 10_000_000_000_000,
+        call_wall: Duration::from_secs(3600),
+        ..GuestLimits::default()
+    };
+    let agent = hostile_agent(state.path(), ws.path(), limits);
+    let mut stream = agent.stream("[[endless-loop]] spin");
+    let canceller = stream.canceller();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        canceller.cancel();
+    });
+    let mut events = Vec::new();
+    let drained = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(e) = futures::StreamExt::next(&mut stream).await {
+            events.push(e);
+        }
+        stream.result().await
+    })
+    .await
+    .expect("the cancelled run ends: its long driver call was interrupted");
+    let e = run_error(drained);
+    assert_eq!(e.reason, adaptor::FailureReason::Cancelled, "{}", e.message);
+    assert!(e.result.exit.cancelled);
+    assert!(
+        events
+            .iter()
+            .any(|ev| matches!(ev, Event::Notice(n) if n.notice == "driver.interrupted")),
+        "the lost outcome is announced"
+    );
+    good_run_after(&agent, "an interrupted call").await;
+
+    // The run timeout interrupts it the same way.
+    let timed = agent_builder(
+        configured(&test_driver_path("hostile"), state.path()),
+        ws.path(),
+    )
+    .guest_limits(limits)
+    .timeout(Duration::from_secs(1))
+    .build();
+    let (events, result) = tokio::time::timeout(
+        Duration::from_secs(60),
+        collect(timed.stream("[[endless-loop]] spin")),
+    )
+    .await
+    .expect("the run ends at its timeout");
+    let e = run_error(result);
+    assert_eq!(e.reason, adaptor::FailureReason::Timeout, "{}", e.message);
+    assert!(e.result.exit.timed_out);
+    assert!(
+        events
+            .iter()
+            .any(|ev| matches!(ev, Event::Notice(n) if n.notice == "driver.interrupted"))
+    );
+}
