@@ -63,8 +63,10 @@ macro_rules! shared_options {
                 self
             }
 
-            /// Wall-clock limit for the whole run; the provider's process group is stopped
-            /// when it elapses and the run fails with reason `timeout`.
+            /// Wall-clock limit for the whole run, counted from its start (preparing it — the
+            /// driver's `start`, writing its private files — included); the provider's
+            /// process group is stopped when it elapses, a driver call still running long is
+            /// interrupted, and the run fails with reason `timeout`.
             pub fn timeout(mut self, timeout: Duration) -> Self {
                 self$(.$field)?.timeout = Some(timeout);
                 self

@@ -212,10 +212,15 @@ impl Run {
 
         // A long guest call is interrupted when the run is cancelled (Ctrl-C, `cancel`) or
         // reaches its timeout: a watcher trips the session's interrupt at either.
+        // The run's timeout counts from the start of the run: what preparing it took (the
+        // driver's `start`, writing its private files) is already spent.
+        let timeout = self
+            .options
+            .timeout
+            .map(|t| t.saturating_sub(self.started.elapsed()));
         let interrupt = tokio_util::sync::CancellationToken::new();
         let watcher = {
-            let (interrupt, cancel, timeout) =
-                (interrupt.clone(), self.cancel.clone(), self.options.timeout);
+            let (interrupt, cancel) = (interrupt.clone(), self.cancel.clone());
             tokio::spawn(async move {
                 tokio::select! {
                     _ = cancel.cancelled() => {}
@@ -235,7 +240,7 @@ impl Run {
             .run_loop(
                 &mut spawned,
                 &self.cancel,
-                self.options.timeout,
+                timeout,
                 self.inner.settings.end_turn_grace,
                 self.inner.settings.idle_timeout,
                 keep_alive,

@@ -236,6 +236,24 @@ async fn a_driver_that_waits_on_a_clock_blocks_no_call() {
         .await
         .expect("the waits return at once");
     assert!(r.thread.is_some());
+    // An approval's decision reaches `on-decision`, which waits too.
+    let asking = adaptor::RunOptions::new().policy(adaptor::Policy {
+        approvals: adaptor::ApprovalPolicy {
+            permission: adaptor::DecisionMode::Ask,
+            ..adaptor::ApprovalPolicy::default()
+        },
+        ..adaptor::Policy::default()
+    });
+    let mut stream = agent.stream_with("[[block]] [[ask-permission]] decide", asking);
+    while let Some(ev) = futures::StreamExt::next(&mut stream).await {
+        if let Event::ApprovalRequest(req) = ev {
+            req.approve().unwrap();
+        }
+    }
+    stream
+        .result()
+        .await
+        .expect("the decision's wait returns at once");
     let inspection = agent.inspect().await.expect("inspect does not wait either");
     assert!(!inspection.environment.checks.is_empty());
 

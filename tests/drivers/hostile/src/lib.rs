@@ -12,7 +12,7 @@
 //! - `[[burn-cpu]]`: a fixed, large amount of work on every chunk (CPU per run);
 //! - `[[panic]]`: panic while the provider runs;
 //! - `[[block]]`: block for an hour (a WASI clock wait) in `start`, on every stdout chunk, in
-//!   a timer it sets, in `on-exit` and in `finish` — and `describe`, `validate-config`,
+//!   a timer it sets, in `on-decision`, in `on-exit` and in `finish` — and `describe`, `validate-config`,
 //!   `config-fingerprint` and the probe calls always block for an hour, so a host whose guest
 //!   calls can wait cannot even load or inspect this driver;
 //! - lies the host must not forward, each on the first stdout chunk unless said otherwise:
@@ -468,6 +468,9 @@ impl Session for HostileSession {
     }
 
     fn on_decision(&mut self, id: &str, decision: adaptor_sdk::Decision, out: &mut Actions) {
+        if self.wants("block") {
+            block_for_an_hour();
+        }
         if self.wants("approval-chain") {
             self.chain(200, out);
             return;
