@@ -491,3 +491,44 @@ async fn cancel_interrupts_a_driver_call_that_runs_long() {
             .any(|ev| matches!(ev, Event::Notice(n) if n.notice == "driver.interrupted"))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clock_waits_in_stderr_cancel_and_next_turn_return_at_once_too() {
+    let (state, ws) = (tmp(), tmp());
+    let driver = adaptor::Driver::from_file(test_driver_path("hostile"))
+        .unwrap()
+        .with_config(serde_json::json!({
+            "command": provider_path().display().to_string(),
+            "state_dir": state.path().display().to_string(),
+            "transport": "stdio",
+        }))
+        .unwrap();
+    let agent = agent_builder(driver, ws.path())
+        .timeout(Duration::from_secs(120))
+        .thread_store(adaptor::store::MemoryStore::new())
+        .build();
+    // `on-stderr` (the provider writes a stderr line) and the session constructor.
+    let r = agent.run("[[block]] [[stderr noise]] one").await.unwrap();
+    assert!(r.text.ends_with("one"), "{}", r.text);
+    // `next-turn`: the thread's second turn goes to its kept process.
+    let t = agent.thread("resident");
+    t.run("[[block]] first").await.unwrap();
+    let (events, second) = collect(t.stream("[[block]] second")).await;
+    assert!(second.unwrap().text.ends_with("second"));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Notice(n) if n.notice == "process.reused")),
+        "the second turn was a next-turn on the kept process"
+    );
+    // `on-cancel`: a cancelled run asks the driver to stop the turn.
+    let mut stream = agent.stream("[[block]] [[hang]] stop me");
+    while let Some(e) = futures::StreamExt::next(&mut stream).await {
+        if matches!(&e, Event::ProcessInfo(p) if p.process == adaptor::ProcessInfoKind::Spawn) {
+            stream.cancel();
+        }
+    }
+    let e = run_error(stream.result().await);
+    assert_eq!(e.reason, adaptor::FailureReason::Cancelled);
+    agent.close().await;
+}

@@ -12,7 +12,8 @@
 //! - `[[burn-cpu]]`: a fixed, large amount of work on every chunk (CPU per run);
 //! - `[[panic]]`: panic while the provider runs;
 //! - `[[block]]`: block for an hour (a WASI clock wait) in `start`, on every stdout chunk, in
-//!   a timer it sets, in `on-decision`, in `on-exit` and in `finish` — and `describe`, `validate-config`,
+//!   a timer it sets, in the session constructor, `on-stderr`, `on-decision`, `on-cancel`,
+//!   `next-turn`, `on-exit` and `finish` — and `describe`, `validate-config`,
 //!   `config-fingerprint` and the probe calls always block for an hour, so a host whose guest
 //!   calls can wait cannot even load or inspect this driver;
 //! - lies the host must not forward, each on the first stdout chunk unless said otherwise:
@@ -245,6 +246,9 @@ fn probe_world() -> String {
 
 impl Session for HostileSession {
     fn new(request: RunRequest) -> Self {
+        if request.prompt.contains("[[block]]") {
+            block_for_an_hour();
+        }
         let prompt = request.prompt.clone();
         let private_dir = request.private_dir.clone();
         Self {
@@ -459,7 +463,25 @@ impl Session for HostileSession {
         self.inner.on_stdout(chunk, out);
     }
 
+    fn on_cancel(&mut self, out: &mut Actions) {
+        if self.wants("block") {
+            block_for_an_hour();
+        }
+        self.inner.on_cancel(out);
+    }
+
+    fn next_turn(&mut self, request: RunRequest, out: &mut Actions) -> Result<(), StartError> {
+        self.prompt = request.prompt.clone();
+        if self.wants("block") {
+            block_for_an_hour();
+        }
+        self.inner.next_turn(request, out)
+    }
+
     fn on_stderr(&mut self, chunk: &[u8], out: &mut Actions) {
+        if self.wants("block") {
+            block_for_an_hour();
+        }
         if let Some((_, stderr)) = &mut self.shell {
             stderr.extend_from_slice(chunk);
             return;
