@@ -189,3 +189,70 @@ async fn the_public_suite_catches_a_broken_store() {
         "only the archive checks fail: {failed:?}"
     );
 }
+
+/// The PostgreSQL schema as version 1 released it (a fixture: the store migrates it).
+const POSTGRES_SCHEMA_V1: &str = "
+CREATE TABLE adaptor_thread_schema (version INTEGER NOT NULL);
+INSERT INTO adaptor_thread_schema (version) VALUES (1);
+CREATE TABLE adaptor_thread_records (
+    id TEXT NOT NULL PRIMARY KEY, key BYTEA NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('active', 'archived')),
+    driver TEXT NOT NULL, fingerprint TEXT NOT NULL, codec TEXT NOT NULL,
+    resume_id TEXT NOT NULL, display_id TEXT, data TEXT NOT NULL, valid BOOLEAN NOT NULL,
+    parent_id TEXT, turns BIGINT NOT NULL CHECK (turns >= 0),
+    created_at_ms BIGINT NOT NULL, updated_at_ms BIGINT NOT NULL
+);
+CREATE UNIQUE INDEX adaptor_thread_records_one_active
+    ON adaptor_thread_records (key) WHERE status = 'active';
+CREATE TABLE adaptor_thread_leases (
+    target BYTEA NOT NULL PRIMARY KEY, owner TEXT NOT NULL, token TEXT NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+);
+INSERT INTO adaptor_thread_records VALUES
+    ('thr-old', 'k'::bytea, 'active', 'reference', 'sha256:00', 'c', 'r', NULL, '{}', true,
+     NULL, 3, 0, 0);
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_postgres_schema_is_migrated_and_its_records_kept() {
+    use adaptor::store::{Query, ThreadStore};
+    let db = pg::test_database().await;
+    let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(conn);
+    client
+        .batch_execute(POSTGRES_SCHEMA_V1)
+        .await
+        .expect("the v1 schema");
+    let store = PostgresStore::connect(db.url())
+        .await
+        .expect("open and migrate");
+    let old = store
+        .resolve(&Query::Key("k".into()))
+        .await
+        .unwrap()
+        .expect("the version 1 record");
+    assert_eq!(
+        (old.id.as_str(), old.turns, old.component.as_str()),
+        ("thr-old", 3, "")
+    );
+    let version: i32 = client
+        .query_one("SELECT version FROM adaptor_thread_schema", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 2);
+    drop(store);
+    // Opening again finds version 2.
+    let again = PostgresStore::connect(db.url()).await.expect("reopen");
+    assert!(
+        again
+            .resolve(&Query::Key("k".into()))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    drop(client);
+    let _ = task.await;
+}
