@@ -101,6 +101,15 @@ async fn each_broken_driver_fails_exactly_its_clause() {
         ("raw-text", &["RSP-03"]),
         ("chunk-notice", &["FLT-01"]),
         ("invented-usage", &["USG-01", "HST-01"]),
+        ("accept-unknown-fields", &["CFG-03"]),
+        ("ignore-resume", &["SES-04"]),
+        // A driver that traps on output traps under every fault injection too.
+        (
+            "trap-on-output",
+            &[
+                "RUN-00", "FLT-01", "FLT-02", "FLT-03", "FLT-04", "FLT-05", "FLT-06",
+            ],
+        ),
     ] {
         let options = CheckOptions {
             config: Some(serde_json::json!({ "defect": defect })),

@@ -5,7 +5,10 @@
 //! - `valid-checkpoint-on-failure` — claims a valid checkpoint on failed runs (RSP-01);
 //! - `raw-text` — returns the raw protocol stdout as the final text (RSP-03);
 //! - `chunk-notice` — emits a notice per stdout chunk, so events depend on chunking (FLT-01);
-//! - `invented-usage` — reports zero usage when the provider reported none (USG-01).
+//! - `invented-usage` — reports zero usage when the provider reported none (USG-01);
+//! - `accept-unknown-fields` — accepts any config field (CFG-03);
+//! - `ignore-resume` — starts a new session whatever the checkpoint says (SES-04);
+//! - `trap-on-output` — panics on the first stdout chunk (RUN-00).
 //!
 //! A driver cannot emit two run starts: `RunStarted`/`RunFinished` are host-owned.
 
@@ -23,6 +26,9 @@ const DEFECTS: &[&str] = &[
     "raw-text",
     "chunk-notice",
     "invented-usage",
+    "accept-unknown-fields",
+    "ignore-resume",
+    "trap-on-output",
 ];
 
 /// The broken driver.
@@ -61,6 +67,9 @@ impl Driver for BrokenDriver {
                     message: format!("unknown defect (known: {})", DEFECTS.join(", ")),
                 });
             }
+            if str_field(config, "defect") == Some("accept-unknown-fields") {
+                return Ok(());
+            }
         }
         ReferenceDriver::validate_config(&without_defect(config))
     }
@@ -79,6 +88,9 @@ impl Session for BrokenSession {
         let config = json::parse_config(&request.config_json).unwrap_or(Value::Null);
         let defect = str_field(&config, "defect").unwrap_or_default().to_owned();
         request.config_json = without_defect(&config).to_string();
+        if defect == "ignore-resume" {
+            request.resume = None;
+        }
         Self {
             inner: ReferenceSession::new(request),
             defect,
@@ -96,6 +108,7 @@ impl Session for BrokenSession {
             self.stdout.extend_from_slice(chunk);
         }
         match self.defect.as_str() {
+            "trap-on-output" => panic!("broken: trap on output"),
             "unclosed-tool" if !self.started_tool => {
                 self.started_tool = true;
                 out.tool_start("never-ends", "dangling", None, &top_scope());
