@@ -1,8 +1,7 @@
 //! Event and result clauses: pure functions over what a run produced.
 //! Must not: run drivers or processes.
 
-use std::collections::BTreeSet;
-
+use adaptor::lifecycle::{Lifecycles, PartRule};
 use adaptor::{Error, Event, Phase, RunResult};
 use serde::Serialize;
 
@@ -25,45 +24,6 @@ fn v(clause: &'static str, message: impl Into<String>) -> Violation {
     Violation {
         clause,
         message: message.into(),
-    }
-}
-
-#[derive(Default)]
-struct Lifecycles {
-    open: BTreeSet<String>,
-    seen: BTreeSet<String>,
-}
-
-impl Lifecycles {
-    fn step(
-        &mut self,
-        clause: &'static str,
-        what: &str,
-        id: &str,
-        phase: Phase,
-        out: &mut Vec<Violation>,
-    ) {
-        match phase {
-            Phase::Start => {
-                if !self.open.insert(id.to_owned()) {
-                    out.push(v(clause, format!("{what} `{id}` started twice")));
-                }
-                self.seen.insert(id.to_owned());
-            }
-            Phase::Delta => {
-                if !self.open.contains(id) {
-                    out.push(v(
-                        clause,
-                        format!("{what} `{id}` got a delta while not open"),
-                    ));
-                }
-            }
-            Phase::End => {
-                if !self.open.remove(id) {
-                    out.push(v(clause, format!("{what} `{id}` ended while not open")));
-                }
-            }
-        }
     }
 }
 
@@ -118,66 +78,24 @@ pub fn check_events(events: &[Event]) -> Vec<Violation> {
             ),
         ));
     }
-    let (mut text, mut thinking, mut tools) = (
-        Lifecycles::default(),
-        Lifecycles::default(),
-        Lifecycles::default(),
-    );
-    let mut ended_tools = BTreeSet::new();
+    // The lifecycle rules are the host's own (`adaptor::lifecycle`), reported as clauses.
+    let mut parts = Lifecycles::default();
     for e in events {
-        match e {
-            Event::TextDelta(d) => {
-                text.step("EVT-03", "text", &d.message_id, d.phase, &mut out);
-                if d.phase == Phase::Delta && d.text.is_empty() {
-                    out.push(v(
-                        "EVT-04",
-                        format!("empty text delta in `{}`", d.message_id),
-                    ));
-                }
-            }
-            Event::Thinking(d) => {
-                thinking.step("EVT-06", "thinking", &d.message_id, d.phase, &mut out);
-                if d.phase == Phase::Delta && d.text.is_empty() {
-                    out.push(v(
-                        "EVT-04",
-                        format!("empty thinking delta in `{}`", d.message_id),
-                    ));
-                }
-            }
-            Event::ToolCall(c) => {
-                if c.phase == Phase::Start && c.name.is_empty() {
-                    out.push(v(
-                        "EVT-05",
-                        format!("tool call `{}` started without a name", c.id),
-                    ));
-                }
-                tools.step("EVT-05", "tool call", &c.id, c.phase, &mut out);
-                if c.phase == Phase::End {
-                    ended_tools.insert(c.id.clone());
-                }
-            }
-            Event::ToolResult(r) if !ended_tools.contains(&r.id) => {
-                let why = if tools.seen.contains(&r.id) {
-                    "before the call ended"
-                } else {
-                    "for an unknown call"
-                };
-                out.push(v("EVT-05", format!("tool result `{}` {why}", r.id)));
-            }
-            _ => {}
+        if let Err(violation) = parts.check(e) {
+            let clause = match violation.rule {
+                PartRule::Text => "EVT-03",
+                PartRule::EmptyText | PartRule::EmptyThinking => "EVT-04",
+                PartRule::Thinking => "EVT-06",
+                _ => "EVT-05",
+            };
+            out.push(v(clause, violation.message));
         }
     }
-    for (what, l) in [
-        ("text", &text),
-        ("thinking", &thinking),
-        ("tool call", &tools),
-    ] {
-        for id in &l.open {
-            out.push(v(
-                "EVT-11",
-                format!("{what} `{id}` still open at the end of the run"),
-            ));
-        }
+    for (what, id) in parts.open() {
+        out.push(v(
+            "EVT-11",
+            format!("{what} `{id}` still open at the end of the run"),
+        ));
     }
     out
 }

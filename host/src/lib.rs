@@ -66,6 +66,7 @@ mod error;
 mod event;
 mod grant;
 mod inspect;
+pub mod lifecycle;
 mod policy;
 mod process;
 #[cfg(feature = "replay")]

@@ -277,7 +277,9 @@ pub struct SessionState {
 ///
 /// ```compile_fail
 /// // The fields are private: a checkpoint cannot be built by hand.
-/// let forged = adaptor::Checkpoint { valid: true, ..todo!() };
+/// fn forge(state: adaptor::SessionState) -> adaptor::Checkpoint {
+///     adaptor::Checkpoint { state, valid: true }
+/// }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Checkpoint {

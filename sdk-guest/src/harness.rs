@@ -187,6 +187,25 @@ pub fn request(prompt: &str) -> RunRequest {
     }
 }
 
+/// Assert that `D`'s config fingerprint ignores the fields of `same` (each a config that must
+/// fingerprint like `{}`) and changes with each config of `different` — what decides whether
+/// a stored session may be resumed must be in it, and nothing else.
+pub fn assert_fingerprint_covers<D: crate::Driver>(
+    same: &[serde_json::Value],
+    different: &[serde_json::Value],
+) {
+    let fp = |config: &serde_json::Value| {
+        D::config_fingerprint(config).unwrap_or_else(|e| panic!("{config}: {}", e.message))
+    };
+    let base = fp(&serde_json::json!({}));
+    for config in same {
+        assert_eq!(fp(config), base, "{config} must not change the fingerprint");
+    }
+    for config in different {
+        assert_ne!(fp(config), base, "{config} must change the fingerprint");
+    }
+}
+
 /// One fuzz case for a driver's parser: `data` is interpreted as a chunk size (first byte),
 /// an exit code (second byte), whether the caller streams (third byte) and the CLI's stdout
 /// (the rest). The session must not panic, and these properties must hold; a violation

@@ -16,13 +16,14 @@
 //!   emitted);
 //! - `unclosed`: nothing is left open when the turn's outcome is returned.
 //!
-//! Owns the bookkeeping only; the supervisor decides what a violation does (stop the
+//! The lifecycle rules are [`crate::lifecycle`]'s (the conformance kit checks the same ones);
+//! this module adds the turn's stages, usage and the outcome. Owns the bookkeeping only; the
+//! supervisor decides what a violation does (stop the
 //! provider, fail the run). Must not: fix a claim up (a wrong event is never forwarded
 //! "corrected").
 
-use std::collections::BTreeSet;
-
 use crate::event::{Event, Phase, TextDelta, ToolCall};
+use crate::lifecycle::{Lifecycles, PartRule};
 use crate::result::Usage;
 use crate::session::DriverOutcome;
 
@@ -55,32 +56,13 @@ fn broke(rule: &'static str, message: String) -> Result<(), Violation> {
     Err(Violation { rule, message })
 }
 
-/// Open and seen parts of one kind.
-#[derive(Debug, Default)]
-struct Parts {
-    open: BTreeSet<String>,
-}
-
-impl Parts {
-    fn step(
-        &mut self,
-        rule: &'static str,
-        what: &str,
-        id: &str,
-        phase: Phase,
-    ) -> Result<(), Violation> {
-        match phase {
-            Phase::Start if !self.open.insert(id.to_owned()) => {
-                broke(rule, format!("{what} `{id}` started while already open"))
-            }
-            Phase::Delta if !self.open.contains(id) => {
-                broke(rule, format!("{what} `{id}` got a delta while not open"))
-            }
-            Phase::End if !self.open.remove(id) => {
-                broke(rule, format!("{what} `{id}` ended while not open"))
-            }
-            _ => Ok(()),
-        }
+/// The host's name of a lifecycle rule.
+fn rule_name(rule: PartRule) -> &'static str {
+    match rule {
+        PartRule::Text | PartRule::EmptyText => "text-lifecycle",
+        PartRule::Thinking | PartRule::EmptyThinking => "thinking-lifecycle",
+        PartRule::ToolResult => "tool-result",
+        _ => "tool-lifecycle",
     }
 }
 
@@ -98,10 +80,7 @@ pub(crate) enum Stage {
 /// The checks of one turn.
 #[derive(Debug)]
 pub(crate) struct Claims {
-    text: Parts,
-    thinking: Parts,
-    tools: Parts,
-    ended_tools: BTreeSet<String>,
+    parts: Lifecycles,
     last_usage: Option<Usage>,
     /// Where the turn is.
     pub stage: Stage,
@@ -110,10 +89,7 @@ pub(crate) struct Claims {
 impl Default for Claims {
     fn default() -> Self {
         Self {
-            text: Parts::default(),
-            thinking: Parts::default(),
-            tools: Parts::default(),
-            ended_tools: BTreeSet::new(),
+            parts: Lifecycles::default(),
             last_usage: None,
             stage: Stage::Running,
         }
@@ -154,67 +130,23 @@ impl Claims {
                 format!("the driver emitted `{}` {when}", event.kind()),
             );
         }
-        match event {
-            Event::TextDelta(d) => {
-                self.text
-                    .step("text-lifecycle", "text", &d.message_id, d.phase)?;
-                empty_delta("text-lifecycle", "text", &d.message_id, d.phase, &d.text)
-            }
-            Event::Thinking(d) => {
-                self.thinking
-                    .step("thinking-lifecycle", "thinking", &d.message_id, d.phase)?;
-                empty_delta(
-                    "thinking-lifecycle",
-                    "thinking",
-                    &d.message_id,
-                    d.phase,
-                    &d.text,
-                )
-            }
-            Event::ToolCall(c) => {
-                if c.phase == Phase::Start && c.name.is_empty() {
-                    return broke(
-                        "tool-lifecycle",
-                        format!("tool call `{}` started without a name", c.id),
-                    );
-                }
-                self.tools
-                    .step("tool-lifecycle", "tool call", &c.id, c.phase)?;
-                if c.phase == Phase::End {
-                    self.ended_tools.insert(c.id.clone());
-                }
-                Ok(())
-            }
-            Event::ToolResult(r) if !self.ended_tools.contains(&r.id) => {
-                let why = if self.tools.open.contains(&r.id) {
-                    "before the call ended"
-                } else {
-                    "for a call that never started"
-                };
-                broke("tool-result", format!("tool result `{}` {why}", r.id))
-            }
-            Event::Usage(u) => {
-                plausible(&u.usage)?;
-                self.last_usage = Some(u.usage.clone());
-                Ok(())
-            }
-            _ => Ok(()),
+        self.parts
+            .check(event)
+            .or_else(|v| broke(rule_name(v.rule), v.message))?;
+        if let Event::Usage(u) = event {
+            plausible(&u.usage)?;
+            self.last_usage = Some(u.usage.clone());
         }
+        Ok(())
     }
 
     /// Check the turn's outcome against what was emitted.
     pub(crate) fn check_outcome(&self, outcome: &DriverOutcome) -> Result<(), Violation> {
-        for (what, parts) in [
-            ("text", &self.text),
-            ("thinking", &self.thinking),
-            ("tool call", &self.tools),
-        ] {
-            if let Some(id) = parts.open.iter().next() {
-                return broke(
-                    "unclosed",
-                    format!("{what} `{id}` is still open when the turn's outcome is returned"),
-                );
-            }
+        if let Some((what, id)) = self.parts.open().first() {
+            return broke(
+                "unclosed",
+                format!("{what} `{id}` is still open when the turn's outcome is returned"),
+            );
         }
         if let Some(u) = &outcome.usage {
             plausible(u)?;
@@ -229,19 +161,6 @@ impl Claims {
         }
         Ok(())
     }
-}
-
-fn empty_delta(
-    rule: &'static str,
-    what: &str,
-    id: &str,
-    phase: Phase,
-    text: &str,
-) -> Result<(), Violation> {
-    if phase == Phase::Delta && text.is_empty() {
-        return broke(rule, format!("{what} `{id}` got an empty delta"));
-    }
-    Ok(())
 }
 
 fn plausible(u: &Usage) -> Result<(), Violation> {
