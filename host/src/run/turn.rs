@@ -234,7 +234,7 @@ impl Run {
                 interrupt.cancel();
             })
         };
-        let _stop_watching = AbortOnDrop(watcher);
+        let _stop_watching = tokio_util::task::AbortOnDropHandle::new(watcher);
         sup.session.interrupt_on(Some(interrupt));
         let outcome = sup
             .run_loop(
@@ -448,14 +448,5 @@ impl Run {
             exit,
             notices,
         )
-    }
-}
-
-/// Aborts a task when dropped (the interrupt watcher of one turn).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

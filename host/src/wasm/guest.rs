@@ -138,18 +138,19 @@ fn sandbox_wasi(stderr: MemoryOutputPipe) -> WasiCtx {
 /// Guest CPU is measured in wasmtime *fuel* — units of executed WebAssembly, about one per
 /// instruction — not in time: the same driver on the same input uses the same fuel on a quiet
 /// machine and on one busy with other work, so a busy host never fails a run that a quiet one
-/// passes. A separate, generous wall-clock bound per call (`call_wall`) stops a call that
-/// blocks instead of computing.
+/// passes. A separate, generous wall-clock bound per call (`call_wall`) backs the fuel up
+/// (a call cannot wait: the driver's clock subscriptions are ready at once).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GuestLimits {
     /// Linear memory cap per instance, bytes.
     pub memory_bytes: usize,
-    /// Guest CPU per call, in fuel (default 2·10⁹, about a second of work on this
-    /// project's 2-core CI machine; the built-in parsers use well under 1 % of it per
+    /// Guest CPU per call, in fuel (default 2·10⁹; a tight guest loop got through 2·10¹⁰
+    /// in under a second on this project's 2-core machine, seen once in the hostile suite's
+    /// cancel test, not benchmarked; the built-in parsers use well under 1 % of it per
     /// 64 KiB chunk).
     pub call_fuel: u64,
     /// Wall-clock time per call (default 10 s), counted in 10 ms epoch ticks: the bound for a
-    /// call that does not compute but waits.
+    /// call that runs too long on a slow or overloaded machine.
     pub call_wall: Duration,
     /// Bytes a guest may pass to a host import in one call.
     pub hostcall_bytes: usize,
