@@ -21,7 +21,7 @@ TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 export CARGO_TARGET_DIR="$TARGET"
 # Drivers: crate name -> installed file name. Built-ins go to $TARGET/drivers (found by the
 # host), test-only drivers to $TARGET/test-drivers.
-DRIVERS=("reference-driver:reference" "claude-driver:claude" "codex-driver:codex")
+DRIVERS=("reference-driver:reference" "claude-driver:claude" "codex-driver:codex" "acp-driver:acp")
 TEST_DRIVERS=("testbed-driver:testbed" "broken-driver:broken" "unstable-driver:unstable" "hostile-driver:hostile" "puppet-driver:puppet")
 
 # Real agent CLIs for the end-to-end tests, pinned, installed from npm into a cache outside
@@ -107,11 +107,20 @@ for line in sys.stdin:
   done
 }
 
+# Driver presets (NAME.preset.json: a built-in driver name for another driver with a base
+# config, e.g. `gemini` → acp.wasm with {"agent":"gemini","command":"gemini"}).
+PRESETS=(drivers/*/presets/*.preset.json)
+
 build_drivers() {
   ensure_wasm_target
   # Two invocations: test drivers reuse built-in driver crates as libraries (without their
   # `component` export feature), which one unified build would switch back on.
   build_group "$TARGET/drivers" "${DRIVERS[@]}"
+  local preset
+  for preset in "${PRESETS[@]}"; do
+    cp "$preset" "$TARGET/drivers/$(basename "$preset").tmp"
+    mv "$TARGET/drivers/$(basename "$preset").tmp" "$TARGET/drivers/$(basename "$preset")"
+  done
   build_group "$TARGET/test-drivers" "${TEST_DRIVERS[@]}"
   # The reference driver without WASI (a core module; the loading test turns it into a
   # component) proves that drivers need no WASI at all.
@@ -143,7 +152,13 @@ install_into() {
     install -m 0644 "$TARGET/drivers/$name.wasm" "$prefix/share/agent-adaptor/drivers/.$name.wasm.tmp"
     mv "$prefix/share/agent-adaptor/drivers/.$name.wasm.tmp" "$prefix/share/agent-adaptor/drivers/$name.wasm"
   done
-  echo "x.sh: installed adaptor, adaptortest, reference-provider and ${#DRIVERS[@]} drivers under $prefix" >&2
+  local preset
+  for preset in "${PRESETS[@]}"; do
+    name="$(basename "$preset")"
+    install -m 0644 "$preset" "$prefix/share/agent-adaptor/drivers/.$name.tmp"
+    mv "$prefix/share/agent-adaptor/drivers/.$name.tmp" "$prefix/share/agent-adaptor/drivers/$name"
+  done
+  echo "x.sh: installed adaptor, adaptortest, reference-provider, ${#DRIVERS[@]} drivers and ${#PRESETS[@]} presets under $prefix" >&2
   case ":$PATH:" in
     *":$prefix/bin:"*) ;;
     *) echo "x.sh: add $prefix/bin to your PATH to run \`adaptor\` from anywhere" >&2 ;;

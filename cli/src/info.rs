@@ -46,19 +46,30 @@ pub fn list_drivers(json: bool) -> ExitCode {
                 let line = serde_json::json!({
                     "path": path.display().to_string(),
                     "sha256": d.sha256(),
+                    "preset": d.preset(),
+                    "config": d.preset().map(|_| d.config()),
                     "descriptor": d.descriptor(),
                 });
                 outln!("{line}");
             }
             Ok(d) => {
                 let desc = d.descriptor();
+                let (name, display) = match d.preset() {
+                    Some(preset) => (
+                        preset.to_owned(),
+                        d.preset_description()
+                            .map(str::to_owned)
+                            .unwrap_or_else(|| format!("preset of {}", desc.name)),
+                    ),
+                    None => (desc.name.clone(), desc.display_name.clone()),
+                };
                 outln!(
                     "{:<12} {:<8} {:<24} {}  [{}]",
-                    sanitize(&desc.name),
+                    sanitize(&name),
                     sanitize(&desc.version),
-                    sanitize(&desc.display_name),
+                    sanitize(&display),
                     desc.capability_summary(),
-                    path.display()
+                    sanitize(&path.display().to_string())
                 );
             }
             Err(e) => {

@@ -1,10 +1,12 @@
-//! Loading drivers: [`Driver`] (a compiled, described component plus its config) and the
-//! directories where built drivers are found.
+//! Loading drivers: [`Driver`] (a compiled, described component plus its config), the
+//! directories where built drivers are found, and driver presets.
 //!
 //! Owns: reading `.wasm` files, compile-or-load through the engine cache, checking that the
 //! component is a driver of this world (the error says what is missing), reading and
-//! validating the descriptor, and config validation through the guest. Must not: run
-//! sessions (see `run/`).
+//! validating the descriptor, config validation through the guest, and presets: a
+//! `NAME.preset.json` file in a driver directory (`{"driver": "acp", "config": {…}}`) makes
+//! `NAME` a built-in driver name that loads another driver with a base config, which every
+//! config given later is laid over key by key. Must not: run sessions (see `run/`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -46,7 +48,33 @@ pub(crate) struct LoadedDriver {
 pub struct Driver {
     pub(crate) loaded: Arc<LoadedDriver>,
     pub(crate) config: serde_json::Value,
+    /// The preset this driver was loaded through, if any.
+    preset: Option<Arc<Preset>>,
 }
+
+/// A driver preset: a name for another driver with a base config.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PresetFile {
+    /// The built-in driver it loads (a plain name, not a path or another preset).
+    driver: String,
+    /// The base config (a JSON object).
+    config: serde_json::Map<String, serde_json::Value>,
+    /// What it is, for listings.
+    #[serde(default)]
+    description: Option<String>,
+}
+
+#[derive(Debug)]
+struct Preset {
+    name: String,
+    config: serde_json::Map<String, serde_json::Value>,
+    description: Option<String>,
+    path: PathBuf,
+}
+
+/// File name suffix of presets in driver directories.
+const PRESET_SUFFIX: &str = ".preset.json";
 
 impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -55,6 +83,7 @@ impl std::fmt::Debug for Driver {
             .field("version", &self.loaded.descriptor.version)
             .field("sha256", &self.loaded.sha256)
             .field("config", &self.config)
+            .field("preset", &self.preset.as_ref().map(|p| &p.name))
             .finish()
     }
 }
@@ -121,11 +150,14 @@ impl Driver {
                 path: None,
             }),
             config: serde_json::Value::Object(Default::default()),
+            preset: None,
         })
     }
 
     /// Load a built-in driver by name (`reference`, `claude`, …) from the driver directories
-    /// (see [`driver_dirs`]).
+    /// (see [`driver_dirs`]). A name with a `NAME.preset.json` there and no `NAME.wasm` is a
+    /// preset (`gemini`, `qwen`, `opencode` are presets of `acp`): the driver it names, with
+    /// its config as the base of every config (see [`Driver::with_config`]).
     pub fn builtin(name: &str) -> Result<Driver, Error> {
         let dirs = driver_dirs();
         for dir in &dirs {
@@ -133,8 +165,59 @@ impl Driver {
             if candidate.is_file() {
                 return Self::from_file(candidate);
             }
+            let preset = dir.join(format!("{name}{PRESET_SUFFIX}"));
+            if preset.is_file() {
+                return Self::from_preset(name, &preset);
+            }
         }
-        Err(Error::Load(LoadError::UnknownDriver {
+        Err(Self::unknown(name, &dirs))
+    }
+
+    /// Load the preset file `path`, named `name`.
+    fn from_preset(name: &str, path: &Path) -> Result<Driver, Error> {
+        let invalid = |reason: String| {
+            Error::Load(LoadError::InvalidPreset {
+                path: path.display().to_string(),
+                reason,
+            })
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let file: PresetFile = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let plain = !file.driver.is_empty()
+            && file
+                .driver
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !plain {
+            return Err(invalid(format!(
+                "`driver` must be a built-in driver's plain name, not {:?}",
+                file.driver
+            )));
+        }
+        // The driver a preset names is a `.wasm` (presets do not chain).
+        let dirs = driver_dirs();
+        let wasm = dirs
+            .iter()
+            .map(|d| d.join(format!("{}.wasm", file.driver)))
+            .find(|p| p.is_file())
+            .ok_or_else(|| Self::unknown(&file.driver, &dirs))?;
+        let base = Self::from_file(wasm)?;
+        let preset = Arc::new(Preset {
+            name: name.to_owned(),
+            config: file.config,
+            description: file.description,
+            path: path.to_path_buf(),
+        });
+        let mut driver = base.with_config(serde_json::Value::Object(preset.config.clone()))?;
+        driver.preset = Some(preset);
+        Ok(driver)
+    }
+
+    fn unknown(name: &str, dirs: &[PathBuf]) -> Error {
+        Error::Load(LoadError::UnknownDriver {
             name: name.to_owned(),
             searched: if dirs.is_empty() {
                 "no driver directories (set ADAPTOR_DRIVER_PATH)".to_owned()
@@ -144,7 +227,7 @@ impl Driver {
                     .collect::<Vec<_>>()
                     .join(", ")
             },
-        }))
+        })
     }
 
     /// Load by name or path: a value ending in `.wasm` or containing `/` is a file.
@@ -156,8 +239,19 @@ impl Driver {
         }
     }
 
-    /// Replace the configuration (a JSON object), validated by the driver now.
+    /// Replace the configuration (a JSON object), validated by the driver now. A driver
+    /// loaded through a preset keeps the preset's config as the base: each top-level key of
+    /// `config` replaces the preset's key of that name, the others stay (so
+    /// `{"model": "…"}` on `gemini` keeps its `command` and `agent`).
     pub fn with_config(self, config: serde_json::Value) -> Result<Driver, Error> {
+        let config = match (&self.preset, config) {
+            (Some(preset), serde_json::Value::Object(over)) => {
+                let mut merged = preset.config.clone();
+                merged.extend(over);
+                serde_json::Value::Object(merged)
+            }
+            (_, config) => config,
+        };
         let text = config.to_string();
         let mut instance = run_sync(GuestInstance::new(
             self.loaded.name.clone(),
@@ -168,6 +262,7 @@ impl Driver {
             Ok(()) => Ok(Driver {
                 loaded: self.loaded,
                 config,
+                preset: self.preset,
             }),
             Err(e) => Err(e.into_error(self.loaded.name.to_string())),
         }
@@ -280,6 +375,21 @@ impl Driver {
     pub fn path(&self) -> Option<&Path> {
         self.loaded.path.as_deref()
     }
+
+    /// The preset it was loaded through (`gemini` for `acp`), if any.
+    pub fn preset(&self) -> Option<&str> {
+        self.preset.as_ref().map(|p| p.name.as_str())
+    }
+
+    /// The preset's description, if it has one.
+    pub fn preset_description(&self) -> Option<&str> {
+        self.preset.as_ref().and_then(|p| p.description.as_deref())
+    }
+
+    /// The preset file it was loaded through, if any.
+    pub fn preset_path(&self) -> Option<&Path> {
+        self.preset.as_ref().map(|p| p.path.as_path())
+    }
 }
 
 /// Directories searched for built-in drivers, in order:
@@ -317,6 +427,14 @@ pub fn driver_dirs() -> Vec<PathBuf> {
         .collect()
 }
 
+/// The preset name of a `NAME.preset.json` path.
+fn preset_name(path: &Path) -> Option<&str> {
+    path.file_name()?
+        .to_str()?
+        .strip_suffix(PRESET_SUFFIX)
+        .filter(|n| !n.is_empty())
+}
+
 fn has_wasm(dir: &Path) -> bool {
     std::fs::read_dir(dir)
         .map(|rd| {
@@ -326,7 +444,8 @@ fn has_wasm(dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Every `.wasm` in the driver directories (first occurrence of each file name wins), loaded.
+/// Every `.wasm` and preset in the driver directories (first occurrence of each name wins),
+/// loaded.
 pub fn available_drivers() -> Vec<(PathBuf, Result<Driver, Error>)> {
     let mut names = std::collections::HashSet::new();
     let mut out = Vec::new();
@@ -337,12 +456,25 @@ pub fn available_drivers() -> Vec<(PathBuf, Result<Driver, Error>)> {
         let mut files: Vec<PathBuf> = rd
             .flatten()
             .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
+            .filter(|p| p.extension().is_some_and(|x| x == "wasm") || preset_name(p).is_some())
             .collect();
         files.sort();
         for file in files {
-            if names.insert(file.file_name().map(|n| n.to_owned())) {
-                let loaded = Driver::from_file(&file);
+            let (name, preset) = match preset_name(&file) {
+                Some(name) => (name.to_owned(), true),
+                None => (
+                    file.file_stem()
+                        .map(|s| s.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                    false,
+                ),
+            };
+            if names.insert(name.clone()) {
+                let loaded = if preset {
+                    Driver::from_preset(&name, &file)
+                } else {
+                    Driver::from_file(&file)
+                };
                 out.push((file, loaded));
             }
         }

@@ -304,6 +304,14 @@ pub enum LoadError {
     /// Compilation failed.
     #[error("could not compile driver: {0}")]
     Compile(String),
+    /// A preset file (`NAME.preset.json` in a driver directory) cannot be used.
+    #[error("driver preset `{path}` is invalid: {reason}")]
+    InvalidPreset {
+        /// The preset file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// No built-in driver has that name.
     #[error("no driver named `{name}` in {searched}")]
     UnknownDriver {

@@ -46,7 +46,8 @@ pub fn u64_field(value: &Value, key: &str) -> Option<u64> {
 
 /// Check a config object against a simple field table: every key must be listed, and each
 /// listed key must have the given JSON type (`"string"`, `"non-empty-string"`, `"boolean"`,
-/// `"integer"`, `"array-of-strings"`). Unknown keys are rejected so typos surface.
+/// `"integer"`, `"array-of-strings"`, `"object-of-strings"`). Unknown keys are rejected so
+/// typos surface.
 pub fn check_fields(config: &Value, fields: &[(&str, &str)]) -> Result<(), ConfigError> {
     let Some(map) = config.as_object() else {
         return Err(ConfigError {
@@ -70,6 +71,9 @@ pub fn check_fields(config: &Value, fields: &[(&str, &str)]) -> Result<(), Confi
             "array-of-strings" => value
                 .as_array()
                 .is_some_and(|a| a.iter().all(Value::is_string)),
+            "object-of-strings" => value
+                .as_object()
+                .is_some_and(|m| m.values().all(Value::is_string)),
             _ => false,
         };
         if !ok {
