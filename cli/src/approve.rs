@@ -32,6 +32,34 @@ pub enum Approve {
 }
 
 impl Approve {
+    /// The approval policy for this flag value, for a driver with `caps`: an approval kind
+    /// the driver cannot handle in this mode (Codex and ACP agents have no plan review) is
+    /// left to the CLI's own setting (`inherit`) instead of refusing the whole run.
+    pub fn policy_for(self, caps: &adaptor::ApprovalCaps) -> ApprovalPolicy {
+        let mut policy = self.policy();
+        let supports = |modes: &adaptor::DecisionModes, mode: DecisionMode| match mode {
+            DecisionMode::Ask => modes.ask,
+            DecisionMode::AutoApprove => modes.auto_approve,
+            DecisionMode::AutoDeny => modes.auto_deny,
+            _ => true,
+        };
+        if !supports(&caps.permission, policy.permission) {
+            policy.permission = DecisionMode::Inherit;
+        }
+        if !supports(&caps.plan_review, policy.plan_review) {
+            policy.plan_review = DecisionMode::Inherit;
+        }
+        let question = match policy.question {
+            QuestionMode::Ask => caps.question.ask,
+            QuestionMode::AutoDeny => caps.question.auto_deny,
+            _ => true,
+        };
+        if !question {
+            policy.question = QuestionMode::Inherit;
+        }
+        policy
+    }
+
     /// The approval policy for this flag value.
     pub fn policy(self) -> ApprovalPolicy {
         let base = ApprovalPolicy::default();

@@ -40,7 +40,8 @@ pub struct RunArgs {
     pub(crate) web_search: Option<String>,
     /// Approval requests: `ask` at the terminal (5 minutes each; without a terminal they are
     /// denied), `auto` (approve tools and plans, decline questions) or `deny` (refuse
-    /// everything; the agent carries on without). Default: the CLI's own setting, and a
+    /// everything; the agent carries on without). Kinds the driver has no such mode for (plan
+    /// review on Codex) keep the CLI's own setting. Default: the CLI's own setting, and a
     /// request that arrives anyway is reported unanswered.
     #[arg(long, value_enum, value_name = "ask|auto|deny")]
     pub(crate) approve: Option<approve::Approve>,
@@ -202,7 +203,7 @@ pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -
             }
         };
         if let Some(approve) = args.approve {
-            policy.approvals = approve.policy();
+            policy.approvals = approve.policy_for(&agent.driver().descriptor().approvals);
             if approve == approve::Approve::Ask {
                 options = options.approval_handler(approve::terminal_handler(status.clone()));
             }
@@ -302,6 +303,10 @@ pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -
         }
     }
     let result = stream.result().await;
+    // A thread's provider may still be resident (waiting for a next turn this process will
+    // never send): end its input and let it exit by itself before this process does — a CLI
+    // that saves its session on the way out (Gemini CLI) keeps it for the next `adaptor run`.
+    agent.close().await;
     view.finish(&result);
     if args.schema.is_some()
         && !json

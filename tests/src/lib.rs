@@ -9,6 +9,8 @@ use std::time::Duration;
 use adaptor::{Agent, AgentBuilder, Driver};
 
 pub mod mock_anthropic;
+pub mod mock_chat;
+pub mod mock_gemini;
 pub mod mock_http;
 pub mod mock_openai;
 pub mod pg;

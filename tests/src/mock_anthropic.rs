@@ -94,8 +94,8 @@ use serde_json::{Value, json};
 
 pub use crate::mock_http::RecordedRequest;
 use crate::mock_http::{
-    Incoming, MockServer, SseEvent, json_response, parse_tool_command, split_in_two, sse_response,
-    synthesise,
+    Incoming, MockServer, SseEvent, json_response, mock_error_status, parse_tool_command,
+    slow_chunks, split_in_two, sse_response, synthesise,
 };
 
 /// `usage.input_tokens` of every reply (in `message_start`).
@@ -522,22 +522,13 @@ fn decide(shared: &Shared, body: &Value) -> Reply {
     }
 
     // 5. MOCK_ERROR <status>.
-    if let Some(rest) = text.split("MOCK_ERROR").nth(1) {
-        let digits: String = rest
-            .trim_start()
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        return Reply::Error(digits.parse().unwrap_or(500));
+    if let Some(status) = mock_error_status(&text) {
+        return Reply::Error(status);
     }
 
     // 6. MOCK_SLOW.
     if text.contains("MOCK_SLOW") {
-        return Reply::Slow(
-            (1..=SLOW_CHUNKS)
-                .map(|i| format!("slow chunk {i}. "))
-                .collect(),
-        );
+        return Reply::Slow(slow_chunks(SLOW_CHUNKS));
     }
 
     // 7. Default.

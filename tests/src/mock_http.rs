@@ -1,5 +1,5 @@
 //! Plumbing shared by the scripted model-API mocks ([`crate::mock_anthropic`],
-//! [`crate::mock_openai`]).
+//! [`crate::mock_openai`], [`crate::mock_gemini`], [`crate::mock_chat`]).
 //!
 //! This file owns what does not depend on the API being mocked:
 //!
@@ -8,9 +8,11 @@
 //!   `std::process::Command::output`, while a CLI talks to it), recording every request
 //!   ([`RecordedRequest`]) and stopping when dropped;
 //! * the response helpers: [`json_response`] and server-sent events ([`sse_response`],
-//!   framed `event: <name>\n` + `data: <json>\n\n`, chunked, `text/event-stream`);
-//! * the parts of the deterministic "brain" both mocks use: finding `TOOL <name> <json>` in
-//!   a prompt ([`parse_tool_command`]), synthesising a JSON instance of a schema
+//!   framed `event: <name>\n` + `data: <json>\n\n`, chunked, `text/event-stream`;
+//!   [`data_sse_response`] for data-only framing, optionally ending in `data: [DONE]`);
+//! * the parts of the deterministic "brain" every mock uses: finding `TOOL <name> <json>` in
+//!   a prompt ([`parse_tool_command`]), the `MOCK_ERROR <status>` and `MOCK_SLOW` fault
+//!   commands ([`mock_error_status`], [`slow_chunks`]), synthesising a JSON instance of a schema
 //!   ([`synthesise`]) and splitting streamed text into chunks ([`split_in_two`]).
 //!
 //! What each mock answers (routes, reply shapes, usage numbers) stays in its own module.
@@ -247,14 +249,36 @@ impl SseEvent {
 /// A `200 text/event-stream` response streaming `events` (chunked), each framed as
 /// `event: <name>\ndata: <json>\n\n`, sleeping each event's delay before it.
 pub fn sse_response(events: Vec<SseEvent>) -> Response {
-    let body = futures::stream::iter(events).then(|event| async move {
-        if let Some(delay) = event.delay {
+    event_stream(
+        events
+            .into_iter()
+            .map(|e| (e.delay, format!("event: {}\ndata: {}\n\n", e.event, e.data)))
+            .collect(),
+    )
+}
+
+/// Like [`sse_response`], but each event framed as `data: <json>\n\n` only (its `event`
+/// name is not sent), as the Gemini and OpenAI Chat Completions APIs stream, and then
+/// `data: [DONE]\n\n` when `done` (Chat Completions' end marker).
+pub fn data_sse_response(events: Vec<SseEvent>, done: bool) -> Response {
+    let mut frames: Vec<(Option<Duration>, String)> = events
+        .into_iter()
+        .map(|e| (e.delay, format!("data: {}\n\n", e.data)))
+        .collect();
+    if done {
+        frames.push((None, "data: [DONE]\n\n".to_string()));
+    }
+    event_stream(frames)
+}
+
+/// A `200 text/event-stream` response streaming pre-framed `frames` (chunked), sleeping each
+/// frame's delay before it.
+fn event_stream(frames: Vec<(Option<Duration>, String)>) -> Response {
+    let body = futures::stream::iter(frames).then(|(delay, frame)| async move {
+        if let Some(delay) = delay {
             tokio::time::sleep(delay).await;
         }
-        Ok::<_, std::convert::Infallible>(format!(
-            "event: {}\ndata: {}\n\n",
-            event.event, event.data
-        ))
+        Ok::<_, std::convert::Infallible>(frame)
     });
     let mut response = Response::new(Body::from_stream(body));
     let headers = response.headers_mut();
@@ -275,6 +299,23 @@ pub fn split_in_two(s: &str) -> Vec<String> {
     }
     let at = s.char_indices().nth(count / 2).map_or(s.len(), |(i, _)| i);
     vec![s[..at].to_string(), s[at..].to_string()]
+}
+
+/// The status of a `MOCK_ERROR <status>` command in `text` (500 when no number follows), if
+/// the text has one.
+pub fn mock_error_status(text: &str) -> Option<u16> {
+    let rest = text.split("MOCK_ERROR").nth(1)?;
+    let digits: String = rest
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    Some(digits.parse().unwrap_or(500))
+}
+
+/// The `count` text chunks of a `MOCK_SLOW` reply: `slow chunk 1. `, `slow chunk 2. `, ...
+pub fn slow_chunks(count: usize) -> Vec<String> {
+    (1..=count).map(|i| format!("slow chunk {i}. ")).collect()
 }
 
 /// Finds `TOOL <name> <json>` in `text`; the JSON may be shell-escaped (`{\"a\":1}`).
@@ -308,7 +349,8 @@ fn first_json(s: &str) -> Option<Value> {
 
 /// A JSON instance of `schema`: the first `const` or `enum` value, local `$ref`s followed,
 /// the first branch of `anyOf`/`oneOf`/`allOf`, strings `"mock"`, numbers `1`, booleans
-/// `true`, objects with every property, arrays with `minItems` items.
+/// `true`, objects with every property, arrays with `minItems` items. Type names are matched
+/// case-insensitively (Gemini's `OBJECT`, `STRING`).
 pub fn synthesise(schema: &Value) -> Value {
     synthesise_in(schema, schema, 0)
 }
@@ -354,13 +396,14 @@ fn synthesise_in(schema: &Value, root: &Value, depth: usize) -> Value {
         Some(Value::Array(types)) => types
             .iter()
             .filter_map(Value::as_str)
-            .find(|t| *t != "null")
+            .find(|t| !t.eq_ignore_ascii_case("null"))
             .unwrap_or("null"),
         _ if obj.contains_key("properties") => "object",
         _ if obj.contains_key("items") => "array",
         _ => "string",
     };
-    match kind {
+    // Gemini's `responseSchema` spells the types in upper case (`OBJECT`, `STRING`).
+    match kind.to_ascii_lowercase().as_str() {
         "object" => {
             let mut out = Map::new();
             if let Some(props) = obj.get("properties").and_then(Value::as_object) {
@@ -427,6 +470,11 @@ mod tests {
                 "tags": ["mock", "mock"], "inner": { "x": 1 },
             })
         );
+        let upper = json!({
+            "type": "OBJECT",
+            "properties": { "a": { "type": "STRING" }, "b": { "type": "INTEGER" } },
+        });
+        assert_eq!(synthesise(&upper), json!({ "a": "mock", "b": 1 }));
     }
 
     #[test]
@@ -440,6 +488,18 @@ mod tests {
             Some(("Read".to_string(), json!({ "file_path": "/x" })))
         );
         assert_eq!(parse_tool_command("TOOL_RESULT_SEEN: x"), None);
+    }
+
+    #[test]
+    fn parses_fault_commands() {
+        assert_eq!(mock_error_status("MOCK_ERROR 429 please"), Some(429));
+        assert_eq!(mock_error_status("MOCK_ERROR"), Some(500));
+        assert_eq!(mock_error_status("hello"), None);
+        let chunks = slow_chunks(3);
+        assert_eq!(
+            chunks,
+            ["slow chunk 1. ", "slow chunk 2. ", "slow chunk 3. "]
+        );
     }
 
     #[test]

@@ -99,7 +99,7 @@ pub const AGENTS: &[AgentPreset] = &[
         args: &["--acp"],
         min_version: "0.24.4",
         verified: &["0.24.4"],
-        restore: Restore::Load,
+        restore: Restore::Resume,
         models_probe: None,
     },
     AgentPreset {
@@ -109,7 +109,7 @@ pub const AGENTS: &[AgentPreset] = &[
         args: &["acp"],
         min_version: "1.18.33",
         verified: &["1.18.33"],
-        restore: Restore::Load,
+        restore: Restore::Resume,
         models_probe: Some(&["models"]),
     },
 ];

@@ -29,6 +29,23 @@ use crate::{PROTOCOL_VERSION, Restore, agent_args, restore, strings};
 /// resumed run reports its own cost, not the session's).
 const COST_TOTAL: &str = "cost_total";
 
+/// After `session/load` answers, the prompt waits until no history update arrived for this
+/// long (the replay may trail the response)…
+const SETTLE_MS: u64 = 200;
+/// …but no longer than this many periods (then later updates count as the turn's).
+const SETTLE_MAX_TICKS: u32 = 25;
+const SETTLE_TIMER: u64 = 1;
+
+/// A loaded session waiting for the agent's history replay to end.
+#[derive(Debug)]
+struct Settling {
+    result: Value,
+    raw: String,
+    /// Replayed updates counted at the last tick.
+    seen: u64,
+    ticks: u32,
+}
+
 /// The most stderr kept for a failure message.
 const STDERR_TAIL: usize = 2000;
 
@@ -88,6 +105,8 @@ pub struct AcpSession {
     status: Option<ExitStatus>,
     /// The usage changed since the last usage event.
     pending_usage: bool,
+    /// `session/load` answered; the replay is settling.
+    settling: Option<Settling>,
 }
 
 impl AcpSession {
@@ -152,6 +171,28 @@ impl AcpSession {
             usage.cost_usd = Some(cost);
             self.set_usage(usage);
         }
+    }
+
+    /// Qwen Code's extension: each model call's usage in the `_meta.usage` of an update
+    /// (ACP `Usage` field names). Summed over the turn; a prompt result's own `usage` wins.
+    pub(crate) fn add_update_usage(&mut self, reported: &Value) {
+        if self.replaying {
+            return;
+        }
+        let call = acp_usage(reported, None);
+        let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        let mut usage = self.usage.unwrap_or(call);
+        if self.usage.is_some() {
+            usage.input_tokens = sum(usage.input_tokens, call.input_tokens);
+            usage.output_tokens = sum(usage.output_tokens, call.output_tokens);
+            usage.cache_read_tokens = sum(usage.cache_read_tokens, call.cache_read_tokens);
+            usage.cache_write_tokens = sum(usage.cache_write_tokens, call.cache_write_tokens);
+            usage.reasoning_tokens = sum(usage.reasoning_tokens, call.reasoning_tokens);
+        }
+        self.set_usage(usage);
     }
 
     fn set_usage(&mut self, usage: Usage) {
@@ -247,18 +288,19 @@ impl AcpSession {
                             return;
                         }
                     }
+                } else if call == Call::LoadSession {
+                    // The replay may go on after the response (Gemini CLI sends most of the
+                    // history after it, even after the next prompt was sent): the prompt
+                    // waits until the agent has been quiet for a settle period.
+                    self.settling = Some(Settling {
+                        result: result.clone(),
+                        raw: raw.to_owned(),
+                        seen: self.replayed,
+                        ticks: 0,
+                    });
+                    out.set_timer(SETTLE_TIMER, SETTLE_MS);
+                    return;
                 } else {
-                    self.replaying = false;
-                    if self.replayed > 0 {
-                        out.notice(
-                            "acp.history_replayed",
-                            &format!(
-                                "the agent replayed {} history updates of the restored session (not events of this run)",
-                                self.replayed
-                            ),
-                            None,
-                        );
-                    }
                     self.session_id.clone().unwrap_or_default()
                 };
                 self.opened(id, result, raw, out);
@@ -567,18 +609,44 @@ impl AcpSession {
     }
 
     /// The prompt result's token usage (ACP `usage`), merged with the cost reported so far.
+    ///
+    /// Gemini CLI reports no `usage` but its own extension, `_meta.quota` (`token_count`
+    /// `{input_tokens, output_tokens}` and `model_usage[{model, token_count}]`): read when
+    /// `usage` is absent, and the first model it names other than `auto` (the router's
+    /// pseudo-model) is the run's model.
     fn prompt_usage(&mut self, result: &Value) {
-        let Some(u) = result.get("usage").filter(|u| u.is_object()) else {
+        let cost_usd = self.usage.and_then(|u| u.cost_usd);
+        let usage = if let Some(u) = result.get("usage").filter(|u| u.is_object()) {
+            acp_usage(u, cost_usd)
+        } else if let Some(quota) = result
+            .get("_meta")
+            .and_then(|m| m.get("quota"))
+            .filter(|q| q.is_object())
+        {
+            if let Some(model) = quota
+                .get("model_usage")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|m| str_field(m, "model"))
+                .find(|m| *m != "auto")
+            {
+                self.model = Some(model.to_owned());
+            }
+            let Some(count) = quota.get("token_count").filter(|c| c.is_object()) else {
+                return;
+            };
+            let n = |k: &str| u64_field(count, k);
+            Usage {
+                input_tokens: n("input_tokens"),
+                output_tokens: n("output_tokens"),
+                cache_read_tokens: None,
+                cache_write_tokens: None,
+                reasoning_tokens: None,
+                cost_usd,
+            }
+        } else {
             return;
-        };
-        let n = |k: &str| u64_field(u, k);
-        let usage = Usage {
-            input_tokens: n("inputTokens"),
-            output_tokens: n("outputTokens"),
-            cache_read_tokens: n("cachedReadTokens"),
-            cache_write_tokens: n("cachedWriteTokens"),
-            reasoning_tokens: n("thoughtTokens"),
-            cost_usd: self.usage.and_then(|u| u.cost_usd),
         };
         if self.usage != Some(usage) {
             self.set_usage(usage);
@@ -807,6 +875,7 @@ impl Session for AcpSession {
             stderr_tail: String::new(),
             status: None,
             pending_usage: false,
+            settling: None,
         }
     }
 
@@ -990,6 +1059,35 @@ impl Session for AcpSession {
         self.cancel_prompt(out);
     }
 
+    fn on_timer(&mut self, id: u64, out: &mut Actions) {
+        if id != SETTLE_TIMER || self.terminal.is_some() {
+            return;
+        }
+        let Some(settling) = self.settling.as_mut() else {
+            return;
+        };
+        settling.ticks += 1;
+        if self.replayed > settling.seen && settling.ticks < SETTLE_MAX_TICKS {
+            settling.seen = self.replayed;
+            out.set_timer(SETTLE_TIMER, SETTLE_MS);
+            return;
+        }
+        let settling = self.settling.take().expect("settling");
+        self.replaying = false;
+        if self.replayed > 0 {
+            out.notice(
+                "acp.history_replayed",
+                &format!(
+                    "the agent replayed {} history updates of the restored session (not events of this run)",
+                    self.replayed
+                ),
+                None,
+            );
+        }
+        let id = self.session_id.clone().unwrap_or_default();
+        self.opened(id, &settling.result, &settling.raw, out);
+    }
+
     fn on_exit(&mut self, status: &ExitStatus, out: &mut Actions) {
         if let Some(rest) = self.stdout.finish() {
             self.line_no += 1;
@@ -1086,6 +1184,20 @@ impl AcpSession {
                 }
             }
         }
+    }
+}
+
+/// An ACP `Usage` object (`inputTokens`, `outputTokens`, `cachedReadTokens`,
+/// `cachedWriteTokens`, `thoughtTokens`); what it does not report stays `None`.
+fn acp_usage(u: &Value, cost_usd: Option<f64>) -> Usage {
+    let n = |k: &str| u64_field(u, k);
+    Usage {
+        input_tokens: n("inputTokens"),
+        output_tokens: n("outputTokens"),
+        cache_read_tokens: n("cachedReadTokens"),
+        cache_write_tokens: n("cachedWriteTokens"),
+        reasoning_tokens: n("thoughtTokens"),
+        cost_usd,
     }
 }
 

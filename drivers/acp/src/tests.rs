@@ -546,7 +546,22 @@ fn a_thread_loads_its_session_and_the_replay_is_not_this_runs_output() {
     out.extend(h.stdout(&chunk("old answer")));
     out.extend(h.stdout(&update(json!({"sessionUpdate": "usage_update", "used": 1, "size": 9, "cost": {"amount": 0.25, "currency": "USD"}}))));
     assert!(events_of(&out).iter().all(|e| !matches!(e, Event::Text(_))));
+    // The load's answer; the replay goes on after it (as Gemini CLI's does).
     let out = h.stdout(&result(2, Value::Null));
+    assert!(
+        written(&out).is_empty(),
+        "the prompt waits for the replay to settle"
+    );
+    assert!(
+        out.iter()
+            .any(|a| matches!(a, Action::SetTimer(t) if t.id == 1))
+    );
+    assert!(events_of(&h.stdout(&chunk("late history"))).is_empty());
+    assert!(
+        written(&h.timer(1)).is_empty(),
+        "a replayed update came: wait again"
+    );
+    let out = h.timer(1);
     let sent = written(&out);
     assert_eq!(sent[0]["method"], "session/prompt");
     assert!(

@@ -73,8 +73,16 @@ impl ToolState {
         }
     }
 
+    /// The call's input: `rawInput`, or — when the agent sends none (Gemini CLI does not) —
+    /// what it shows of the call, its title and locations.
     fn args(&self) -> Option<String> {
-        self.raw_input.as_ref().map(Value::to_string)
+        match &self.raw_input {
+            Some(input) => Some(input.to_string()),
+            None if self.title.is_some() || !self.locations.is_empty() => {
+                Some(json!({ "title": self.title, "locations": self.locations }).to_string())
+            }
+            None => None,
+        }
     }
 
     /// The result as text: the text content blocks, else the raw output.
@@ -93,7 +101,15 @@ impl ToolState {
         match &self.raw_output {
             Some(Value::String(s)) => s.clone(),
             Some(other) => other.to_string(),
-            None => String::new(),
+            // A file edit reports its diffs only: name what changed.
+            None => self
+                .content
+                .iter()
+                .filter(|c| str_field(c, "type") == Some("diff"))
+                .filter_map(|c| str_field(c, "path"))
+                .map(|path| format!("changed {path}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
         }
     }
 
@@ -127,6 +143,13 @@ impl AcpSession {
     /// Map one `session/update` (its `update` object).
     pub(crate) fn session_update(&mut self, update: &Value, raw: &str, out: &mut Actions) {
         let kind = str_field(update, "sessionUpdate").unwrap_or_default();
+        if let Some(usage) = update
+            .get("_meta")
+            .and_then(|m| m.get("usage"))
+            .filter(|u| u.is_object())
+        {
+            self.add_update_usage(usage);
+        }
         match kind {
             "agent_message_chunk" | "agent_thought_chunk" => {
                 let thinking = kind == "agent_thought_chunk";
@@ -153,6 +176,10 @@ impl AcpSession {
     }
 
     fn chunk(&mut self, thinking: bool, text: &str, out: &mut Actions) {
+        // Agents send empty chunks (Qwen Code opens each message with one): nothing to add.
+        if text.is_empty() {
+            return;
+        }
         if self
             .updates
             .part

@@ -3,6 +3,7 @@
 //! one link and seventeen). Each module is one area; `cargo test --test integration cli::`
 //! runs one of them.
 
+mod acp_e2e;
 mod approvals;
 mod claude_e2e;
 mod claude_mock;
