@@ -29,24 +29,32 @@ TEST_DRIVERS=("testbed-driver:testbed" "broken-driver:broken" "unstable-driver:u
 CLI_CACHE="${ADAPTOR_CLI_CACHE:-$HOME/.cache/agent-adaptor-clis}"
 CLAUDE_VERSION="2.1.197"
 CODEX_VERSION="0.171.0"
+# ACP agents (drivers/acp): Gemini CLI, Qwen Code (the newest published, 0.24.4, works
+# offline), OpenCode.
+GEMINI_VERSION="0.61.0"
+QWEN_VERSION="0.24.4"
+OPENCODE_VERSION="1.18.33"
+
+# Install npm package `$2@$3` into "$CLI_CACHE/$1" unless `$1 --version` already prints the
+# pinned version as a word (`2.1.197 (Claude Code)`, `codex-cli 0.171.0`, `0.61.0`); export
+# the program's path in the variable named `$4`.
+ensure_npm_cli() {
+  local name="$1" package="$2" version="$3" var="$4"
+  local dir="$CLI_CACHE/$name" bin="$CLI_CACHE/$name/node_modules/.bin/$name"
+  if [[ " $("$bin" --version 2>/dev/null | head -n 1) " != *" $version "* ]]; then
+    echo "x.sh: installing $package@$version into $dir" >&2
+    mkdir -p "$dir"
+    npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "$package@$version" >&2
+  fi
+  export "$var=$bin"
+}
 
 ensure_clis() {
-  local dir="$CLI_CACHE/claude"
-  if [[ "$("$dir/node_modules/.bin/claude" --version 2>/dev/null)" != "$CLAUDE_VERSION "* ]]; then
-    echo "x.sh: installing @anthropic-ai/claude-code@$CLAUDE_VERSION into $dir" >&2
-    mkdir -p "$dir"
-    npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
-      "@anthropic-ai/claude-code@$CLAUDE_VERSION" >&2
-  fi
-  export ADAPTOR_CLAUDE_BIN="$dir/node_modules/.bin/claude"
-  dir="$CLI_CACHE/codex"
-  if [[ "$("$dir/node_modules/.bin/codex" --version 2>/dev/null)" != "codex-cli $CODEX_VERSION" ]]; then
-    echo "x.sh: installing @openai/codex@$CODEX_VERSION into $dir" >&2
-    mkdir -p "$dir"
-    npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
-      "@openai/codex@$CODEX_VERSION" >&2
-  fi
-  export ADAPTOR_CODEX_BIN="$dir/node_modules/.bin/codex"
+  ensure_npm_cli claude @anthropic-ai/claude-code "$CLAUDE_VERSION" ADAPTOR_CLAUDE_BIN
+  ensure_npm_cli codex @openai/codex "$CODEX_VERSION" ADAPTOR_CODEX_BIN
+  ensure_npm_cli gemini @google/gemini-cli "$GEMINI_VERSION" ADAPTOR_GEMINI_BIN
+  ensure_npm_cli qwen @qwen-code/qwen-code "$QWEN_VERSION" ADAPTOR_QWEN_BIN
+  ensure_npm_cli opencode opencode-ai "$OPENCODE_VERSION" ADAPTOR_OPENCODE_BIN
 }
 
 # PostgreSQL server binaries for the PostgreSQL thread-store tests (tests/src/pg.rs starts

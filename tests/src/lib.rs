@@ -270,9 +270,19 @@ pub fn run_error(r: Result<adaptor::RunResult, adaptor::Error>) -> Box<adaptor::
 /// With `ADAPTOR_RECORD_CASSETTES=DIR`, save the run as `DIR/<name>.json` — how the committed
 /// cassettes of the real-CLI drivers were recorded (the local CLI path is not kept).
 pub fn record_cassette(name: &str, r: &adaptor::RunResult, prompt: &str) {
+    record_cassette_with(name, r, prompt, &serde_json::json!({}));
+}
+
+/// [`record_cassette`] with the driver config a replay needs besides the program (the ACP
+/// driver's `agent`; never a local path).
+pub fn record_cassette_with(
+    name: &str,
+    r: &adaptor::RunResult,
+    prompt: &str,
+    config: &serde_json::Value,
+) {
     if let Some(dir) = std::env::var_os("ADAPTOR_RECORD_CASSETTES") {
-        let cassette =
-            adaptor::cassette::Cassette::from_run(r, prompt, None, &serde_json::json!({}));
+        let cassette = adaptor::cassette::Cassette::from_run(r, prompt, None, config);
         let dir = Path::new(&dir);
         std::fs::create_dir_all(dir).expect("cassette dir");
         cassette

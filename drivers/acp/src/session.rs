@@ -143,7 +143,9 @@ impl AcpSession {
         });
         let mut item = items::blank(ItemKind::Result);
         item.text = self.texts.last().cloned();
-        item.is_error = self.failure.is_some() || self.refusal.is_some();
+        // The turn's own verdict: an approval refused while the agent goes on is the
+        // outcome's business (it may be decided before or after this frame).
+        item.is_error = self.failure.is_some();
         item.session_id = self.session_id.clone();
         if let Some(stop) = &self.stop_reason {
             item.data_json = Some(json!({ "stopReason": stop }).to_string());
@@ -831,7 +833,18 @@ impl AcpSession {
                 format!("the agent {} {stage}{why}", describe_exit(status)),
             );
         }
-        None
+        match status {
+            // A resident turn (the process lives on), or a clean exit at end of input.
+            None => None,
+            Some(s) if s.code == Some(0) && s.signal.is_none() => None,
+            Some(s) => fail(
+                FailureReason::AgentError,
+                format!(
+                    "the agent {} after the turn completed",
+                    describe_exit(Some(s))
+                ),
+            ),
+        }
     }
 }
 

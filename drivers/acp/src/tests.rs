@@ -494,6 +494,21 @@ fn an_agent_that_exits_mid_turn_fails_with_its_last_stderr_line() {
 }
 
 #[test]
+fn a_signal_after_the_turn_fails_it() {
+    let mut h = prompting(req("hi"));
+    h.stdout(&chunk("done"));
+    h.stdout(&result(3, json!({"stopReason": "end_turn"})));
+    let mut killed = exited(0);
+    killed.code = None;
+    killed.signal = Some(9);
+    let (_, outcome) = h.exit(killed);
+    let (reason, message) = failure(&outcome);
+    assert_eq!(reason, FailureReason::AgentError);
+    assert!(message.contains("after the turn completed"), "{message}");
+    assert!(!outcome.checkpoint.unwrap().valid);
+}
+
+#[test]
 fn an_error_response_fails_the_run_with_its_message() {
     let mut h = prompting(req("hi"));
     h.stdout(&line(json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32603, "message": "Internal error", "data": {"details": "[API Error: 400]"}}})));

@@ -48,6 +48,12 @@ impl Cli {
             .unwrap_or_else(|| panic!("{} is missing: {hint}", self.name()))
     }
 
+    /// The driver config a cassette keeps: the preset's (the program by its name, not the
+    /// local path; replays substitute their own).
+    fn cassette_config(self) -> Value {
+        json!({ "agent": self.name(), "command": self.name() })
+    }
+
     /// The mock's reply to a plain prompt, `n` user messages into the session.
     fn hello(self, n: usize, text: &str) -> String {
         let api = match self {
@@ -235,7 +241,12 @@ async fn plain_text_with_usage_session_and_checkpoint(cli: Cli) {
     let (events, r) =
         collect(agent.stream_with("hello there", RunOptions::new().streaming(true))).await;
     let r = r.unwrap_or_else(|e| panic!("{cli:?}: {e}"));
-    record_cassette(&format!("plain-{}", cli.name()), &r, "hello there");
+    record_cassette_with(
+        &format!("plain-{}", cli.name()),
+        &r,
+        "hello there",
+        &cli.cassette_config(),
+    );
     assert_eq!(r.text, cli.hello(1, "hello there"));
     let deltas = events
         .iter()
@@ -303,7 +314,12 @@ async fn permission_allowed_through_an_approval(cli: Cli) {
         .run_with(&prompt, ask_permission())
         .await
         .unwrap_or_else(|e| panic!("{cli:?}: {e}"));
-    record_cassette(&format!("approval-allowed-{}", cli.name()), &r, &prompt);
+    record_cassette_with(
+        &format!("approval-allowed-{}", cli.name()),
+        &r,
+        &prompt,
+        &cli.cassette_config(),
+    );
     assert_eq!(asked.load(Ordering::SeqCst), 1);
     assert!(file.exists(), "the tool ran");
     assert!(r.text.contains("TOOL_RESULT_SEEN"), "{}", r.text);
@@ -373,10 +389,11 @@ async fn cancel_mid_turn_sends_session_cancel(cli: Cli) {
         }
     }
     let e = run_error(stream.result().await);
-    record_cassette(
+    record_cassette_with(
         &format!("cancelled-{}", cli.name()),
         &e.result,
         "MOCK_SLOW please",
+        &cli.cassette_config(),
     );
     assert_eq!(e.reason, FailureReason::Cancelled, "{cli:?}: {}", e.message);
     assert!(!partial.is_empty());
@@ -420,10 +437,11 @@ async fn an_api_error_fails_the_run(cli: Cli) {
     let a = Acp::new(cli).await;
     let agent = a.agent().build();
     let e = run_error(agent.run("MOCK_ERROR 400").await);
-    record_cassette(
+    record_cassette_with(
         &format!("error-400-{}", cli.name()),
         &e.result,
         "MOCK_ERROR 400",
+        &cli.cassette_config(),
     );
     assert_eq!(
         e.reason,

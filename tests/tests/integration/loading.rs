@@ -124,7 +124,7 @@ fn imports_beyond_the_world_and_inert_wasi_are_refused_by_name() {
         forbidden(r#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#);
     assert_eq!(import, "wasi:http/outgoing-handler@0.2.0");
     // The built-in drivers pass the audit (they import only the world and inert WASI).
-    for name in ["reference", "claude", "codex"] {
+    for name in ["reference", "claude", "codex", "acp"] {
         Driver::from_file(driver_path(name)).expect("built-in driver passes the audit");
     }
 }
