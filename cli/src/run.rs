@@ -303,10 +303,6 @@ pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -
         }
     }
     let result = stream.result().await;
-    // A thread's provider may still be resident (waiting for a next turn this process will
-    // never send): end its input and let it exit by itself before this process does — a CLI
-    // that saves its session on the way out (Gemini CLI) keeps it for the next `adaptor run`.
-    agent.close().await;
     view.finish(&result);
     if args.schema.is_some()
         && !json

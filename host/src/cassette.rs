@@ -142,7 +142,7 @@ impl Cassette {
         if let Some(map) = config.as_object_mut()
             && map
                 .get("command")
-                .is_some_and(|c| !c.as_str().is_some_and(|c| !c.contains('/')))
+                .is_some_and(|c| c.as_str().is_none_or(|c| c.contains('/')))
         {
             map.remove("command");
         }

@@ -458,7 +458,7 @@ impl AcpSession {
             .get("models")
             .and_then(|m| str_field(m, "currentModelId"))
             .map(str::to_owned)
-            .or_else(|| config_option(result, "model").and_then(|o| current_value(o)));
+            .or_else(|| config_option(result, "model").and_then(current_value));
         self.model = current_model;
         out.session(Some(id.clone()), self.model.clone());
         let mut item = items::blank(ItemKind::Init);
