@@ -58,6 +58,8 @@
 //! 5. the request offers a tool named `structured_output` (how Qwen's `--json-schema` reaches
 //!    the API) → a call of it with an instance synthesised from its `parameters`;
 //! 6. `MOCK_ERROR <status>` → that HTTP status with `{"error":{"message","type","code"}}`;
+//!    then `MOCK_JSON <json>` → that JSON value, compact, as the text (a model following a
+//!    host's structured-output instructions; [`crate::mock_http::mock_json`]);
 //! 7. `MOCK_SLOW` → 20 content deltas ([`SLOW_CHUNKS`]) 250 ms apart ([`SLOW_INTERVAL`]);
 //! 8. otherwise → text `Hello from mock-chat! user_msgs=<n> you said: <text>`, where `n`
 //!    counts the user messages that carry text other than injected context: it proves that a
@@ -100,7 +102,7 @@ use serde_json::{Value, json};
 
 pub use crate::mock_http::RecordedRequest;
 use crate::mock_http::{
-    Incoming, MockServer, SseEvent, data_sse_response, json_response, mock_error_status,
+    Incoming, MockServer, SseEvent, data_sse_response, json_response, mock_error_status, mock_json,
     parse_tool_command, slow_chunks, split_in_two, synthesise,
 };
 
@@ -642,6 +644,11 @@ fn decide(shared: &Shared, body: &Value) -> Reply {
     // 6. MOCK_ERROR <status>.
     if let Some(status) = mock_error_status(&text) {
         return Reply::Error(status);
+    }
+
+    // MOCK_JSON <json>.
+    if let Some(json) = mock_json(&text) {
+        return text_reply(&json);
     }
 
     // 7. MOCK_SLOW.

@@ -54,7 +54,9 @@
 //!    calls from 1 per server). Shell-escaped JSON (`{\"a\":1}`) is accepted too;
 //! 4. `MOCK_ERROR <status>` → that HTTP status with `{"error":{"code","message","status"}}`
 //!    (400 `INVALID_ARGUMENT`, 401 `UNAUTHENTICATED`, 403 `PERMISSION_DENIED`, 404
-//!    `NOT_FOUND`, 429 `RESOURCE_EXHAUSTED`, 503 `UNAVAILABLE`, else `INTERNAL`);
+//!    `NOT_FOUND`, 429 `RESOURCE_EXHAUSTED`, 503 `UNAVAILABLE`, else `INTERNAL`); then
+//!    `MOCK_JSON <json>` → that JSON value, compact, as the text (a model following a host's
+//!    structured-output instructions; [`crate::mock_http::mock_json`]);
 //! 5. `MOCK_SLOW` → 20 text chunks ([`SLOW_CHUNKS`]) 250 ms apart ([`SLOW_INTERVAL`]);
 //! 6. otherwise → text `Hello from mock-gemini! user_msgs=<n> you said: <text>`, where `n`
 //!    counts the user contents that carry text (not only function responses): it proves that
@@ -89,7 +91,7 @@ use serde_json::{Value, json};
 
 pub use crate::mock_http::RecordedRequest;
 use crate::mock_http::{
-    Incoming, MockServer, SseEvent, data_sse_response, json_response, mock_error_status,
+    Incoming, MockServer, SseEvent, data_sse_response, json_response, mock_error_status, mock_json,
     parse_tool_command, slow_chunks, split_in_two, synthesise,
 };
 
@@ -441,6 +443,11 @@ fn decide(shared: &Shared, body: &Value) -> Reply {
     // 4. MOCK_ERROR <status>.
     if let Some(status) = mock_error_status(&text) {
         return Reply::Error(status);
+    }
+
+    // MOCK_JSON <json>.
+    if let Some(json) = mock_json(&text) {
+        return text_reply(json);
     }
 
     // 5. MOCK_SLOW.

@@ -313,6 +313,15 @@ pub fn mock_error_status(text: &str) -> Option<u16> {
     Some(digits.parse().unwrap_or(500))
 }
 
+/// The JSON value of a `MOCK_JSON <json>` command in `text`, compact, if the text has one
+/// (what follows the value — a host's schema instructions, say — is ignored): the reply a
+/// test of prompt-and-validate structured output needs from a model that follows them.
+pub fn mock_json(text: &str) -> Option<String> {
+    let rest = text.split("MOCK_JSON").nth(1)?.trim_start();
+    let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+    values.next()?.ok().map(|v| v.to_string())
+}
+
 /// The `count` text chunks of a `MOCK_SLOW` reply: `slow chunk 1. `, `slow chunk 2. `, ...
 pub fn slow_chunks(count: usize) -> Vec<String> {
     (1..=count).map(|i| format!("slow chunk {i}. ")).collect()
@@ -500,6 +509,16 @@ mod tests {
             chunks,
             ["slow chunk 1. ", "slow chunk 2. ", "slow chunk 3. "]
         );
+    }
+
+    #[test]
+    fn reads_mock_json_commands() {
+        assert_eq!(
+            mock_json("MOCK_JSON {\"a\": [1, 2]}\n\nRespond with only a JSON value"),
+            Some(r#"{"a":[1,2]}"#.to_string())
+        );
+        assert_eq!(mock_json("MOCK_JSON not json"), None);
+        assert_eq!(mock_json("hello"), None);
     }
 
     #[test]

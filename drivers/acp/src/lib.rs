@@ -76,8 +76,6 @@ pub struct AgentPreset {
     pub verified: &'static [&'static str],
     /// How it restores a session in a new process (what it declares at `initialize`).
     pub restore: Restore,
-    /// A command that lists its models (one per line), for `Inspect`, if it has one.
-    pub models_probe: Option<&'static [&'static str]>,
 }
 
 /// The agents this driver was verified with (end-to-end, on the real CLIs, offline).
@@ -90,7 +88,6 @@ pub const AGENTS: &[AgentPreset] = &[
         min_version: "0.61.0",
         verified: &["0.61.0"],
         restore: Restore::Load,
-        models_probe: None,
     },
     AgentPreset {
         name: "qwen",
@@ -100,7 +97,6 @@ pub const AGENTS: &[AgentPreset] = &[
         min_version: "0.24.4",
         verified: &["0.24.4"],
         restore: Restore::Resume,
-        models_probe: None,
     },
     AgentPreset {
         name: "opencode",
@@ -110,7 +106,6 @@ pub const AGENTS: &[AgentPreset] = &[
         min_version: "1.18.33",
         verified: &["1.18.33"],
         restore: Restore::Resume,
-        models_probe: Some(&["models"]),
     },
 ];
 
@@ -270,22 +265,14 @@ impl Driver for AcpDriver {
 
     fn environment_probes(config: &Value) -> Result<Vec<ProbeCommand>, ConfigError> {
         Self::validate_config(config)?;
-        let program = str_field(config, "command").unwrap_or_default().to_owned();
-        let mut probes = vec![ProbeCommand {
+        // `<command> --version` (all three agents print their version alone). Models are
+        // the agent's answer to `session/new`, which a probe cannot open (see the README).
+        Ok(vec![ProbeCommand {
             id: "version".into(),
-            program: program.clone(),
+            program: str_field(config, "command").unwrap_or_default().to_owned(),
             args: vec!["--version".into()],
             timeout_ms: 20_000,
-        }];
-        if let Some(args) = agent_preset(config).and_then(|a| a.models_probe) {
-            probes.push(ProbeCommand {
-                id: "models".into(),
-                program,
-                args: args.iter().map(|a| (*a).to_owned()).collect(),
-                timeout_ms: 20_000,
-            });
-        }
-        Ok(probes)
+        }])
     }
 
     fn environment_report(config: &Value, outputs: &[ProbeOutput]) -> EnvironmentReport {
@@ -318,31 +305,6 @@ impl Driver for AcpDriver {
                 hint: Some("set `agent` in the driver config for a known agent".into()),
             });
         }
-        if let Some(out) = outputs.iter().find(|o| o.id == "models") {
-            let text = String::from_utf8_lossy(&out.stdout);
-            let models: Vec<&str> = text
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .collect();
-            report
-                .checks
-                .push(if out.code == Some(0) && !models.is_empty() {
-                    Check {
-                        code: "acp.models".into(),
-                        level: CheckLevel::Pass,
-                        message: format!("models: {}", models.join(", ")),
-                        hint: None,
-                    }
-                } else {
-                    Check {
-                        code: "acp.models".into(),
-                        level: CheckLevel::Warn,
-                        message: "the agent listed no models".into(),
-                        hint: None,
-                    }
-                });
-        }
         report
     }
 }
@@ -356,7 +318,7 @@ fn config_schema() -> Value {
         "additionalProperties": false,
         "properties": {
             "command": {"type": "string", "description": "The ACP agent's program (the granted command); required for a run (a preset sets it)."},
-            "agent": {"enum": names, "description": "A verified agent: sets the default `args` and what the driver knows of it (versions, how it restores sessions, its model listing)."},
+            "agent": {"enum": names, "description": "A verified agent: sets the default `args` and what the driver knows of it (versions, how it restores sessions)."},
             "args": {"type": "array", "items": {"type": "string"}, "description": "Arguments that start the agent's ACP server (default: the preset's, e.g. [\"--acp\"])."},
             "model": {"type": "string", "description": "Model, set after session/new through the agent's `model` config option or session/set_model; a per-run model wins."},
             "mode": {"type": "string", "description": "Session mode id (session/set_mode), one the agent offers."},

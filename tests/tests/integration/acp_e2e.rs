@@ -233,6 +233,7 @@ on_each_agent!(
     cancel_mid_turn_sends_session_cancel,
     a_thread_keeps_one_agent_process_across_turns,
     an_api_error_fails_the_run,
+    structured_output_by_prompt_and_validation,
 );
 
 async fn plain_text_with_usage_session_and_checkpoint(cli: Cli) {
@@ -424,6 +425,52 @@ async fn a_thread_keeps_one_agent_process_across_turns(cli: Cli) {
     assert_eq!(second.thread.as_ref().unwrap().start, ThreadStart::Resumed);
     agent.close().await;
     assert!(!pid_alive(pid), "Agent::close stops the resident agent");
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+struct Verdict {
+    verdict: String,
+    score: u32,
+}
+
+/// ACP carries no schema: the host appends its instructions to the prompt and validates the
+/// final text (the mock answers the JSON a `MOCK_JSON` prompt names, as a model following
+/// the instructions would); a reply that does not conform fails as structured output.
+async fn structured_output_by_prompt_and_validation(cli: Cli) {
+    let a = Acp::new(cli).await;
+    let agent = a.agent().build();
+    let schema = || RunOptions::new().schema(adaptor::Schema::of::<Verdict>().unwrap());
+    let r = agent
+        .run_with(r#"MOCK_JSON {"verdict":"fine","score":3}"#, schema())
+        .await
+        .unwrap_or_else(|e| panic!("{cli:?}: {e}"));
+    let s = r.structured.as_ref().expect("structured");
+    assert_eq!(s.mechanism, adaptor::Mechanism::PromptValidate);
+    assert!(s.valid, "{:?}", s.errors);
+    assert_eq!(s.value, Some(json!({"verdict": "fine", "score": 3})));
+    let sent = a
+        .main_requests()
+        .last()
+        .cloned()
+        .expect("a model call")
+        .to_string();
+    assert!(
+        sent.contains(adaptor::PROMPT_SCHEMA_MARKER),
+        "the host's instructions reached the model"
+    );
+    // A reply that is not the JSON the schema asks for fails the run, typed.
+    let e = run_error(
+        agent
+            .run_with(r#"MOCK_JSON {"verdict":"fine"}"#, schema())
+            .await,
+    );
+    assert_eq!(
+        e.reason,
+        FailureReason::InvalidOutput,
+        "{cli:?}: {}",
+        e.message
+    );
 }
 
 fn spawned_pid(events: &[Event]) -> Option<u32> {
