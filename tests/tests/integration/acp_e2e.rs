@@ -144,9 +144,14 @@ impl Acp {
     }
 
     fn agent(&self) -> adaptor::AgentBuilder {
+        self.agent_for(self.config())
+    }
+
+    /// [`agent`](Self::agent) with another driver config.
+    fn agent_for(&self, config: Value) -> adaptor::AgentBuilder {
         let driver = adaptor::Driver::from_file(driver_path("acp"))
             .expect("acp.wasm (./x.sh build-drivers)")
-            .with_config(self.config())
+            .with_config(config)
             .expect("config");
         let mut builder = Agent::builder(driver)
             .workspace(self.ws.path())
@@ -234,6 +239,7 @@ on_each_agent!(
     a_thread_keeps_one_agent_process_across_turns,
     an_api_error_fails_the_run,
     structured_output_by_prompt_and_validation,
+    a_mode_the_agent_does_not_offer_is_refused_naming_the_offer,
 );
 
 async fn plain_text_with_usage_session_and_checkpoint(cli: Cli) {
@@ -425,6 +431,72 @@ async fn a_thread_keeps_one_agent_process_across_turns(cli: Cli) {
     assert_eq!(second.thread.as_ref().unwrap().start, ThreadStart::Resumed);
     agent.close().await;
     assert!(!pid_alive(pid), "Agent::close stops the resident agent");
+}
+
+async fn a_mode_the_agent_does_not_offer_is_refused_naming_the_offer(cli: Cli) {
+    let a = Acp::new(cli).await;
+    let mut config = a.config();
+    config["mode"] = json!("no-such-mode");
+    let e = run_error(a.agent_for(config).build().run("hello").await);
+    assert_eq!(e.reason, FailureReason::AgentError);
+    let offered = match cli {
+        Cli::Gemini => "default, autoEdit, yolo, plan",
+        Cli::Qwen => "plan, default, auto-edit, auto, yolo",
+        Cli::OpenCode => "build, plan",
+    };
+    assert!(
+        e.message.contains(&format!(
+            "does not offer mode `no-such-mode` (it offers: {offered})"
+        )),
+        "{cli:?}: {}",
+        e.message
+    );
+    assert!(a.main_requests().is_empty(), "no prompt was sent");
+}
+
+/// A mode the agent offers is set before the prompt: `yolo` approves every tool, so the
+/// write asks no one. Gemini CLI refuses privileged modes in a folder it does not trust
+/// (typed, with its reason) unless it runs with `--skip-trust` (the caller's `extra_args`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mode_is_set_before_the_prompt() {
+    let a = Acp::new(Cli::Gemini).await;
+    let mut config = a.config();
+    config["mode"] = json!("yolo");
+    let (prompt, file) = tool_prompt(Cli::Gemini, a.ws());
+    let e = run_error(a.agent_for(config.clone()).build().run(&prompt).await);
+    assert_eq!(e.reason, FailureReason::AgentError);
+    assert!(
+        e.message.contains("the agent refused the mode") && e.message.contains("untrusted folder"),
+        "{}",
+        e.message
+    );
+    assert!(!file.exists());
+    for cli in [Cli::Gemini, Cli::Qwen] {
+        let a = Acp::new(cli).await;
+        let mut config = a.config();
+        config["mode"] = json!("yolo");
+        if cli == Cli::Gemini {
+            config["extra_args"] = json!(["--skip-trust"]);
+        }
+        let (prompt, file) = tool_prompt(cli, a.ws());
+        let r = a
+            .agent_for(config)
+            .build()
+            .run_with(&prompt, ask_permission())
+            .await
+            .unwrap_or_else(|e| panic!("{cli:?}: {e}"));
+        assert!(file.exists(), "{cli:?}: the tool ran");
+        let stdin = stdin_of(&r);
+        assert!(
+            stdin.contains(r#""method":"session/set_mode""#)
+                && stdin.contains(r#""modeId":"yolo""#),
+            "{stdin}"
+        );
+        assert!(
+            !stdin.contains(r#""outcome""#),
+            "{cli:?}: no permission was asked"
+        );
+    }
 }
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
