@@ -1547,22 +1547,38 @@ where
         );
         let store = open().await.expect("reopen after the kill");
         let kind = store.kind();
-        let active = list(
-            store.as_ref(),
-            ListQuery {
-                key: Some(key.into()),
-                ..Default::default()
-            },
-        )
-        .await;
-        assert_eq!(
-            active.len(),
-            1,
-            "{kind}: round {round}: one active record, got {}",
-            active.len()
-        );
-        let current = by_key(store.as_ref(), key).await.expect("resolves");
-        assert_eq!(current, active[0]);
+        // A server-side store may still commit the killed client's last transaction (its
+        // COMMIT was sent; the server finishes it before it notices the client is gone): the
+        // key must have exactly one active record at every read, and the two reads agree
+        // once that last commit has landed.
+        let settle = std::time::Instant::now();
+        let current = loop {
+            let active = list(
+                store.as_ref(),
+                ListQuery {
+                    key: Some(key.into()),
+                    ..Default::default()
+                },
+            )
+            .await;
+            assert_eq!(
+                active.len(),
+                1,
+                "{kind}: round {round}: one active record, got {}",
+                active.len()
+            );
+            let current = by_key(store.as_ref(), key).await.expect("resolves");
+            if current == active[0] {
+                break current;
+            }
+            assert!(
+                settle.elapsed() < Duration::from_secs(5),
+                "{kind}: round {round}: the key's record and the active list still disagree 5 s after the kill ({} vs {})",
+                current.state.resume_id,
+                active[0].state.resume_id
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
         for r in list(
             store.as_ref(),
             ListQuery {
