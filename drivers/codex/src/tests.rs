@@ -488,3 +488,76 @@ fn a_resume_id_that_is_not_a_thread_id_is_refused_before_launch() {
         ));
     }
 }
+
+/// Methods of the stored app-server schema catalogue `file` (`schema/app-server/`, what the
+/// pinned Codex generates; `codex_e2e::the_app_server_schema_has_not_drifted` regenerates it).
+fn schema_methods(file: &str) -> Vec<String> {
+    let path = format!("{}/schema/app-server/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let schema: Value = serde_json::from_str(&text).expect("schema JSON");
+    schema["oneOf"]
+        .as_array()
+        .expect("oneOf")
+        .iter()
+        .flat_map(|v| {
+            v["properties"]["method"]["enum"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|m| m.as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn every_app_server_method_the_driver_uses_is_in_the_pinned_schema() {
+    let source = include_str!("appserver.rs");
+    for (file, methods) in [
+        (
+            "ClientRequest.json",
+            &[
+                "initialize",
+                "thread/start",
+                "thread/resume",
+                "turn/start",
+                "turn/interrupt",
+            ][..],
+        ),
+        ("ClientNotification.json", &["initialized"][..]),
+        (
+            "ServerNotification.json",
+            &[
+                "thread/started",
+                "item/started",
+                "item/completed",
+                "item/agentMessage/delta",
+                "item/reasoning/textDelta",
+                "item/reasoning/summaryTextDelta",
+                "thread/tokenUsage/updated",
+                "turn/started",
+                "turn/completed",
+                "error",
+            ][..],
+        ),
+        (
+            "ServerRequest.json",
+            &[
+                "item/commandExecution/requestApproval",
+                "item/fileChange/requestApproval",
+            ][..],
+        ),
+    ] {
+        let known = schema_methods(file);
+        for method in methods {
+            assert!(
+                known.iter().any(|k| k == method),
+                "{file} has no `{method}`"
+            );
+            // The list is what the driver's code says, not a copy that went stale.
+            assert!(
+                source.contains(&format!("\"{method}\"")),
+                "appserver.rs does not use `{method}`"
+            );
+        }
+    }
+}

@@ -686,3 +686,93 @@ async fn a_thread_keeps_one_app_server_across_turns() {
         "Agent::close stops the resident app-server"
     );
 }
+
+/// Drift gate: the app-server's JSON schema as the pinned Codex generates it
+/// (`codex app-server generate-json-schema`) is the one stored beside the driver
+/// (`drivers/codex/schema/app-server/`: the method catalogues, each with the definitions it
+/// uses), whose methods the driver's unit tests check it uses. A Codex that changed its
+/// protocol fails here, naming the methods and definitions that changed.
+#[test]
+fn the_app_server_schema_has_not_drifted() {
+    let codex = codex_path()
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| panic!("the Codex CLI is missing: {CODEX_INSTALL_HINT}"));
+    let out = tmp();
+    let home = tmp();
+    let status = std::process::Command::new(&codex)
+        .args(["app-server", "generate-json-schema", "--out"])
+        .arg(out.path())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("CODEX_HOME", home.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("codex runs");
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let stored = Path::new(env!("CARGO_MANIFEST_DIR")).join("../drivers/codex/schema/app-server");
+    let mut drift = Vec::new();
+    for file in [
+        "ClientRequest.json",
+        "ClientNotification.json",
+        "ServerNotification.json",
+        "ServerRequest.json",
+    ] {
+        let read = |dir: &Path| -> Value {
+            let path = dir.join(file);
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            serde_json::from_str(&text).expect("schema JSON")
+        };
+        let (want, got) = (read(&stored), read(out.path()));
+        if want == got {
+            continue;
+        }
+        let methods = |v: &Value| -> std::collections::BTreeSet<String> {
+            v["oneOf"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|o| {
+                    o["properties"]["method"]["enum"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .filter_map(|m| m.as_str().map(str::to_owned))
+                .collect()
+        };
+        let (before, after) = (methods(&want), methods(&got));
+        let empty = serde_json::Map::new();
+        let defs = |v: &Value| {
+            v["definitions"]
+                .as_object()
+                .cloned()
+                .unwrap_or_else(|| empty.clone())
+        };
+        let (old, new) = (defs(&want), defs(&got));
+        let changed: Vec<&String> = old
+            .keys()
+            .chain(new.keys())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .filter(|k| old.get(*k) != new.get(*k))
+            .collect();
+        drift.push(format!(
+            "{file}: methods added {:?}, removed {:?}; definitions changed {changed:?}",
+            after.difference(&before).collect::<Vec<_>>(),
+            before.difference(&after).collect::<Vec<_>>(),
+        ));
+    }
+    assert!(
+        drift.is_empty(),
+        "the pinned Codex's app-server schema differs from drivers/codex/schema/app-server \
+         (check the driver against it, then copy the four files from `codex app-server \
+         generate-json-schema --out DIR`):\n{}",
+        drift.join("\n")
+    );
+}
