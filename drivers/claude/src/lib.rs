@@ -32,6 +32,30 @@ pub const CODEC: &str = "claude/session/v1";
 /// The Claude Code versions this driver was verified with.
 pub const VERIFIED_VERSIONS: &[&str] = &["2.1.197"];
 
+/// The stream-json frames this driver knows, as `(type, subtype)` (`None`: any subtype, or
+/// none): those it maps, and those it knowingly keeps as vendor events (`system/status`;
+/// `system/thinking_tokens`, a running estimate while the model thinks, not usage;
+/// `control_response`). A frame outside this set is still never dropped (a vendor event and a
+/// system transcript item); the drift gate
+/// (`claude_e2e::every_frame_of_the_pinned_cli_is_known`) fails when the pinned CLI sends one,
+/// so a new frame is looked at when the pin moves.
+pub const KNOWN_FRAMES: &[(&str, Option<&str>)] = &[
+    ("system", Some("init")),
+    ("system", Some("api_retry")),
+    ("system", Some("status")),
+    ("system", Some("thinking_tokens")),
+    ("assistant", None),
+    ("user", None),
+    ("stream_event", None),
+    ("control_request", None),
+    ("control_response", None),
+    ("control_cancel_request", None),
+    ("result", Some("success")),
+    ("result", Some("error_during_execution")),
+    ("result", Some("error_max_turns")),
+    ("error", None),
+];
+
 /// Config fields accepted by the driver, with their JSON types.
 const CONFIG_FIELDS: &[(&str, &str)] = &[
     ("command", "non-empty-string"),

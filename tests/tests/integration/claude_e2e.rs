@@ -850,3 +850,61 @@ async fn a_stored_resume_id_that_is_an_option_never_reaches_claude() {
     assert!(!args.contains("--settings"), "{args}");
     assert!(!marker.exists(), "the forged hook never ran");
 }
+
+/// Drift gate: every stream-json frame the pinned Claude Code sends in the scenarios a driver
+/// must handle — partial streaming, a tool call, an API error, the stdin transport with an
+/// approval — is one the driver knows (`claude_driver::KNOWN_FRAMES`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_frame_of_the_pinned_cli_is_known() {
+    let c = Claude::new().await;
+    let auto = RunOptions::new().policy(Policy {
+        approvals: ApprovalPolicy {
+            permission: DecisionMode::AutoApprove,
+            ..ApprovalPolicy::default()
+        },
+        ..Policy::default()
+    });
+    let plain = c.agent().build();
+    let stdin_transport = c.agent_with(json!({ "transport": "stream-json" })).build();
+    let mut raws = Vec::new();
+    for (agent, prompt, options) in [
+        (&plain, "THINK hello", RunOptions::new().streaming(true)),
+        (&plain, TOUCH, auto.clone()),
+        (&plain, "MOCK_ERROR 400", RunOptions::new()),
+        (&stdin_transport, TOUCH, auto),
+    ] {
+        let r = match agent.run_with(prompt, options).await {
+            Ok(r) => r,
+            Err(Error::Run(e)) => e.result,
+            Err(e) => panic!("{prompt}: {e}"),
+        };
+        raws.push((prompt, r.raw().stdout.clone()));
+    }
+    let mut unknown = std::collections::BTreeSet::new();
+    let mut seen = 0;
+    for (prompt, stdout) in &raws {
+        for line in String::from_utf8_lossy(stdout).lines() {
+            let Ok(frame) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            seen += 1;
+            let kind = frame["type"].as_str().unwrap_or("").to_owned();
+            let subtype = frame["subtype"].as_str().map(str::to_owned);
+            let known = claude_driver::KNOWN_FRAMES
+                .iter()
+                .any(|(t, s)| *t == kind && (s.is_none() || s.map(str::to_owned) == subtype));
+            if !known {
+                unknown.insert(format!(
+                    "{kind}/{} (in `{prompt}`)",
+                    subtype.unwrap_or_default()
+                ));
+            }
+        }
+    }
+    assert!(seen > 10, "the scenarios produced frames");
+    assert!(
+        unknown.is_empty(),
+        "Claude Code sent frames the driver does not know (map them, or list them in \
+         KNOWN_FRAMES as kept vendor events): {unknown:?}"
+    );
+}
