@@ -1,10 +1,12 @@
 //! Builders for what a session returns: [`Actions`] (the ordered list of host actions),
 //! [`Transcript`] (which emits the mirrored `item` event for every entry it records, so clause
-//! RUN-04 holds by construction), transcript [`items`] and [`empty_outcome`].
+//! RUN-04 holds by construction), transcript [`items`], [`empty_outcome`] and
+//! [`stopped_by_host`].
 
 use crate::{
-    Action, ApprovalRequest, Event, ItemKind, Notice, Outcome, Phase, Scope, SessionInfo, Signal,
-    TextPart, Timer, ToolCall, ToolResult, TranscriptItem, Usage, VendorEvent,
+    Action, ApprovalRequest, Event, ExitStatus, Failure, FailureReason, ItemKind, Notice, Outcome,
+    Phase, Scope, SessionInfo, Signal, TextPart, Timer, ToolCall, ToolResult, TranscriptItem,
+    Usage, VendorEvent,
 };
 
 /// The top-level scope (not inside a subagent).
@@ -28,6 +30,24 @@ pub fn empty_outcome() -> Outcome {
         failure: None,
         metadata: Vec::new(),
     }
+}
+
+/// The failure of a run the host itself ended — cancelled or timed out — whatever the CLI
+/// printed before it stopped: what every driver's outcome checks first.
+pub fn stopped_by_host(status: Option<&ExitStatus>) -> Option<Failure> {
+    let status = status?;
+    let (reason, message) = if status.cancelled {
+        (FailureReason::Cancelled, "the run was cancelled")
+    } else if status.timed_out {
+        (FailureReason::TimedOut, "the run timed out")
+    } else {
+        return None;
+    };
+    Some(Failure {
+        reason,
+        message: message.into(),
+        details_json: None,
+    })
 }
 
 /// Ordered actions for the host.

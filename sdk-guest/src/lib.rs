@@ -38,7 +38,7 @@ pub mod bindings {
     });
 }
 
-pub use actions::{Actions, Transcript, empty_outcome, items, top_scope};
+pub use actions::{Actions, Transcript, empty_outcome, items, stopped_by_host, top_scope};
 pub use bindings::adaptor::driver::types::*;
 pub use framing::{Line, LineFramer};
 pub use glue::Adapter;

@@ -798,13 +798,8 @@ impl AcpSession {
             })
         };
         let status = self.status.as_ref();
-        if let Some(s) = status {
-            if s.cancelled {
-                return fail(FailureReason::Cancelled, "the run was cancelled".into());
-            }
-            if s.timed_out {
-                return fail(FailureReason::TimedOut, "the run timed out".into());
-            }
+        if let Some(stopped) = adaptor_sdk::stopped_by_host(status) {
+            return Some(stopped);
         }
         if let Some((reason, message)) = &self.failure {
             return fail(reason.clone(), message.clone());

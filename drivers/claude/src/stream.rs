@@ -541,17 +541,8 @@ impl ClaudeSession {
             })
         };
         let status = self.status.as_ref();
-        if let Some(s) = status {
-            if s.cancelled {
-                return fail(
-                    FailureReason::Cancelled,
-                    "the run was cancelled".into(),
-                    None,
-                );
-            }
-            if s.timed_out {
-                return fail(FailureReason::TimedOut, "the run timed out".into(), None);
-            }
+        if let Some(stopped) = adaptor_sdk::stopped_by_host(status) {
+            return Some(stopped);
         }
         if let Some((reason, message, details)) = &self.error {
             // A refusal this driver sent with `interrupt` is why the turn ended.

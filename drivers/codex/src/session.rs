@@ -181,13 +181,8 @@ impl CodexSession {
             })
         };
         let status = self.status.as_ref();
-        if let Some(s) = status {
-            if s.cancelled {
-                return fail(FailureReason::Cancelled, "the run was cancelled".into());
-            }
-            if s.timed_out {
-                return fail(FailureReason::TimedOut, "the run timed out".into());
-            }
+        if let Some(stopped) = adaptor_sdk::stopped_by_host(status) {
+            return Some(stopped);
         }
         if let Some((reason, message)) = &self.failure {
             let reason = self.app.refusal.clone().unwrap_or(reason.clone());

@@ -521,13 +521,8 @@ impl ReferenceSession {
                 details_json: None,
             })
         };
-        if let Some(status) = status {
-            if status.cancelled {
-                return fail(FailureReason::Cancelled, "the run was cancelled".into());
-            }
-            if status.timed_out {
-                return fail(FailureReason::TimedOut, "the run timed out".into());
-            }
+        if let Some(stopped) = adaptor_sdk::stopped_by_host(status) {
+            return Some(stopped);
         }
         if let Some((reason, message)) = &self.error {
             return fail(reason.clone(), message.clone());
