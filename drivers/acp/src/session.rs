@@ -371,6 +371,22 @@ impl AcpSession {
             .unwrap_or(Value::Null);
         if let Some(info) = result.get("agentInfo").filter(|i| i.is_object()) {
             out.vendor("acp/agent_info", &info.to_string());
+            // The version the agent reports, against what the preset was verified with.
+            if let (Some(agent), Some(version)) = (
+                crate::agent_preset(&self.config),
+                str_field(info, "version"),
+            ) && !agent.verified.contains(&version)
+            {
+                out.notice(
+                    "cli.version_unverified",
+                    &format!(
+                        "{} {version} is not a version this driver was verified with ({}); its protocol may differ",
+                        agent.display_name,
+                        agent.verified.join(", ")
+                    ),
+                    None,
+                );
+            }
         }
         let mcp = &self.capabilities["mcpCapabilities"];
         for server in &self.request.mcp_servers {

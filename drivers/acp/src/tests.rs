@@ -523,6 +523,30 @@ fn an_error_response_fails_the_run_with_its_message() {
 }
 
 #[test]
+fn an_agent_version_outside_the_verified_ones_is_a_notice() {
+    let notice = |version: &str| {
+        let mut r = request("hi");
+        r.config_json = json!({"agent": "gemini", "command": "gemini"}).to_string();
+        let (mut h, _) = Harness::<AcpSession>::start(r).unwrap();
+        let out = h.stdout(&result(
+            1,
+            json!({"protocolVersion": 1, "agentCapabilities": {}, "agentInfo": {"name": "gemini-cli", "version": version}}),
+        ));
+        events_of(&out).into_iter().find_map(|e| match e {
+            Event::Notice(n) if n.kind == "cli.version_unverified" => Some(n.message),
+            _ => None,
+        })
+    };
+    assert_eq!(notice("0.61.0"), None);
+    assert_eq!(
+        notice("0.62.0").as_deref(),
+        Some(
+            "Gemini CLI 0.62.0 is not a version this driver was verified with (0.61.0); its protocol may differ"
+        )
+    );
+}
+
+#[test]
 fn another_protocol_version_is_refused() {
     let (mut h, _) = Harness::<AcpSession>::start(req("hi")).unwrap();
     let out = h.stdout(&result(
