@@ -29,6 +29,7 @@ enum Call {
     Initialize,
     ThreadStart,
     ThreadResume,
+    ThreadFork,
     TurnStart,
     Interrupt,
 }
@@ -174,7 +175,7 @@ impl CodexSession {
             let message = str_field(error, "message")
                 .unwrap_or("the app-server refused the request")
                 .to_owned();
-            let reason = if call == Call::ThreadResume {
+            let reason = if matches!(call, Call::ThreadResume | Call::ThreadFork) {
                 FailureReason::ResumeRejected
             } else {
                 FailureReason::AgentError
@@ -187,6 +188,12 @@ impl CodexSession {
             Call::Initialize => {
                 let mut bytes = line(&json!({ "method": "initialized" }));
                 let next = match &self.request.resume {
+                    // A fork: a new thread with the parent's history (`thread/fork`).
+                    Some(resume) if resume.mode == adaptor_sdk::SessionMode::Fork => {
+                        let mut params = self.thread_params();
+                        params["threadId"] = json!(resume.state.resume_id);
+                        self.call(Call::ThreadFork, "thread/fork", params)
+                    }
                     Some(resume) => {
                         let mut params = self.thread_params();
                         params["threadId"] = json!(resume.state.resume_id);
@@ -200,7 +207,7 @@ impl CodexSession {
                 bytes.extend(next);
                 out.write_stdin(bytes);
             }
-            Call::ThreadStart | Call::ThreadResume => {
+            Call::ThreadStart | Call::ThreadResume | Call::ThreadFork => {
                 let Some(thread_id) = result
                     .get("thread")
                     .and_then(|t| str_field(t, "id"))
@@ -220,6 +227,23 @@ impl CodexSession {
                     self.fail_now(
                         FailureReason::ResumeRejected,
                         format!("thread/resume returned another thread ({thread_id})"),
+                        raw,
+                        out,
+                    );
+                    return;
+                }
+                if call == Call::ThreadFork
+                    && self
+                        .request
+                        .resume
+                        .as_ref()
+                        .is_some_and(|r| r.state.resume_id == thread_id)
+                {
+                    self.fail_now(
+                        FailureReason::ResumeRejected,
+                        format!(
+                            "thread/fork returned the parent thread ({thread_id}), not a new one"
+                        ),
                         raw,
                         out,
                     );

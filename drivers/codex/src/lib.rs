@@ -101,7 +101,8 @@ impl Driver for CodexDriver {
                 .collect(),
             sessions: SessionCaps {
                 resume: true,
-                fork: false,
+                // `thread/fork` on the app-server (a fork always uses it, see `transport`).
+                fork: true,
                 codec: CODEC.into(),
             },
             persistent_process: true,
@@ -222,12 +223,20 @@ pub(crate) enum Transport {
     AppServer,
 }
 
-/// The transport for `request`: the app-server when streaming or when approvals are asked
-/// (or answered by the host), unless the config pins one.
+/// The transport for `request`: the app-server when streaming, when approvals are asked
+/// (or answered by the host) or for a fork (only it has `thread/fork`), unless the config
+/// pins one.
 pub(crate) fn transport(request: &RunRequest, config: &Value) -> Transport {
     match str_field(config, "transport") {
         Some("exec") => Transport::Exec,
         Some("app-server") => Transport::AppServer,
+        _ if request
+            .resume
+            .as_ref()
+            .is_some_and(|r| r.mode == adaptor_sdk::SessionMode::Fork) =>
+        {
+            Transport::AppServer
+        }
         _ => {
             let asks = matches!(
                 request.policy.permission,

@@ -284,9 +284,11 @@ impl Session for CodexSession {
         crate::CodexDriver::validate_config(&self.config)
             .map_err(|e| StartError::InvalidRequest(format!("{}: {}", e.path, e.message)))?;
         if let Some(resume) = &self.request.resume {
-            if resume.mode == adaptor_sdk::SessionMode::Fork {
+            if resume.mode == adaptor_sdk::SessionMode::Fork && self.transport == Transport::Exec {
                 return Err(StartError::Unsupported(
-                    "forking Codex threads is not supported by this driver".into(),
+                    "forking a Codex thread needs the app-server transport (`thread/fork`); \
+                     `exec` cannot fork"
+                        .into(),
                 ));
             }
             // A stored id is data, never an argument of its own choosing (`exec resume ID`

@@ -561,3 +561,63 @@ fn every_app_server_method_the_driver_uses_is_in_the_pinned_schema() {
         }
     }
 }
+
+#[test]
+fn a_fork_uses_the_app_servers_thread_fork() {
+    let fork = |config: Value| {
+        let mut r = request("branch");
+        r.streaming = false;
+        r.config_json = config.to_string();
+        r.resume = Some(adaptor_sdk::Resume {
+            mode: adaptor_sdk::SessionMode::Fork,
+            state: adaptor_sdk::SessionState {
+                resume_id: "019b0f8e-3a6d-7c41-9d2e-5f8a1b2c3d4e".into(),
+                display_id: None,
+                data: Vec::new(),
+            },
+        });
+        r
+    };
+    // Not streaming, not asking: exec otherwise; a fork takes the app-server.
+    let launch = start(fork(json!({})));
+    assert_eq!(launch.args[0], "app-server");
+    // Pinned to exec, a fork is refused before launch.
+    let err = Harness::<CodexSession>::start(fork(json!({"transport": "exec"})))
+        .err()
+        .expect("refused");
+    assert!(matches!(err, StartError::Unsupported(m) if m.contains("thread/fork")));
+    // After initialize the driver asks for a fork of the parent, not a resume.
+    let (mut h, _) = Harness::<CodexSession>::start(fork(json!({}))).unwrap();
+    let out = h.stdout(b"{\"id\":1,\"result\":{\"userAgent\":\"codex\"}}\n");
+    let sent: Vec<Value> = out
+        .iter()
+        .filter_map(|a| match a {
+            adaptor_sdk::Action::WriteStdin(b) => Some(b.clone()),
+            _ => None,
+        })
+        .flat_map(|b| {
+            String::from_utf8(b)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let fork_call = sent
+        .iter()
+        .find(|f| f["method"] == "thread/fork")
+        .expect("thread/fork");
+    assert_eq!(
+        fork_call["params"]["threadId"],
+        "019b0f8e-3a6d-7c41-9d2e-5f8a1b2c3d4e"
+    );
+    // A fork that answers with the parent's own thread is not a fork.
+    let id = fork_call["id"].as_u64().unwrap();
+    h.stdout(
+        format!("{{\"id\":{id},\"result\":{{\"thread\":{{\"id\":\"019b0f8e-3a6d-7c41-9d2e-5f8a1b2c3d4e\"}}}}}}\n")
+            .as_bytes(),
+    );
+    let (_, outcome) = h.exit(adaptor_sdk::harness::exited(0));
+    let failure = outcome.failure.expect("failure");
+    assert_eq!(failure.reason, adaptor_sdk::FailureReason::ResumeRejected);
+}

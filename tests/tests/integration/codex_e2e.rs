@@ -776,3 +776,54 @@ fn the_app_server_schema_has_not_drifted() {
         drift.join("\n")
     );
 }
+
+/// A forked thread is a new Codex thread with the parent's history (`thread/fork` on the
+/// app-server, whatever the run would otherwise use); the parent goes on without the branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forked_thread_is_a_new_codex_thread_from_the_parent() {
+    let c = Codex::new().await;
+    let agent = c
+        .agent()
+        .thread_store(adaptor::store::MemoryStore::new())
+        .build();
+    let parent = agent.thread("codex-parent");
+    // Not streaming: the parent's turns run on exec.
+    let first = parent
+        .run_with("first turn", options(false))
+        .await
+        .expect("first");
+    let parent_thread = valid_checkpoint(&first);
+
+    let child = parent.fork("codex-child");
+    let forked = child
+        .run_with("branch turn", options(false))
+        .await
+        .expect("fork");
+    assert_eq!(
+        forked.text,
+        "Hello from mock-openai! user_msgs=2 you said: branch turn"
+    );
+    assert_eq!(transport_of(&forked), "app-server");
+    let child_thread = valid_checkpoint(&forked);
+    assert_ne!(child_thread, parent_thread, "a fork is a new thread");
+    assert!(matches!(
+        forked.thread.as_ref().unwrap().start,
+        ThreadStart::Forked { .. }
+    ));
+    let stdin = String::from_utf8_lossy(&forked.raw().stdin).into_owned();
+    assert!(
+        stdin.contains(r#""method":"thread/fork""#) && stdin.contains(&parent_thread),
+        "{stdin}"
+    );
+
+    // The parent continues its own thread, without the branch.
+    let second = parent
+        .run_with("parent again", options(false))
+        .await
+        .expect("parent");
+    assert_eq!(valid_checkpoint(&second), parent_thread);
+    assert_eq!(
+        second.text,
+        "Hello from mock-openai! user_msgs=2 you said: parent again"
+    );
+}
