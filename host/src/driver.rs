@@ -205,6 +205,37 @@ impl Driver {
             .find(|p| p.is_file())
             .ok_or_else(|| Self::unknown(&file.driver, &dirs))?;
         let base = Self::from_file(wasm)?;
+        // A preset is a file beside the drivers, not the caller: like a descriptor's default
+        // program, its `command` is a bare name (PATH decides where it is), and it sets no
+        // field the host would grant a path for (`x-adaptor-path`: only the caller's own
+        // config may name paths to grant).
+        if let Some(command) = file.config.get("command")
+            && !command
+                .as_str()
+                .is_some_and(|c| !c.trim().is_empty() && !c.contains('/'))
+        {
+            return Err(invalid(format!(
+                "`command` must be a bare program name (resolved through PATH), not {command}; \
+                 a path is the caller's to give (`--config`)"
+            )));
+        }
+        let config = serde_json::Value::Object(file.config.clone());
+        match crate::grant::confine::config_paths(&base.descriptor().config_schema, &config) {
+            Ok(paths) if paths.is_empty() => {}
+            Ok(paths) => {
+                return Err(invalid(format!(
+                    "`{}` names a path the host would grant; only the caller's config may",
+                    paths[0].pointer.trim_start_matches('/')
+                )));
+            }
+            Err(refused) => {
+                return Err(invalid(format!(
+                    "`{}`: {}",
+                    refused.pointer.trim_start_matches('/'),
+                    refused.reason
+                )));
+            }
+        }
         let preset = Arc::new(Preset {
             name: name.to_owned(),
             config: file.config,

@@ -240,6 +240,8 @@ on_each_agent!(
     an_api_error_fails_the_run,
     structured_output_by_prompt_and_validation,
     a_mode_the_agent_does_not_offer_is_refused_naming_the_offer,
+    policy_auto_modes_answer_permissions_without_asking,
+    inspect_reports_the_installed_version_and_warns_outside_the_verified_ones,
 );
 
 async fn plain_text_with_usage_session_and_checkpoint(cli: Cli) {
@@ -497,6 +499,84 @@ async fn a_mode_is_set_before_the_prompt() {
             "{cli:?}: no permission was asked"
         );
     }
+}
+
+/// `auto-approve` and `auto-deny` are answered by the host at once, with no handler: the
+/// driver selects the allow or the reject option the agent offered.
+async fn policy_auto_modes_answer_permissions_without_asking(cli: Cli) {
+    let auto = |permission, on_reject| {
+        RunOptions::new().policy(Policy {
+            approvals: ApprovalPolicy {
+                permission,
+                on_reject,
+                ..ApprovalPolicy::default()
+            },
+            ..Policy::default()
+        })
+    };
+    let a = Acp::new(cli).await;
+    let agent = a.agent().build();
+    let (prompt, file) = tool_prompt(cli, a.ws());
+    let r = agent
+        .run_with(
+            &prompt,
+            auto(DecisionMode::AutoDeny, adaptor::Fallback::Continue),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{cli:?}: {e}"));
+    assert!(!file.exists(), "{cli:?}: denied, the tool never ran");
+    let answer = stdin_of(&r);
+    assert!(answer.contains(r#""outcome":"selected""#), "{answer}");
+    assert!(
+        !answer.contains("proceed_once") && !answer.contains(r#""optionId":"once""#),
+        "{answer}"
+    );
+    let r = agent
+        .run_with(
+            &prompt,
+            auto(DecisionMode::AutoApprove, adaptor::Fallback::Abort),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{cli:?}: {e}"));
+    assert!(file.exists(), "{cli:?}: approved, the tool ran");
+    assert!(r.text.contains("TOOL_RESULT_SEEN"), "{}", r.text);
+}
+
+/// Inspect runs the agent's version probe and checks it against the preset's verified
+/// versions: the pinned CLI passes, an older one is a warning.
+async fn inspect_reports_the_installed_version_and_warns_outside_the_verified_ones(cli: Cli) {
+    let a = Acp::new(cli).await;
+    let report = a.agent().build().inspect().await.expect("inspect");
+    let env = &report.environment;
+    let pinned = match cli {
+        Cli::Gemini => Some("0.61.0"),
+        Cli::Qwen => Some("0.24.4"),
+        // OpenCode's `--version` writes to its data directory, which a probe may not (the
+        // CLI's state is read-only for probes): on a home it never ran in, the probe exits 1.
+        // Its version is checked at run time instead (`cli.version_unverified`).
+        Cli::OpenCode => None,
+    };
+    match pinned {
+        Some(pinned) => {
+            assert_eq!(env.cli_version.as_deref(), Some(pinned), "{env:?}");
+            let check = env.checks.iter().find(|c| c.code == "cli.version").unwrap();
+            assert_eq!(check.level, adaptor::CheckLevel::Pass, "{env:?}");
+        }
+        None => {
+            let check = env.checks.iter().find(|c| c.code == "cli.present").unwrap();
+            assert_eq!(check.level, adaptor::CheckLevel::Fail, "{env:?}");
+        }
+    }
+
+    let dir = tmp();
+    let fake = fake_cli(dir.path(), cli.name(), "0.0.1");
+    let mut config = a.config();
+    config["command"] = json!(fake.display().to_string());
+    let report = a.agent_for(config).build().inspect().await.unwrap();
+    let env = &report.environment;
+    assert_eq!(env.cli_version.as_deref(), Some("0.0.1"));
+    let check = env.checks.iter().find(|c| c.code == "cli.version").unwrap();
+    assert_eq!(check.level, adaptor::CheckLevel::Warn, "{env:?}");
 }
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]

@@ -163,3 +163,69 @@ async fn a_driver_built_without_wasi_loads_and_runs() {
         .expect("runs");
     assert_eq!(r.text, "Reference reply: no wasi");
 }
+
+/// Presets are files beside the drivers, not the caller: a preset that names a program by
+/// path, sets a field the host would grant a path for, chains to another preset or has an
+/// unknown field is refused when loaded, naming the file and why; a good one loads as its
+/// driver with its config.
+#[test]
+fn presets_may_not_grant_programs_or_paths() {
+    let dir = tmp();
+    for name in ["acp", "reference"] {
+        std::os::unix::fs::symlink(driver_path(name), dir.path().join(format!("{name}.wasm")))
+            .unwrap();
+    }
+    let presets = [
+        (
+            "good",
+            r#"{"driver":"acp","config":{"agent":"gemini","command":"gemini"}}"#,
+        ),
+        (
+            "by-path",
+            r#"{"driver":"acp","config":{"agent":"gemini","command":"/bin/sh"}}"#,
+        ),
+        (
+            "grants",
+            r#"{"driver":"reference","config":{"state_dir":"/tmp/preset-state"}}"#,
+        ),
+        ("chained", r#"{"driver":"good","config":{}}"#),
+        ("pathy", r#"{"driver":"../acp","config":{}}"#),
+        ("unknown", r#"{"driver":"acp","config":{},"env":{"X":"1"}}"#),
+    ];
+    for (name, text) in presets {
+        std::fs::write(dir.path().join(format!("{name}.preset.json")), text).unwrap();
+    }
+    let out = adaptor_cli()
+        .env("ADAPTOR_DRIVER_PATH", dir.path())
+        .args(["drivers", "--json"])
+        .output()
+        .expect("adaptor runs");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "a driver that fails to load is a fault"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let good: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &serde_json::Value| l["preset"] == "good")
+        .collect();
+    assert_eq!(good.len(), 1, "{stdout}");
+    assert_eq!(good[0]["descriptor"]["name"], "acp");
+    assert_eq!(good[0]["config"]["command"], "gemini");
+    for (name, why) in [
+        ("by-path", "`command` must be a bare program name"),
+        ("grants", "`state_dir` names a path the host would grant"),
+        ("chained", "no driver named `good`"),
+        ("pathy", "`driver` must be a built-in driver's plain name"),
+        ("unknown", "unknown field `env`"),
+    ] {
+        let line = stderr
+            .lines()
+            .find(|l| l.contains(&format!("{name}.preset.json")))
+            .unwrap_or_else(|| panic!("{name}: no error line in {stderr}"));
+        assert!(line.contains(why), "{name}: {line}");
+    }
+}
