@@ -320,14 +320,18 @@ async fn fault_clauses(r: &mut Results, driver: &Driver, options: &CheckOptions)
             .map(|x| x.id.clone())
             .collect();
     let mut per_id: std::collections::BTreeMap<String, Vec<ClauseResult>> = Default::default();
+    // The program does not run here (faults are fed in process), but the driver gets the config
+    // a clean replay gives it: the same `command` included.
+    let provider = crate::replay::scripted_provider()
+        .unwrap_or_else(|_| std::path::PathBuf::from("adaptortest-provider"));
     for (name, cassette) in &options.cassettes {
-        let driver = match (&configured, &cassette.config) {
-            (Ok(d), Some(c)) if options.config.is_none() => d
-                .clone()
-                .with_config(c.clone())
-                .unwrap_or_else(|_| d.clone()),
-            (Ok(d), _) => d.clone(),
-            (Err(e), _) => {
+        let driver = match &configured {
+            Ok(d) => {
+                let config =
+                    crate::replay::replay_config(d, cassette, options.config.as_ref(), &provider);
+                d.clone().with_config(config).unwrap_or_else(|_| d.clone())
+            }
+            Err(e) => {
                 r.push(
                     "FLT-01",
                     Status::Fail,

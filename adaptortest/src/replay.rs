@@ -94,6 +94,26 @@ pub fn scripted_provider() -> Result<PathBuf, String> {
         })
 }
 
+/// The config every replay of `cassette` gives the driver — clean ones here and the
+/// fault-injected ones of the check: the suite's, else the cassette's, else the driver's, with
+/// the scripted provider as `command` (a recording keeps no program path of its own).
+pub fn replay_config(
+    driver: &Driver,
+    cassette: &Cassette,
+    suite: Option<&serde_json::Value>,
+    provider: &std::path::Path,
+) -> serde_json::Value {
+    let mut config = suite
+        .cloned()
+        .or_else(|| cassette.config.clone())
+        .unwrap_or_else(|| driver.config().clone());
+    if !config.is_object() {
+        config = json!({});
+    }
+    config["command"] = json!(provider.display().to_string());
+    config
+}
+
 /// Replay `cassette` through `driver`.
 pub async fn replay_cassette(
     driver: &Driver,
@@ -127,15 +147,7 @@ pub async fn replay_cassette(
             w
         }
     };
-    let mut config = options
-        .config
-        .clone()
-        .or_else(|| cassette.config.clone())
-        .unwrap_or_else(|| driver.config().clone());
-    if !config.is_object() {
-        config = json!({});
-    }
-    config["command"] = json!(provider.display().to_string());
+    let config = replay_config(driver, cassette, options.config.as_ref(), &provider);
     let driver = driver.clone().with_config(config)?;
     let agent = Agent::builder(driver)
         .workspace(&workspace)

@@ -29,8 +29,7 @@ pub struct Cassette {
     /// Per-call model, if any.
     #[serde(default)]
     pub model: Option<String>,
-    /// Driver config used (without secrets; a `command` that is a path is removed when
-    /// recording).
+    /// Driver config used (without secrets; `command` is removed when recording).
     #[serde(default)]
     pub config: Option<serde_json::Value>,
     /// Program and arguments the driver launched.
@@ -127,10 +126,8 @@ impl CassetteChunk {
 }
 
 impl Cassette {
-    /// Record a finished (or failed) run. A `command` that is a path is dropped from the
-    /// config: it names a file on the recording machine, and replays substitute their own
-    /// program. A bare program name (`gemini`, what a preset sets) is kept: a driver may need
-    /// it to start (the ACP driver has no default program).
+    /// Record a finished (or failed) run. `command` is dropped from the config: it names a
+    /// program on the recording machine, and replays substitute their own.
     pub fn from_run(
         result: &RunResult,
         prompt: &str,
@@ -139,11 +136,7 @@ impl Cassette {
     ) -> Cassette {
         let raw = result.raw();
         let mut config = config.clone();
-        if let Some(map) = config.as_object_mut()
-            && map
-                .get("command")
-                .is_some_and(|c| c.as_str().is_none_or(|c| c.contains('/')))
-        {
+        if let Some(map) = config.as_object_mut() {
             map.remove("command");
         }
         Cassette {

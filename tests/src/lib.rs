@@ -239,6 +239,14 @@ pub fn spawned_command(lines: &[serde_json::Value]) -> String {
     spawns[0]["text"].as_str().expect("spawn text").to_owned()
 }
 
+/// The pid of the provider a run's events say it spawned (`process_info` `spawn`), if any.
+pub fn spawned_pid(events: &[adaptor::Event]) -> Option<u32> {
+    events.iter().find_map(|e| match e {
+        adaptor::Event::ProcessInfo(p) if p.process == adaptor::ProcessInfoKind::Spawn => p.pid,
+        _ => None,
+    })
+}
+
 /// A fresh temporary directory.
 pub fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")

@@ -48,12 +48,6 @@ impl Cli {
             .unwrap_or_else(|| panic!("{} is missing: {hint}", self.name()))
     }
 
-    /// The driver config a cassette keeps: the preset's (the program by its name, not the
-    /// local path; replays substitute their own).
-    fn cassette_config(self) -> Value {
-        json!({ "agent": self.name(), "command": self.name() })
-    }
-
     /// The mock's reply to a plain prompt, `n` user messages into the session.
     fn hello(self, n: usize, text: &str) -> String {
         let api = match self {
@@ -254,7 +248,7 @@ async fn plain_text_with_usage_session_and_checkpoint(cli: Cli) {
         &format!("plain-{}", cli.name()),
         &r,
         "hello there",
-        &cli.cassette_config(),
+        &a.config(),
     );
     assert_eq!(r.text, cli.hello(1, "hello there"));
     let deltas = events
@@ -327,7 +321,7 @@ async fn permission_allowed_through_an_approval(cli: Cli) {
         &format!("approval-allowed-{}", cli.name()),
         &r,
         &prompt,
-        &cli.cassette_config(),
+        &a.config(),
     );
     assert_eq!(asked.load(Ordering::SeqCst), 1);
     assert!(file.exists(), "the tool ran");
@@ -402,7 +396,7 @@ async fn cancel_mid_turn_sends_session_cancel(cli: Cli) {
         &format!("cancelled-{}", cli.name()),
         &e.result,
         "MOCK_SLOW please",
-        &cli.cassette_config(),
+        &a.config(),
     );
     assert_eq!(e.reason, FailureReason::Cancelled, "{cli:?}: {}", e.message);
     assert!(!partial.is_empty());
@@ -625,13 +619,6 @@ async fn structured_output_by_prompt_and_validation(cli: Cli) {
     );
 }
 
-fn spawned_pid(events: &[Event]) -> Option<u32> {
-    events.iter().find_map(|e| match e {
-        Event::ProcessInfo(p) if p.process == adaptor::ProcessInfoKind::Spawn => p.pid,
-        _ => None,
-    })
-}
-
 async fn an_api_error_fails_the_run(cli: Cli) {
     let a = Acp::new(cli).await;
     let agent = a.agent().build();
@@ -640,7 +627,7 @@ async fn an_api_error_fails_the_run(cli: Cli) {
         &format!("error-400-{}", cli.name()),
         &e.result,
         "MOCK_ERROR 400",
-        &cli.cassette_config(),
+        &a.config(),
     );
     assert_eq!(
         e.reason,

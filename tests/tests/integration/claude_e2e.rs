@@ -702,13 +702,6 @@ fn reused_pid(events: &[Event]) -> Option<u64> {
     })
 }
 
-fn spawned_pid(events: &[Event]) -> Option<u32> {
-    events.iter().find_map(|e| match e {
-        Event::ProcessInfo(p) if p.process == adaptor::ProcessInfoKind::Spawn => p.pid,
-        _ => None,
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thread_keeps_one_claude_process_across_turns() {
     let c = Claude::new().await;

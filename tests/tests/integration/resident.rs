@@ -26,13 +26,6 @@ fn builder(store: Arc<dyn ThreadStore>, state: &Path, ws: &Path) -> AgentBuilder
     agent_builder(stdio_reference(state), ws).shared_thread_store(store)
 }
 
-fn spawned_pid(events: &[Event]) -> Option<u32> {
-    events.iter().find_map(|e| match e {
-        Event::ProcessInfo(p) if p.process == ProcessInfoKind::Spawn => p.pid,
-        _ => None,
-    })
-}
-
 fn reused_pid(events: &[Event]) -> Option<u64> {
     events.iter().find_map(|e| match e {
         Event::Notice(n) if n.notice == "process.reused" => {
