@@ -40,6 +40,7 @@ pub struct RunOptions {
     pub(crate) approval_handler: Option<ApprovalHandler>,
     pub(crate) identity: Option<String>,
     pub(crate) spawn: Option<Spawn>,
+    pub(crate) mcp: Option<Vec<crate::mcp::Mcp>>,
 }
 
 /// Whether a thread run may use the thread's resident provider process.
@@ -136,6 +137,21 @@ macro_rules! shared_options {
                 self
             }
 
+            /// MCP servers the CLI should be given ([`Mcp::stdio`](crate::Mcp::stdio),
+            /// [`Mcp::http`](crate::Mcp::http), [`Mcp::sse`](crate::Mcp::sse)). Replaces the
+            /// whole list of the wider scope (per call replaces the agent's default). Checked
+            /// before launch: unique names, transports the driver declares, bearer-token
+            /// variables that exist. Header values and tokens are never logged and are masked
+            /// in dry runs.
+            pub fn mcp<I, S>(mut self, servers: I) -> Self
+            where
+                I: IntoIterator<Item = S>,
+                S: Into<crate::mcp::Mcp>,
+            {
+                self$(.$field)?.mcp = Some(servers.into_iter().map(Into::into).collect());
+                self
+            }
+
             /// Ask the driver for its incremental transport (token deltas). Default: on for
             /// `stream`, on for `run` too (it is the same pipeline).
             pub fn streaming(mut self, on: bool) -> Self {
@@ -180,6 +196,7 @@ impl RunOptions {
                 .or_else(|| self.approval_handler.clone()),
             identity: nearer.identity.clone().or_else(|| self.identity.clone()),
             spawn: nearer.spawn.or(self.spawn),
+            mcp: nearer.mcp.clone().or_else(|| self.mcp.clone()),
         }
     }
 
@@ -253,12 +270,19 @@ pub(crate) struct Settings {
     pub lease_ttl: Duration,
     pub resident_idle: Duration,
     pub containment: crate::containment::Containment,
+    /// The agent's host tools (construction only: `AgentBuilder::tools`).
+    #[cfg(feature = "tools")]
+    pub tools: Arc<[crate::tools::Tool]>,
 }
 
 impl RunOptions {
     /// What of these options a driver's request carries.
-    pub(crate) fn request_options(&self) -> crate::session::RequestOptions<'_> {
+    pub(crate) fn request_options<'a>(
+        &'a self,
+        mcp_servers: &'a [crate::mcp::RequestServer],
+    ) -> crate::session::RequestOptions<'a> {
         crate::session::RequestOptions {
+            mcp_servers,
             model: self.model.as_deref(),
             instructions: self.instructions.as_deref(),
             policy: self.policy.unwrap_or_default(),
@@ -320,6 +344,8 @@ impl Default for Settings {
             lease_ttl: crate::thread::DEFAULT_LEASE_TTL,
             resident_idle: Duration::from_secs(300),
             containment: crate::containment::Containment::default(),
+            #[cfg(feature = "tools")]
+            tools: Arc::from(Vec::new()),
         }
     }
 }
@@ -474,6 +500,18 @@ impl AgentBuilder {
         self
     }
 
+    /// The host tools the agent's CLI may call (replaces the whole set). They are served by
+    /// one MCP server per agent on `127.0.0.1`, started by the first run that needs it and
+    /// stopped by [`Agent::close`] or when the last handle is dropped; the CLI sees them as
+    /// the MCP server `host` (Claude Code: `mcp__host__<tool>`). Construction only: tools
+    /// are not a per-call option. Checked at the first run (names, schemas; on threads,
+    /// revisions): a bad set fails that run before launch.
+    #[cfg(feature = "tools")]
+    pub fn tools<I: IntoIterator<Item = crate::tools::Tool>>(mut self, tools: I) -> Self {
+        self.settings.tools = tools.into_iter().collect();
+        self
+    }
+
     /// Build the agent.
     pub fn build(self) -> Agent {
         crate::process::sweep_stale_run_dirs();
@@ -487,6 +525,8 @@ impl AgentBuilder {
                 cancel: cancel.clone(),
                 tracker: TaskTracker::new(),
                 residents: Arc::new(crate::run::resident::ResidentPool::default()),
+                #[cfg(feature = "tools")]
+                tool_server: tokio::sync::Mutex::new(None),
             }),
             _life: Arc::new(Life(cancel)),
         }
@@ -501,6 +541,49 @@ pub(crate) struct AgentInner {
     pub cancel: CancellationToken,
     pub tracker: TaskTracker,
     pub residents: Arc<crate::run::resident::ResidentPool>,
+    /// The host tool server, started by the first run that delivers tools.
+    #[cfg(feature = "tools")]
+    pub tool_server: tokio::sync::Mutex<Option<crate::tools::server::ToolServer>>,
+}
+
+impl AgentInner {
+    /// The host tool server as a run delivers it: `None` when the agent has no tools;
+    /// started on first use.
+    #[cfg(feature = "tools")]
+    pub(crate) async fn host_tools(&self) -> Result<Option<crate::mcp::HostToolServer>, Error> {
+        if self.settings.tools.is_empty() {
+            return Ok(None);
+        }
+        crate::tools::check(&self.settings.tools)?;
+        let mut server = self.tool_server.lock().await;
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::AgentClosed);
+        }
+        if server.is_none() {
+            *server =
+                Some(crate::tools::server::ToolServer::start(self.settings.tools.clone()).await?);
+        }
+        Ok(server
+            .as_ref()
+            .map(|s| s.delivery(crate::mcp::HOST_TOOLS_SERVER)))
+    }
+
+    /// Without the `tools` feature an agent has no host tools.
+    #[cfg(not(feature = "tools"))]
+    pub(crate) async fn host_tools(&self) -> Result<Option<crate::mcp::HostToolServer>, Error> {
+        Ok(None)
+    }
+
+    /// The thread-fingerprint entries of the agent's tools (each needs a revision).
+    pub(crate) fn tool_fingerprint(&self) -> Result<Vec<String>, Error> {
+        #[cfg(feature = "tools")]
+        {
+            crate::tools::check(&self.settings.tools)?;
+            Ok(crate::tools::fingerprint_entries(&self.settings.tools)?)
+        }
+        #[cfg(not(feature = "tools"))]
+        Ok(Vec::new())
+    }
 }
 
 /// Cancels every run of the agent when the last `Agent` handle is dropped.
@@ -612,6 +695,8 @@ impl Agent {
             .residents
             .close(self.inner.settings.grace_period)
             .await;
+        #[cfg(feature = "tools")]
+        drop(self.inner.tool_server.lock().await.take());
     }
 
     /// True after [`Agent::close`].

@@ -24,6 +24,15 @@ pub enum Error {
     /// A thread could not run or be saved (see [`ThreadError`](crate::ThreadError)).
     #[error(transparent)]
     Thread(#[from] ThreadError),
+    /// An MCP server declaration cannot be delivered (see [`McpError`](crate::McpError)).
+    /// Nothing was started.
+    #[error(transparent)]
+    Mcp(#[from] crate::mcp::McpError),
+    /// The agent's tools cannot be served (see [`ToolsError`](crate::ToolsError)). Nothing was
+    /// started.
+    #[cfg(feature = "tools")]
+    #[error(transparent)]
+    Tools(#[from] crate::tools::ToolsError),
     /// The driver rejected its configuration.
     #[error("driver `{driver}` rejected its config at `{path}`: {message}")]
     InvalidConfig {
@@ -252,6 +261,12 @@ pub enum LaunchRefusal {
     /// An argument contains a NUL byte.
     #[error("argument {0} contains a NUL byte")]
     Arg(usize),
+    /// The driver set a variable the host sets for this run's MCP delivery (the host tool
+    /// server's token, a bearer-token variable the caller declared).
+    #[error(
+        "environment variable `{0}` carries an MCP credential the host sets; a driver may not set it"
+    )]
+    HostEnv(String),
     /// The driver set an environment variable the host's denylist covers
     /// ([`DRIVER_ENV_DENYLIST`](crate::DRIVER_ENV_DENYLIST)): a loader, interpreter, shell or
     /// tool-config variable, or one that moves the CLI's state.

@@ -67,6 +67,7 @@ mod event;
 mod grant;
 mod inspect;
 pub mod lifecycle;
+mod mcp;
 mod policy;
 mod process;
 #[cfg(feature = "replay")]
@@ -78,6 +79,8 @@ pub mod store;
 mod stream;
 mod structured;
 mod thread;
+#[cfg(feature = "tools")]
+mod tools;
 mod wasm;
 
 #[cfg(test)]
@@ -107,6 +110,7 @@ pub use inspect::{
     Availability, Check, CheckLevel, EnvironmentReport, Inspection, MAX_INSPECTION_TIME,
     MAX_PROBE_ARG_BYTES, MAX_PROBE_ARGS, MAX_PROBE_TIME, MAX_PROBES,
 };
+pub use mcp::{HOST_TOOLS_SERVER, Mcp, McpError, RemoteServer, StdioServer};
 pub use policy::{ApprovalPolicy, DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
 pub use result::{
     Checkpoint, ChunkRecord, ExitInfo, ItemKind, LaunchPlan, LaunchRecord, ProcessIdentity,
@@ -120,6 +124,8 @@ pub use run::{
 pub use stream::{Canceller, Stream};
 pub use structured::{Mechanism, PROMPT_SCHEMA_MARKER, Schema, StructuredOutput};
 pub use thread::{DEFAULT_LEASE_TTL, Fork, Thread};
+#[cfg(feature = "tools")]
+pub use tools::{MAX_TOOL_NAME, Tool, ToolError, ToolsError};
 pub use wasm::engine::CompileSource;
 pub use wasm::guest::GuestLimits;
 

@@ -34,6 +34,8 @@ pub(crate) struct RequestOptions<'a> {
     pub streaming: bool,
     /// Caller metadata.
     pub metadata: Option<&'a BTreeMap<String, String>>,
+    /// The MCP servers delivered to the CLI (declarations and the host tool server).
+    pub mcp_servers: &'a [crate::mcp::RequestServer],
 }
 
 /// What a session's `start` asks the host to run.

@@ -138,6 +138,8 @@ struct Run {
     resident_signature: Option<String>,
     /// The process of this turn, kept alive for the thread's next turn.
     kept: Option<Resident>,
+    /// The MCP delivery, once resolved ([`Run::delivery`]).
+    delivery: Option<Arc<crate::mcp::Delivery>>,
 }
 
 /// A thread run that starts a fresh session because the stored one was rejected before
@@ -169,6 +171,8 @@ enum Initial {
 struct Prepared {
     session: GuestSession,
     launch: Launch,
+    /// MCP credential values of the run (masked in dry runs).
+    secrets: Vec<String>,
     spec: ProcessSpec,
     private_dir: PrivateDir,
     containment: crate::containment::ContainmentReport,
@@ -197,7 +201,35 @@ impl Run {
             coordinator: None,
             resident_signature: None,
             kept: None,
+            delivery: None,
         }
+    }
+
+    /// The run's MCP delivery (declared servers and the host tool server), resolved once
+    /// against the driver's capabilities.
+    async fn delivery(&mut self) -> Result<Arc<crate::mcp::Delivery>, Error> {
+        if let Some(d) = &self.delivery {
+            return Ok(d.clone());
+        }
+        let host = self.inner.host_tools().await?;
+        let settings = &self.inner.settings;
+        let delivery = crate::mcp::resolve(
+            self.inner.driver.name(),
+            &self.inner.driver.loaded.descriptor.mcp,
+            self.options.mcp.as_deref().unwrap_or_default(),
+            host.as_ref(),
+            &|name| {
+                settings
+                    .set_env
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+            },
+            &|name| std::env::var(name).ok(),
+        )?;
+        let delivery = Arc::new(delivery);
+        self.delivery = Some(delivery.clone());
+        Ok(delivery)
     }
 
     async fn execute(mut self) -> Result<RunResult, Error> {
@@ -324,6 +356,9 @@ impl Run {
             .config_fingerprint(&driver.config.to_string())
             .await?
             .map_err(|e| e.into_error(name.clone()))?;
+        let tool_entries = self.inner.tool_fingerprint()?;
+        let mcp_entries = self.delivery().await?.fingerprint.clone();
+        let driver = &self.inner.driver;
         let sessions = &driver.loaded.descriptor.sessions;
         let fingerprint = thread_fingerprint(&FingerprintInput {
             driver: &name,
@@ -333,9 +368,9 @@ impl Run {
             identity: self.options.identity.as_deref(),
             workspace: &workspace,
             instructions: self.options.instructions.as_deref(),
-            mcp_servers: &[],
+            mcp_servers: &mcp_entries,
             skills: &[],
-            tools: &[],
+            tools: &tool_entries,
             services: &[],
             provider_env: &self.inner.settings.fingerprint_env(),
         });
@@ -402,11 +437,18 @@ impl Run {
         }
         let resume = c.resume();
         let workspace = resolve_workspace(self.options.workspace.as_deref())?;
+        let delivery = match self.delivery().await {
+            Ok(d) => d,
+            Err(e) => {
+                resident::stop(r, grace).await;
+                return Err(e);
+            }
+        };
         let request = build_request(
             &self.run_id,
             &self.prompt,
             self.inner.driver.config.to_string(),
-            self.options.request_options(),
+            self.options.request_options(&delivery.servers),
             None,
             &workspace,
             &r.private_dir.path(),

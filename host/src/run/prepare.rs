@@ -62,13 +62,14 @@ impl Run {
             }
             _ => self.prompt.clone(),
         };
+        let delivery = self.delivery().await?;
         let run_root = PrivateDir::root_for(&self.run_id);
         let private_dir = PrivateDir::files_for(&run_root);
         let request = build_request(
             &self.run_id,
             &prompt,
             config_json,
-            self.options.request_options(),
+            self.options.request_options(&delivery.servers),
             self.mechanism,
             &workspace,
             &private_dir,
@@ -92,7 +93,15 @@ impl Run {
             cwd: launch.cwd.as_deref(),
             file_names: &file_names,
         };
-        let cwd = grant.check(&ask).map_err(|refusal| {
+        let host_set = launch
+            .env
+            .iter()
+            .find(|(k, _)| delivery.env.iter().any(|(h, _)| h == k));
+        let checked = match host_set {
+            Some((k, _)) => Err(crate::error::LaunchRefusal::HostEnv(k.clone())),
+            None => grant.check(&ask),
+        };
+        let cwd = checked.map_err(|refusal| {
             tracing::warn!(driver = %name, program = %launch.program, %refusal, "launch refused");
             Error::LaunchRefused {
                 driver: name.clone(),
@@ -113,9 +122,16 @@ impl Run {
         let tmp = PrivateDir::tmp_for(private_dir.root());
         let read_only =
             self.options.policy.unwrap_or_default().sandbox == crate::policy::Sandbox::ReadOnly;
+        // The host's MCP credentials come last: a driver cannot set them (refused above).
+        let env: Vec<(String, String)> = launch
+            .env
+            .iter()
+            .chain(delivery.env.iter())
+            .cloned()
+            .collect();
         let (spec, containment) = grant.spec(
             launch.args.clone(),
-            &launch.env,
+            &env,
             cwd,
             RunPaths {
                 files: Some(&private_dir.path()),
@@ -127,6 +143,7 @@ impl Run {
         Ok(Prepared {
             session,
             launch,
+            secrets: delivery.secrets.clone(),
             spec,
             private_dir,
             containment,
@@ -201,14 +218,24 @@ pub(crate) async fn plan(
         launch,
         spec,
         containment,
+        secrets,
         ..
     } = prepared;
+    // MCP credentials (header values, tokens, stdio server variables) are masked wherever
+    // they appear, whatever the variable is called.
+    let mask = |text: &str| -> String {
+        let mut out = text.to_owned();
+        for secret in &secrets {
+            out = out.replace(secret.as_str(), "<masked>");
+        }
+        out
+    };
     let mut env: Vec<(String, String)> = spec
         .env
         .iter()
         .map(|(k, v)| {
             let (k, v) = (k.to_string_lossy(), v.to_string_lossy());
-            (k.to_string(), crate::result::mask_secret(&k, &v))
+            (k.to_string(), mask(&crate::result::mask_secret(&k, &v)))
         })
         .collect();
     env.sort();
@@ -216,7 +243,7 @@ pub(crate) async fn plan(
         driver: inner.driver.name().to_owned(),
         program: launch.program,
         resolved: spec.program,
-        args: spec.args,
+        args: spec.args.iter().map(|a| mask(a)).collect(),
         cwd: spec.cwd,
         env,
         driver_env: launch.env.into_iter().map(|(k, _)| k).collect(),

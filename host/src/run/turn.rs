@@ -70,6 +70,7 @@ impl Run {
                     spec,
                     private_dir,
                     containment,
+                    secrets: _,
                 } = *prepared;
                 let spawned = process::spawn(&spec).map_err(|source| Error::Spawn {
                     driver: name.clone(),

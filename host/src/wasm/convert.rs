@@ -444,13 +444,36 @@ pub(crate) fn build_request(
             },
         }),
         streaming: options.streaming,
-        mcp_servers: Vec::new(),
+        mcp_servers: options.mcp_servers.iter().map(mcp_server).collect(),
         skill_dirs: Vec::new(),
         metadata: options
             .metadata
             .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
             .unwrap_or_default(),
     })
+}
+
+/// An MCP server in the driver's terms.
+fn mcp_server(server: &crate::mcp::RequestServer) -> wit::McpServer {
+    use crate::mcp::RequestTransport as T;
+    wit::McpServer {
+        name: server.name.clone(),
+        transport: match &server.transport {
+            T::Stdio { command, args, env } => wit::McpTransport::Stdio(wit::McpStdio {
+                command: command.clone(),
+                args: args.clone(),
+                env: env.clone(),
+            }),
+            T::Http { url, headers } => wit::McpTransport::Http(wit::McpRemote {
+                url: url.clone(),
+                headers: headers.clone(),
+            }),
+            T::Sse { url, headers } => wit::McpTransport::Sse(wit::McpRemote {
+                url: url.clone(),
+                headers: headers.clone(),
+            }),
+        },
+    }
 }
 
 /// The run policy in the driver's terms.
