@@ -11,6 +11,7 @@
 //! - [`json`]: helpers to read provider JSON and to fingerprint configs canonically;
 //! - [`Actions`], [`Transcript`], [`items`]: builders that keep item events and
 //!   the transcript mirrored by construction;
+//! - [`mcp`]: the request's MCP servers (header references, the common config JSON);
 //! - [`harness`]: a native harness that drives a [`Session`] with recorded bytes, no wasm
 //!   involved, for unit tests of a parser.
 //!
@@ -24,6 +25,7 @@ mod glue;
 pub mod harness;
 pub mod json;
 pub mod log;
+pub mod mcp;
 
 /// Generated bindings for the `adaptor:driver/driver-world` world.
 #[allow(missing_docs, clippy::all)]

@@ -927,6 +927,26 @@ impl Session for AcpSession {
                 return Err(StartError::ResumeRejected("the resume id is empty".into()));
             }
         }
+        // ACP passes header values literally in `session/new`: a `${NAME}` reference of the
+        // host (the host tool server's token, a caller's bearer-token variable) would reach
+        // the server as text, and the driver never sees the value.
+        for server in &self.request.mcp_servers {
+            if let McpTransport::Http(r) | McpTransport::Sse(r) = &server.transport
+                && let Some((header, _)) = r.headers.iter().find(|(_, v)| {
+                    !matches!(
+                        adaptor_sdk::mcp::header_value(v),
+                        adaptor_sdk::mcp::HeaderValue::Literal(_)
+                    )
+                })
+            {
+                return Err(StartError::Unsupported(format!(
+                    "MCP server `{}`: header `{header}` refers to an environment variable, and ACP \
+                     passes header values literally (host tools and bearer-token variables cannot \
+                     reach an ACP agent; give literal headers)",
+                    server.name
+                )));
+            }
+        }
         let mut args = agent_args(&self.config);
         args.extend(strings(&self.config, "extra_args"));
         let stdin = self.rpc.request(

@@ -16,11 +16,12 @@ mod control;
 mod stream;
 
 use adaptor_sdk::json::{self, check_fields, str_field, u64_field};
+use adaptor_sdk::mcp;
 use adaptor_sdk::{
     ApprovalCaps, ConfigError, DecisionMode, DecisionModes, Descriptor, Driver, Launch, McpCaps,
-    ModelInfo, PolicyCaps, PrivateFile, RunRequest, Sandbox, SandboxLevels, SchemaMechanism,
-    SessionCaps, SessionMode, StartError, StreamingCaps, StructuredOutputCaps, Toggle,
-    VersionRange,
+    McpTransport, ModelInfo, PolicyCaps, PrivateFile, RunRequest, Sandbox, SandboxLevels,
+    SchemaMechanism, SessionCaps, SessionMode, StartError, StreamingCaps, StructuredOutputCaps,
+    Toggle, VersionRange,
 };
 use serde_json::{Value, json};
 
@@ -155,10 +156,12 @@ impl Driver for ClaudeDriver {
                 reasoning: true,
                 tool_call_args: true,
             },
+            // `--mcp-config <private file>`: every transport; header references `${NAME}`
+            // are expanded by the CLI from its environment (2.1.197 checked).
             mcp: McpCaps {
-                stdio: false,
-                http: false,
-                sse: false,
+                stdio: true,
+                http: true,
+                sse: true,
             },
             skills: false,
             instructions: true,
@@ -408,6 +411,32 @@ pub(crate) fn launch(
         args.extend([
             "--append-system-prompt-file".to_owned(),
             format!("{}/append-system-prompt.md", request.private_dir),
+        ]);
+    }
+    if !request.mcp_servers.is_empty() {
+        for server in &request.mcp_servers {
+            if let McpTransport::Http(r) | McpTransport::Sse(r) = &server.transport
+                && let Some((name, _)) = r
+                    .headers
+                    .iter()
+                    .find(|(_, v)| matches!(mcp::header_value(v), mcp::HeaderValue::Mixed(_)))
+            {
+                return Err(StartError::Unsupported(format!(
+                    "MCP server `{}`: header `{name}` mixes `${{…}}` references with text",
+                    server.name
+                )));
+            }
+        }
+        // In a private file, not on argv: headers and server environments may be secrets.
+        files.push(PrivateFile {
+            name: "mcp-config.json".into(),
+            contents: mcp::config_json(&request.mcp_servers)
+                .to_string()
+                .into_bytes(),
+        });
+        args.extend([
+            "--mcp-config".to_owned(),
+            format!("{}/mcp-config.json", request.private_dir),
         ]);
     }
     if let Some(schema) = &request.output_schema

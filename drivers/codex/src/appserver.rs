@@ -85,6 +85,8 @@ impl CodexSession {
     pub(crate) fn app_launch(&mut self) -> Result<Launch, StartError> {
         let mut args = vec!["app-server".to_owned()];
         args.extend(config_overrides(&self.request, &self.config));
+        let (mcp_args, env) = crate::mcp_overrides(&self.request)?;
+        args.extend(mcp_args);
         args.extend(extra_args(&self.config));
         let stdin = self.call(
             Call::Initialize,
@@ -96,7 +98,7 @@ impl CodexSession {
                 .unwrap_or("codex")
                 .to_owned(),
             args,
-            env: Vec::new(),
+            env,
             cwd: None,
             stdin,
             keep_stdin_open: true,

@@ -61,6 +61,8 @@ impl CodexSession {
             args.extend(["--model".into(), model]);
         }
         args.extend(config_overrides(request, config));
+        let (mcp_args, env) = crate::mcp_overrides(request)?;
+        args.extend(mcp_args);
         if let Some(text) = request.instructions.as_deref().filter(|t| !t.is_empty()) {
             args.extend([
                 "-c".into(),
@@ -92,7 +94,7 @@ impl CodexSession {
         Ok(Launch {
             program: str_field(config, "command").unwrap_or("codex").to_owned(),
             args,
-            env: Vec::new(),
+            env,
             cwd: None,
             stdin: request.prompt.as_bytes().to_vec(),
             keep_stdin_open: false,

@@ -17,9 +17,9 @@ mod session;
 
 use adaptor_sdk::json::{self, check_fields, str_field};
 use adaptor_sdk::{
-    ApprovalCaps, ConfigError, DecisionMode, DecisionModes, Descriptor, Driver, McpCaps, ModelInfo,
-    PolicyCaps, RunRequest, Sandbox, SandboxLevels, SessionCaps, StreamingCaps,
-    StructuredOutputCaps, Toggle, VersionRange,
+    ApprovalCaps, ConfigError, DecisionMode, DecisionModes, Descriptor, Driver, McpCaps,
+    McpTransport, ModelInfo, PolicyCaps, RunRequest, Sandbox, SandboxLevels, SessionCaps,
+    StartError, StreamingCaps, StructuredOutputCaps, Toggle, VersionRange,
 };
 use serde_json::{Value, json};
 
@@ -134,9 +134,12 @@ impl Driver for CodexDriver {
                 reasoning: true,
                 tool_call_args: false,
             },
+            // `-c mcp_servers.<name>.…` overrides on both transports; credentials travel in
+            // the environment (`bearer_token_env_var`, `env_http_headers`, `env_vars`),
+            // never on argv. Codex has no legacy SSE client.
             mcp: McpCaps {
-                stdio: false,
-                http: false,
+                stdio: true,
+                http: true,
                 sse: false,
             },
             skills: false,
@@ -264,6 +267,86 @@ pub(crate) fn config_overrides(request: &RunRequest, config: &Value) -> Vec<Stri
         set(format!("model_reasoning_effort=\"{effort}\""));
     }
     args
+}
+
+/// The request's MCP servers as `-c mcp_servers.<name>.…` overrides, plus the variables the
+/// driver sets so that no credential is on argv: a literal header value goes in
+/// `ADAPTOR_MCP_HEADER_<n>` (named in `env_http_headers`), a stdio server's variable is set
+/// under its own name and forwarded with `env_vars`. Header references of the host
+/// (`Bearer ${NAME}`, `${NAME}`) map onto `bearer_token_env_var` / `env_http_headers`.
+pub(crate) fn mcp_overrides(
+    request: &RunRequest,
+) -> Result<(Vec<String>, Vec<(String, String)>), StartError> {
+    use adaptor_sdk::mcp::{HeaderValue, header_value};
+    let mut args = Vec::new();
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut set = |key: &str, name: &str, value: String| {
+        args.extend(["-c".to_owned(), format!("mcp_servers.{name}.{key}={value}")]);
+    };
+    let toml_list = |items: &[String]| {
+        format!(
+            "[{}]",
+            items
+                .iter()
+                .map(|i| toml_string(i))
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    };
+    for server in &request.mcp_servers {
+        let name = server.name.as_str();
+        match &server.transport {
+            McpTransport::Stdio(s) => {
+                set("command", name, toml_string(&s.command));
+                if !s.args.is_empty() {
+                    set("args", name, toml_list(&s.args));
+                }
+                if !s.env.is_empty() {
+                    let names: Vec<String> = s.env.iter().map(|(k, _)| k.clone()).collect();
+                    set("env_vars", name, toml_list(&names));
+                    env.extend(s.env.iter().cloned());
+                }
+            }
+            McpTransport::Http(r) => {
+                set("url", name, toml_string(&r.url));
+                let mut env_headers: Vec<(String, String)> = Vec::new();
+                for (header, value) in &r.headers {
+                    match header_value(value) {
+                        HeaderValue::BearerEnv(var)
+                            if header.eq_ignore_ascii_case("authorization") =>
+                        {
+                            set("bearer_token_env_var", name, toml_string(var));
+                        }
+                        HeaderValue::Env(var) => env_headers.push((header.clone(), var.to_owned())),
+                        HeaderValue::Literal(v) => {
+                            let var = format!("ADAPTOR_MCP_HEADER_{}", env.len() + 1);
+                            env.push((var.clone(), v.to_owned()));
+                            env_headers.push((header.clone(), var));
+                        }
+                        HeaderValue::BearerEnv(_) | HeaderValue::Mixed(_) => {
+                            return Err(StartError::Unsupported(format!(
+                                "MCP server `{name}`: Codex cannot expand the value of header `{header}` (only `Authorization: Bearer ${{NAME}}` or a whole `${{NAME}}`)"
+                            )));
+                        }
+                    }
+                }
+                if !env_headers.is_empty() {
+                    let table = env_headers
+                        .iter()
+                        .map(|(h, v)| format!("{}={}", toml_string(h), toml_string(v)))
+                        .collect::<Vec<_>>()
+                        .join(",");
+                    set("env_http_headers", name, format!("{{{table}}}"));
+                }
+            }
+            McpTransport::Sse(_) => {
+                return Err(StartError::Unsupported(format!(
+                    "MCP server `{name}`: Codex has no SSE MCP client"
+                )));
+            }
+        }
+    }
+    Ok((args, env))
 }
 
 /// Codex's sandbox mode for a policy sandbox level: always `danger-full-access`.

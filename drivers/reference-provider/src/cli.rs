@@ -11,7 +11,7 @@ pub const USAGE: &str = "\
 usage: reference-provider [--model M] [--resume SESSION_ID [--fork-session]] [--state-dir DIR] [--delay-ms N]
                           [--sandbox read-only|workspace-write] [--web-search allow|deny]
                           [--json-schema FILE] [--approvals stdio|allow|deny]
-                          [--append-system-prompt TEXT]
+                          [--append-system-prompt TEXT] [--mcp-config FILE]
        reference-provider --version
 The prompt is read from stdin until EOF (with --approvals stdio: the first stdin line is
 {\"type\":\"user\",\"text\":PROMPT} and approval answers follow); JSON Lines events are
@@ -55,6 +55,9 @@ pub struct TurnArgs {
     pub approvals: crate::approvals::Mode,
     /// `--append-system-prompt TEXT`: instructions, echoed in the session line.
     pub instructions: Option<String>,
+    /// `--mcp-config FILE`: MCP servers (`{"mcpServers": {…}}`) the `[[mcp-call]]`
+    /// directive may call.
+    pub mcp_config: Option<PathBuf>,
 }
 
 /// Parses the arguments (without the program name).
@@ -95,6 +98,7 @@ where
             | "--sandbox"
             | "--web-search"
             | "--json-schema"
+            | "--mcp-config"
             | "--approvals"
             | "--append-system-prompt" => {
                 let value = match inline_value {
@@ -106,6 +110,7 @@ where
                 match flag.as_str() {
                     "--model" => turn.model = Some(value),
                     "--json-schema" => turn.json_schema = Some(PathBuf::from(value)),
+                    "--mcp-config" => turn.mcp_config = Some(PathBuf::from(value)),
                     "--approvals" => turn.approvals = crate::approvals::Mode::parse(&value)?,
                     "--sandbox" => {
                         if !matches!(value.as_str(), "read-only" | "workspace-write") {
@@ -187,6 +192,7 @@ mod tests {
             sandbox: None,
             web_search: None,
             json_schema: None,
+            mcp_config: None,
             approvals: crate::approvals::Mode::Stdio,
             instructions: Some("be brief".into()),
         });

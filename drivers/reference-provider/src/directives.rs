@@ -19,7 +19,20 @@ const KNOWN: &[&str] = &[
     "ask-permission",
     "ask-plan",
     "ask-question",
+    "mcp-call",
 ];
+
+/// One `[[mcp-call SERVER:TOOL:JSON]]`: call `TOOL` of the MCP server `SERVER` (from
+/// `--mcp-config`) with the JSON object `JSON` (no whitespace) as its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpCall {
+    /// The server's name in the MCP config.
+    pub server: String,
+    /// The tool.
+    pub tool: String,
+    /// The arguments (a JSON object).
+    pub arguments: serde_json::Value,
+}
 
 /// The behaviour requested by the directives of one prompt.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -54,6 +67,9 @@ pub struct Script {
     pub ask_plan: bool,
     /// `[[ask-question]]`: ask the user a question through the `ask_user` tool.
     pub ask_question: bool,
+    /// `[[mcp-call SERVER:TOOL:JSON]]`: MCP tool calls, in prompt order, made after the
+    /// session line (each reported as `tool_call` / `tool_result`).
+    pub mcp_calls: Vec<McpCall>,
 }
 
 /// A prompt with its directives separated out.
@@ -189,6 +205,27 @@ fn apply(script: &mut Script, name: &str, arg: Option<&str>) -> Result<(), Strin
                 }
                 _ => Err(format!(
                     "invalid directive {token}: expects a delta count of at least 1"
+                )),
+            }
+        }
+        "mcp-call" => {
+            let parsed = arg.and_then(|a| {
+                let (server, rest) = a.split_once(':')?;
+                let (tool, json) = rest.split_once(':')?;
+                let arguments: serde_json::Value = serde_json::from_str(json).ok()?;
+                (!server.is_empty() && !tool.is_empty() && arguments.is_object()).then(|| McpCall {
+                    server: server.to_owned(),
+                    tool: tool.to_owned(),
+                    arguments,
+                })
+            });
+            match parsed {
+                Some(call) => {
+                    script.mcp_calls.push(call);
+                    Ok(())
+                }
+                None => Err(format!(
+                    "invalid directive {token}: expects SERVER:TOOL:JSON-OBJECT"
                 )),
             }
         }

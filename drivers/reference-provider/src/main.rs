@@ -7,6 +7,7 @@ mod approvals;
 mod cli;
 mod directives;
 mod events;
+mod mcp;
 mod process;
 mod session;
 mod turn;
@@ -77,6 +78,7 @@ fn main() -> ExitCode {
                 web_search: args.web_search,
                 instructions: args.instructions,
                 json_schema: args.json_schema,
+                mcp_config: args.mcp_config,
             };
             let mut out = Emitter::new(io::stdout().lock(), Duration::from_millis(args.delay_ms));
             let mut prompt = prompt;

@@ -57,6 +57,8 @@ pub struct TurnConfig {
     pub instructions: Option<String>,
     /// Schema file from `--json-schema` (native structured output).
     pub json_schema: Option<PathBuf>,
+    /// MCP servers from `--mcp-config`.
+    pub mcp_config: Option<PathBuf>,
 }
 
 /// Runs one turn for the raw stdin prompt and returns the process exit code.
@@ -262,6 +264,21 @@ fn turn<W: Write, E: Write>(
     }
     if script.hang {
         process::sleep_forever();
+    }
+    for (n, call) in script.mcp_calls.iter().enumerate() {
+        let id = format!("mcp-{}", n + 1);
+        let name = format!("mcp__{}__{}", call.server, call.tool);
+        out.event(&Event::ToolCall {
+            id: &id,
+            name: &name,
+            input: call.arguments.clone(),
+        })?;
+        let (output, is_error) = crate::mcp::call(cfg.mcp_config.as_deref(), call);
+        out.event(&Event::ToolResult {
+            id: &id,
+            output: &output,
+            is_error,
+        })?;
     }
     if script.fail {
         return fail_turn(

@@ -87,9 +87,11 @@ impl Driver for ReferenceDriver {
                 reasoning: true,
                 tool_call_args: false,
             },
+            // `--mcp-config <private file>` (the common `mcpServers` JSON); the provider's
+            // scripted MCP client speaks stdio and streamable HTTP and expands `${NAME}`.
             mcp: McpCaps {
-                stdio: false,
-                http: false,
+                stdio: true,
+                http: true,
                 sse: false,
             },
             skills: false,
@@ -676,6 +678,18 @@ impl Session for ReferenceSession {
             args.extend([
                 "--json-schema".to_owned(),
                 format!("{}/schema.json", self.request.private_dir),
+            ]);
+        }
+        if !self.request.mcp_servers.is_empty() {
+            files.push(PrivateFile {
+                name: "mcp-config.json".into(),
+                contents: adaptor_sdk::mcp::config_json(&self.request.mcp_servers)
+                    .to_string()
+                    .into_bytes(),
+            });
+            args.extend([
+                "--mcp-config".to_owned(),
+                format!("{}/mcp-config.json", self.request.private_dir),
             ]);
         }
         if let Some(extra) = cfg.get("extra_args").and_then(Value::as_array) {

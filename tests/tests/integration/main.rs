@@ -23,3 +23,4 @@ mod resident;
 mod stores;
 mod structured;
 mod threads;
+mod tools;
