@@ -173,6 +173,7 @@ impl Agent {
                 tmp: &PrivateDir::tmp_for(run_dir.root()),
                 read_only: true,
                 state_read_only: true,
+                mcp_programs: &[],
             },
         );
         let mut outputs = Vec::new();

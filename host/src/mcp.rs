@@ -406,6 +406,8 @@ pub(crate) struct Delivery {
     pub servers: Vec<RequestServer>,
     pub env: Vec<(String, String)>,
     pub fingerprint: Vec<String>,
+    /// Stdio server programs given by absolute path (the confinement lets the CLI run them).
+    pub programs: Vec<std::path::PathBuf>,
     /// Every credential-like value (header values, tokens, stdio server variables), for
     /// masking in dry-run output.
     pub secrets: Vec<String>,
@@ -503,6 +505,16 @@ pub(crate) fn resolve(
                     alias(a)?;
                 }
                 alias(&s.command)?;
+                let command = std::path::Path::new(&s.command);
+                if command.is_absolute() {
+                    if !command.is_file() {
+                        return Err(invalid(format!(
+                            "the command {} is not a file",
+                            command.display()
+                        )));
+                    }
+                    delivery.programs.push(command.to_path_buf());
+                }
                 delivery.fingerprint.push(format!(
                     "{name} stdio {} {} env:{}",
                     s.command,

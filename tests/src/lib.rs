@@ -368,3 +368,50 @@ pub async fn rewrite_record(
     store.release_lease(&lease).await.unwrap();
     record
 }
+
+/// The input of [`lookup_tool`].
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+pub struct LookupInput {
+    /// The issue number.
+    pub number: u64,
+}
+
+/// The output of [`lookup_tool`].
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub struct Issue {
+    /// The issue number.
+    pub number: u64,
+    /// Its title.
+    pub title: String,
+}
+
+/// The host tool of the tool tests, `lookup_issue` (revision `lookup_issue/v1`, read-only),
+/// counting its calls in `calls`: 0 is rejected, 13 panics, 500 fails internally, anything else is found.
+pub fn lookup_tool(calls: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> adaptor::Tool {
+    adaptor::Tool::define(
+        "lookup_issue",
+        "Look up an issue by number",
+        move |input: LookupInput| {
+            let calls = calls.clone();
+            async move {
+                calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                match input.number {
+                    0 => Err(adaptor::ToolError::reject(
+                        "not_found",
+                        "there is no issue 0",
+                    )),
+                    13 => panic!("unlucky handler state at /srv/secret/db"),
+                    500 => Err(adaptor::ToolError::from(std::io::Error::other(
+                        "connection to db.internal:5432 refused",
+                    ))),
+                    n => Ok(Issue {
+                        number: n,
+                        title: format!("Issue number {n}"),
+                    }),
+                }
+            }
+        },
+    )
+    .read_only()
+    .revision("lookup_issue/v1")
+}

@@ -31,7 +31,14 @@
 //!
 //! 1. the last input item is a `function_call_output` or `custom_tool_call_output` → text
 //!    `TOOL_RESULT_SEEN: <first 120 chars of its output>`;
-//! 2. the user text contains `TOOL <name> <json>` → text `Calling <name>.`, then a
+//! 1b. the last input item is a `tool_search_output` (the answer to rule 2's search) → a
+//!    `function_call` of the tool it lists whose full name is the pending `TOOL <name>`
+//!    (a namespace `ns` with tool `t` matches `ns__t`; the call carries `namespace`), or text
+//!    `TOOL_SEARCH_FOUND_NOTHING: <name>`;
+//! 2. the user text contains `TOOL <name> <json>` and the request does not offer `<name>` but
+//!    offers `tool_search` (Codex 0.171 defers MCP tools behind it) → text `Searching for
+//!    <name>.`, then a client-executed `tool_search_call` whose query is the name's words
+//!    (`mcp__srv__stamp` → `mcp srv stamp`). Otherwise → text `Calling <name>.`, then a
 //!    `function_call` item (`name`, `arguments` = the JSON as a string, `call_id`
 //!    `call_mock_<n>`, n counting tool calls from 1 per server). For `apply_patch`, which Codex
 //!    offers as a freeform *custom* tool, a `custom_tool_call` item whose `input` is the JSON's
@@ -340,8 +347,15 @@ enum Item {
     },
     FunctionCall {
         call_id: String,
+        /// The namespace of a tool found by `tool_search` (Codex's MCP tools).
+        namespace: Option<String>,
         name: String,
         arguments: String,
+    },
+    /// A client-executed `tool_search_call` (Codex defers MCP tools behind it).
+    ToolSearch {
+        call_id: String,
+        query: String,
     },
     CustomToolCall {
         call_id: String,
@@ -412,6 +426,7 @@ impl Stream<'_> {
             Item::Message(_) => "msg",
             Item::Reasoning { .. } => "rs",
             Item::FunctionCall { .. } => "fc",
+            Item::ToolSearch { .. } => "ts",
             Item::CustomToolCall { .. } => "ctc",
         };
         format!("{prefix}_{}_{index}", self.id.trim_start_matches("resp_"))
@@ -448,15 +463,30 @@ impl Stream<'_> {
             }
             Item::FunctionCall {
                 call_id,
+                namespace,
                 name,
                 arguments,
-            } => json!({
+            } => {
+                let mut item = json!({
+                    "id": id,
+                    "type": "function_call",
+                    "status": status,
+                    "call_id": call_id,
+                    "name": name,
+                    "arguments": if done { arguments.as_str() } else { "" },
+                });
+                if let Some(ns) = namespace {
+                    item["namespace"] = json!(ns);
+                }
+                item
+            }
+            Item::ToolSearch { call_id, query } => json!({
                 "id": id,
-                "type": "function_call",
+                "type": "tool_search_call",
                 "status": status,
                 "call_id": call_id,
-                "name": name,
-                "arguments": if done { arguments.as_str() } else { "" },
+                "execution": "client",
+                "arguments": { "query": query },
             }),
             Item::CustomToolCall {
                 call_id,
@@ -627,6 +657,7 @@ impl Stream<'_> {
                         None,
                     );
                 }
+                Item::ToolSearch { .. } => {}
                 Item::CustomToolCall { input, .. } => {
                     for chunk in split_in_two(input) {
                         push(
@@ -703,10 +734,54 @@ fn decide(shared: &Shared, body: &Value) -> Reply {
         .filter(|item| is_user_message(item))
         .find_map(user_text)
         .unwrap_or_default();
+    let command = parse_tool_command(&text);
+
+    // 1b. The output of our `tool_search_call`: call the tool it found.
+    if let Some(last) = input.last()
+        && item_type(last) == Some("tool_search_output")
+    {
+        let Some((wanted, args)) = &command else {
+            return text_reply("TOOL_SEARCH_SEEN".into());
+        };
+        let n = shared.tool_calls.fetch_add(1, Ordering::SeqCst) + 1;
+        return match found_tool(last, wanted) {
+            Some((namespace, name)) => Reply::Items(vec![Item::FunctionCall {
+                call_id: format!("call_mock_{n}"),
+                namespace,
+                name,
+                arguments: args.to_string(),
+            }]),
+            None => text_reply(format!("TOOL_SEARCH_FOUND_NOTHING: {wanted}")),
+        };
+    }
 
     // 2. TOOL <name> <json>.
-    if let Some((name, args)) = parse_tool_command(&text) {
+    if let Some((name, args)) = command {
         let n = shared.tool_calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let offered = |wanted: &str| {
+            body.get("tools")
+                .and_then(Value::as_array)
+                .is_some_and(|tools| {
+                    tools.iter().any(|t| {
+                        t.get("name").and_then(Value::as_str) == Some(wanted)
+                            || t.get("type").and_then(Value::as_str) == Some(wanted)
+                    })
+                })
+        };
+        if name != "apply_patch" && !offered(&name) && offered("tool_search") {
+            return Reply::Items(vec![
+                Item::Message(format!("Searching for {name}.")),
+                Item::ToolSearch {
+                    call_id: format!("call_mock_{n}"),
+                    // Words, as a model would search (`mcp__srv__stamp` → `mcp srv stamp`).
+                    query: name
+                        .split('_')
+                        .filter(|w| !w.is_empty())
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                },
+            ]);
+        }
         let call_id = format!("call_mock_{n}");
         let call = if name == "apply_patch" {
             let input = match args.get("input") {
@@ -721,6 +796,7 @@ fn decide(shared: &Shared, body: &Value) -> Reply {
         } else {
             Item::FunctionCall {
                 call_id,
+                namespace: None,
                 name: name.clone(),
                 arguments: args.to_string(),
             }
@@ -772,6 +848,37 @@ fn decide(shared: &Shared, body: &Value) -> Reply {
 
     // 8. Default.
     text_reply(hello)
+}
+
+/// In a `tool_search_output`, the tool whose full name is `wanted`: a function named so, or
+/// a function `t` of a namespace `ns` with `ns` + `__` + `t` (or `ns` + `t`) = `wanted`.
+/// Returns (namespace, name).
+fn found_tool(output: &Value, wanted: &str) -> Option<(Option<String>, String)> {
+    let tools = output.get("tools").and_then(Value::as_array)?;
+    for tool in tools {
+        let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
+        match tool.get("type").and_then(Value::as_str) {
+            Some("namespace") => {
+                for inner in tool
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let t = inner
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    if format!("{name}__{t}") == wanted || format!("{name}{t}") == wanted {
+                        return Some((Some(name.to_owned()), t.to_owned()));
+                    }
+                }
+            }
+            _ if name == wanted => return Some((None, name.to_owned())),
+            _ => {}
+        }
+    }
+    None
 }
 
 fn text_reply(text: String) -> Reply {
@@ -866,6 +973,39 @@ mod tests {
     }
 
     #[test]
+    fn deferred_tools_are_searched_then_called() {
+        let shared = Shared::default();
+        let ask = json!({
+            "tools": [{"type": "tool_search"}, {"type": "function", "name": "exec_command"}],
+            "input": [user(r#"TOOL mcp__srv__stamp {"text":"hi"}"#)],
+        });
+        let Reply::Items(items) = decide(&shared, &ask) else {
+            panic!("items")
+        };
+        assert!(
+            matches!(&items[1], Item::ToolSearch { query, .. } if query == "mcp srv stamp"),
+            "{items:?}"
+        );
+        let found = json!({
+            "input": [
+                user(r#"TOOL mcp__srv__stamp {"text":"hi"}"#),
+                {"type": "tool_search_output", "tools": [
+                    {"type": "namespace", "name": "mcp__srv", "tools": [{"type": "function", "name": "stamp"}]}
+                ]}
+            ],
+        });
+        assert_eq!(
+            decide(&shared, &found),
+            Reply::Items(vec![Item::FunctionCall {
+                call_id: "call_mock_2".into(),
+                namespace: Some("mcp__srv".into()),
+                name: "stamp".into(),
+                arguments: r#"{"text":"hi"}"#.into(),
+            }])
+        );
+    }
+
+    #[test]
     fn tool_calls_and_results() {
         let reply = decide_on(vec![user(r#"TOOL exec_command {"cmd":"echo hi"}"#)]);
         assert_eq!(
@@ -874,6 +1014,7 @@ mod tests {
                 Item::Message("Calling exec_command.".to_string()),
                 Item::FunctionCall {
                     call_id: "call_mock_1".to_string(),
+                    namespace: None,
                     name: "exec_command".to_string(),
                     arguments: r#"{"cmd":"echo hi"}"#.to_string(),
                 },

@@ -104,6 +104,8 @@ pub(crate) struct PlanInputs<'a> {
     pub containment: &'a Containment,
     /// Paths the caller's driver config names in fields the driver's schema marks.
     pub config_paths: &'a [ConfigPath],
+    /// Stdio MCP server programs the caller declared by absolute path.
+    pub mcp_programs: &'a [PathBuf],
 }
 
 /// What a config field marked with `x-adaptor-path` grants.
@@ -314,6 +316,12 @@ impl ConfinementPlan {
                     plan.add(&canonical, PathAccess::ReadExecute, &why);
                 }
             }
+        }
+        for program in inputs.mcp_programs {
+            if !program.exists() {
+                return Err(PlanError::Missing(program.clone()));
+            }
+            plan.add(program, PathAccess::ReadExecute, "mcp server");
         }
         for (paths, access) in [
             (&inputs.containment.allow_read, PathAccess::ReadExecute),
@@ -563,6 +571,7 @@ mod tests {
             env: &env,
             containment: &containment,
             config_paths: &[],
+            mcp_programs: &[],
         };
         let plan = ConfinementPlan::decide(&inputs).unwrap();
         assert_eq!(rule(&plan, &ws).unwrap().access, PathAccess::ReadWrite);

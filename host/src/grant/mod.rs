@@ -88,6 +88,9 @@ pub(crate) struct RunPaths<'a> {
     pub read_only: bool,
     /// No writes to the CLI's state (Inspect's probes).
     pub state_read_only: bool,
+    /// Programs the caller declared as stdio MCP servers by absolute path: the CLI starts
+    /// them, so they are readable and executable (the caller's choice, never the driver's).
+    pub mcp_programs: &'a [PathBuf],
 }
 
 /// The canonical workspace: `dir`, else the current directory; it must be a directory.
@@ -289,6 +292,7 @@ impl ProcessGrant {
             env: &env,
             containment: &self.containment,
             config_paths: &self.config_paths,
+            mcp_programs: run.mcp_programs,
         })
         .map_err(|e| Error::ContainmentUnavailable {
             driver: self.driver.clone(),
@@ -378,6 +382,7 @@ mod tests {
             tmp,
             read_only: false,
             state_read_only: false,
+            mcp_programs: &[],
         }
     }
 

@@ -138,6 +138,7 @@ impl Run {
                 tmp: &tmp,
                 read_only,
                 state_read_only: false,
+                mcp_programs: &delivery.programs,
             },
         )?;
         Ok(Prepared {

@@ -24,3 +24,4 @@ mod stores;
 mod structured;
 mod threads;
 mod tools;
+mod tools_e2e;

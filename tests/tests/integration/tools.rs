@@ -7,49 +7,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use adaptor::{Error, Event, Mcp, McpError, RunOptions, Tool, ToolError, ToolsError};
-use adaptor_integration_tests::{agent_builder, bin_dir, collect, reference, tmp};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-
-#[derive(Deserialize, JsonSchema)]
-struct LookupInput {
-    /// The issue number.
-    number: u64,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct Issue {
-    number: u64,
-    title: String,
-}
-
-/// `lookup_issue`: 0 is rejected, 13 panics, 500 fails internally, anything else is found.
-fn lookup_tool(calls: Arc<AtomicUsize>) -> Tool {
-    Tool::define(
-        "lookup_issue",
-        "Look up an issue by number",
-        move |input: LookupInput| {
-            let calls = calls.clone();
-            async move {
-                calls.fetch_add(1, Ordering::SeqCst);
-                match input.number {
-                    0 => Err(ToolError::reject("not_found", "there is no issue 0")),
-                    13 => panic!("unlucky handler state at /srv/secret/db"),
-                    500 => Err(ToolError::from(std::io::Error::other(
-                        "connection to db.internal:5432 refused",
-                    ))),
-                    n => Ok(Issue {
-                        number: n,
-                        title: format!("Issue number {n}"),
-                    }),
-                }
-            }
-        },
-    )
-    .read_only()
-    .revision("lookup_issue/v1")
-}
+use adaptor::{Error, Event, Mcp, McpError, RunOptions, Tool, ToolsError};
+use adaptor_integration_tests::{agent_builder, bin_dir, collect, lookup_tool, reference, tmp};
 
 fn tool_events(events: &[Event]) -> Vec<(String, String, bool)> {
     let mut calls = std::collections::BTreeMap::new();
