@@ -48,6 +48,12 @@ pub struct RunArgs {
     /// A JSON Schema file: the answer must satisfy it; the validated JSON is printed.
     #[arg(long, value_name = "FILE")]
     pub(crate) schema: Option<PathBuf>,
+    /// MCP servers for the CLI, in the common `{"mcpServers": {"<name>": {…}}}` shape: a
+    /// server has `command` (+ `args`, `env`) or `url` (+ `headers`, `bearer_token_env_var`),
+    /// and `type` stdio, http or sse. Checked against the driver before anything starts;
+    /// header values and tokens are masked in `--dry-run`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) mcp_config: Option<PathBuf>,
     /// Run in the thread KEY: resume its stored session (or start one) and save the new
     /// checkpoint, across runs and processes.
     #[arg(long, value_name = "KEY")]
@@ -105,6 +111,7 @@ Examples:
   adaptor run --driver ./vendor.wasm --config '{\"command\":\"/opt/vendor/cli\"}' \"Hi\"
   adaptor run --thread ticket-42 \"Continue where we left off\"
   adaptor run --schema review.schema.json \"Review the diff\"
+  adaptor run --driver claude --mcp-config mcp.json \"Use the issue tracker\"
   adaptor run --approve ask \"Clean up the build scripts\"";
 
 /// `adaptor run`, and `adaptor threads fork` (which runs the fork's first turn from `fork_from`).
@@ -219,6 +226,20 @@ pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -
         match schema.map(adaptor::Schema::from_json) {
             Ok(Ok(schema)) => options = options.schema(schema),
             Ok(Err(e)) => return report(&e),
+            Err(msg) => {
+                errln!("adaptor: {}", sanitize(&msg));
+                return ExitCode::from(EXIT_USAGE);
+            }
+        }
+    }
+    if let Some(path) = &args.mcp_config {
+        let servers = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))
+            .and_then(|t| {
+                adaptor::Mcp::from_config_json(&t).map_err(|e| format!("{}: {e}", path.display()))
+            });
+        match servers {
+            Ok(servers) => options = options.mcp(servers),
             Err(msg) => {
                 errln!("adaptor: {}", sanitize(&msg));
                 return ExitCode::from(EXIT_USAGE);

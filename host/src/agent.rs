@@ -699,6 +699,20 @@ impl Agent {
         drop(self.inner.tool_server.lock().await.take());
     }
 
+    /// The URL of the agent's host tool server (`http://127.0.0.1:<port>/mcp`) once a run
+    /// has started it; `None` before that, after [`Agent::close`], or without tools. The
+    /// server refuses every request that lacks the agent's bearer token, which only the
+    /// agent's CLI processes receive.
+    #[cfg(feature = "tools")]
+    pub async fn tools_endpoint(&self) -> Option<String> {
+        self.inner
+            .tool_server
+            .lock()
+            .await
+            .as_ref()
+            .map(|s| s.url().to_owned())
+    }
+
     /// True after [`Agent::close`].
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::SeqCst)

@@ -112,7 +112,6 @@ impl ToolServer {
     }
 
     /// The endpoint URL.
-    #[cfg(test)]
     pub(crate) fn url(&self) -> &str {
         &self.url
     }

@@ -964,3 +964,83 @@ fn no_escape_sequence_from_a_driver_reaches_the_terminal() {
     assert_inert("inspect", &inspected);
     assert!(String::from_utf8_lossy(&inspected.stdout).contains("probe-ran"));
 }
+
+#[test]
+fn mcp_config_servers_reach_the_cli_and_are_checked_first() {
+    let (state, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let file = ws.path().join("mcp.json");
+    let stamper = bin_dir().join("mock-mcp-stdio");
+    std::fs::write(
+        &file,
+        serde_json::json!({"mcpServers": {
+            "stamper": {"command": stamper.display().to_string(), "env": {"MOCK_MCP_SECRET": "s3cr3t-value"}},
+            "tracker": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"X-Api-Key": "header-secret-42"}}
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    // A run: the reference provider starts the declared stdio server and calls it.
+    let out = adaptor()
+        .args([
+            "run",
+            "--json",
+            "--config",
+            &config(state.path()),
+            "--mcp-config",
+        ])
+        .arg(&file)
+        .arg(r#"stamp [[mcp-call stamper:stamp:{"text":"cli"}]]"#)
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let lines = json_lines(&out);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["kind"] == "tool_result" && l["output"] == "STAMPED:cli:secret-len=12"),
+        "{lines:?}"
+    );
+    // A dry run masks the header value and the server's variable wherever they would show.
+    let out = adaptor()
+        .args([
+            "run",
+            "--dry-run",
+            "--json",
+            "--config",
+            &config(state.path()),
+            "--mcp-config",
+        ])
+        .arg(&file)
+        .arg("hi")
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("mcp-config.json"), "{shown}");
+    for secret in ["header-secret-42", "s3cr3t-value"] {
+        assert!(!shown.contains(secret), "{secret} in {shown}");
+    }
+    // Transports the driver does not declare, and malformed files, are usage errors.
+    for (doc, needle) in [
+        (
+            r#"{"mcpServers": {"old": {"type": "sse", "url": "http://127.0.0.1:9/sse"}}}"#,
+            "cannot hand a sse MCP server (`old`)",
+        ),
+        (
+            r#"{"mcpServers": {"bad": {"command": "x", "url": "http://x"}}}"#,
+            "server `bad`",
+        ),
+        ("not json", "not JSON"),
+    ] {
+        std::fs::write(&file, doc).unwrap();
+        let out = adaptor()
+            .args(["run", "--config", &config(state.path()), "--mcp-config"])
+            .arg(&file)
+            .arg("hi")
+            .output()
+            .unwrap();
+        assert_exit(&out, 2);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{needle:?} in {err}");
+    }
+}

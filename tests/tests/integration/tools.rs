@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use adaptor::{Error, Event, Mcp, McpError, RunOptions, Tool, ToolsError};
 use adaptor_integration_tests::{agent_builder, bin_dir, collect, lookup_tool, reference, tmp};
@@ -251,4 +252,64 @@ async fn tools_on_threads_need_revisions_that_join_the_fingerprint() {
         ),
         "{err:?}"
     );
+}
+
+/// One HTTP/1.1 POST of an MCP `initialize` without credentials; returns the status code.
+async fn unauthenticated_initialize(url: &str) -> std::io::Result<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").expect("http URL");
+    let (authority, path) = rest.split_once('/').expect("a path");
+    let mut stream = tokio::net::TcpStream::connect(authority).await?;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let request = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    Ok(response
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0))
+}
+
+#[tokio::test]
+async fn the_tool_server_starts_lazily_refuses_strangers_and_stops_with_the_agent() {
+    let (ws, state) = (tmp(), tmp());
+    let build = || {
+        agent_builder(reference(state.path()), ws.path())
+            .tools([lookup_tool(Arc::default())])
+            .build()
+    };
+    for end in ["close", "drop"] {
+        let agent = build();
+        assert_eq!(agent.tools_endpoint().await, None, "started before any run");
+        agent.run("hi").await.unwrap();
+        let url = agent.tools_endpoint().await.expect("started by the run");
+        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+        assert_eq!(unauthenticated_initialize(&url).await.unwrap(), 401);
+        if end == "close" {
+            agent.close().await;
+            assert_eq!(agent.tools_endpoint().await, None);
+        } else {
+            drop(agent);
+        }
+        let stopped = adaptor_integration_tests::eventually(Duration::from_secs(5), || {
+            let authority = url
+                .trim_start_matches("http://")
+                .split('/')
+                .next()
+                .unwrap()
+                .to_owned();
+            std::net::TcpStream::connect(authority).is_err()
+        })
+        .await;
+        assert!(stopped, "the tool server still listens after {end}");
+    }
+    // A closed agent starts no server again.
+    let agent = build();
+    agent.close().await;
+    assert!(matches!(agent.run("hi").await, Err(Error::AgentClosed)));
+    assert_eq!(agent.tools_endpoint().await, None);
 }
