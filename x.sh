@@ -210,7 +210,7 @@ case "$cmd" in
     # Embedders pay only for what they use: the runtime without default features carries no
     # CLI, logging front end or database client (cargo tree reads the lock file; no build).
     heavy="$(cargo tree -p agent-adaptor --no-default-features -e normal --prefix none -f '{p}' \
-        | grep -E '^(clap|clap_complete|tracing-subscriber|indicatif|toml|rusqlite|libsqlite3-sys|tokio-postgres) ' || true)"
+        | grep -E '^(clap|clap_complete|tracing-subscriber|indicatif|toml|rusqlite|libsqlite3-sys|tokio-postgres|rmcp|axum|hyper) ' || true)"
     if [[ -n "$heavy" ]]; then
       echo "x.sh: agent-adaptor --no-default-features still depends on:" >&2
       echo "$heavy" >&2
@@ -222,7 +222,7 @@ case "$cmd" in
     # entry inside the workspace is never trusted). They were built above with the
     # workspace's features; `cargo run -p` would rebuild wasmtime with another feature set.
     scratch="$(mktemp -d)"
-    for example in quickstart streaming approvals threads; do
+    for example in quickstart streaming approvals threads tools; do
       (cd "$scratch" && PATH="$TARGET/debug:$PATH" "$TARGET/debug/examples/$example" >/dev/null)
     done
     rm -rf "$scratch"

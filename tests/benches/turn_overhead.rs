@@ -4,7 +4,10 @@
 //! 1. in-process `Agent::run` through the reference driver vs spawning the reference provider
 //!    directly (median ms each, difference, ratio);
 //! 2. the `adaptor run` CLI process vs the provider process run directly;
-//! 3. driver cold compile vs cached load, and instantiating a fresh sandboxed instance.
+//! 3. driver cold compile vs cached load, and instantiating a fresh sandboxed instance;
+//! 4. one host-tool round trip (MCP `tools/call` in, the handler, the result out) on
+//!    loopback, p50/p99 as the CLI's MCP client sees it, against a bare rmcp server with a
+//!    trivial tool (no bearer check, no handler wrapper), calls interleaved on one session each.
 //!
 //! Run with `./x.sh bench` (release build). Rounds: `BENCH_ROUNDS` (default 30).
 
@@ -12,7 +15,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use adaptor::{Agent, Driver, LoadOptions};
+use adaptor::{Agent, Driver, LoadOptions, Mcp, Tool};
 use adaptor_integration_tests::{bin_dir, driver_path, provider_path};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -102,6 +105,59 @@ fn direct_process(state: &Path) -> Duration {
     t.elapsed()
 }
 
+/// A bare rmcp streamable-HTTP server with one tool `echo` (returns `{}`), on 127.0.0.1.
+async fn bare_mcp_server() -> String {
+    use rmcp::model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+        PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    };
+    use rmcp::service::RequestContext;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    use rmcp::{ErrorData, RoleServer, ServerHandler};
+
+    #[derive(Clone)]
+    struct Bare;
+    impl ServerHandler for Bare {
+        fn get_info(&self) -> ServerConfig {
+            ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        }
+        async fn list_tools(
+            &self,
+            _request: Option<PaginatedRequestParams>,
+            _context: RequestContext<RoleServer>,
+        ) -> Result<ListToolsResult, ErrorData> {
+            let schema = serde_json::json!({"type": "object"});
+            Ok(ListToolsResult::with_all_items(vec![
+                rmcp::model::Tool::new(
+                    "echo",
+                    "echo",
+                    std::sync::Arc::new(schema.as_object().unwrap().clone()),
+                ),
+            ]))
+        }
+        async fn call_tool(
+            &self,
+            _request: CallToolRequestParams,
+            _context: RequestContext<RoleServer>,
+        ) -> Result<CallToolResponse, ErrorData> {
+            Ok(CallToolResult::success(vec![ContentBlock::text("{}")]).into())
+        }
+    }
+    let service: StreamableHttpService<Bare, LocalSessionManager> = StreamableHttpService::new(
+        || Ok(Bare),
+        Default::default(),
+        StreamableHttpServerConfig::default().with_sse_keep_alive(None),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, axum::Router::new().nest_service("/mcp", service)).await;
+    });
+    format!("http://{addr}/mcp")
+}
+
 fn main() {
     let rounds: usize = std::env::var("BENCH_ROUNDS")
         .ok()
@@ -149,6 +205,7 @@ fn main() {
 
     // Turn overhead, interleaved: direct spawn, Agent (default: parent-death signal on),
     // Agent with the parent-death signal off (posix_spawn instead of fork).
+    let driver_for_tools = driver.clone();
     let agent = Agent::builder(driver.clone()).workspace(ws.path()).build();
     let lean = Agent::builder(driver)
         .workspace(ws.path())
@@ -175,6 +232,35 @@ fn main() {
         dp.push(direct_process(state.path()));
         c.push(cli(state.path(), ws.path()));
     }
+    // Host tool round trips, interleaved with the bare server's, over one session each.
+    let calls = (rounds * 20).max(200);
+    let bare_url = rt.block_on(bare_mcp_server());
+    let echo = Tool::define_json(
+        "echo",
+        "echo",
+        serde_json::json!({"type": "object"}),
+        |v| async move { Ok(v) },
+    );
+    let tools_agent = Agent::builder(driver_for_tools)
+        .workspace(ws.path())
+        .tools([echo])
+        .mcp([Mcp::http("bare", bare_url)])
+        .build();
+    let report: serde_json::Value = rt.block_on(async {
+        let r = tools_agent
+            .run(format!("[[mcp-bench host,bare:echo:{calls}]]"))
+            .await
+            .expect("tool bench run");
+        let output = r
+            .transcript()
+            .iter()
+            .find(|i| i.tool_call_id.as_deref() == Some("mcp-bench-1") && i.text.is_some())
+            .and_then(|i| i.text.clone())
+            .expect("bench result");
+        tools_agent.close().await;
+        serde_json::from_str(&output).unwrap_or_else(|_| panic!("bench failed: {output}"))
+    });
+    let us = |server: &str, q: &str| report[server][q].as_f64().expect("a latency");
     let (d, a, l, dp, c) = (median(d), median(a), median(l), median(dp), median(c));
     println!("turn overhead ({rounds} interleaved rounds, medians)");
     println!(
@@ -207,5 +293,14 @@ fn main() {
     println!(
         "instantiate + describe in a fresh sandbox: {:.1} µs (median of 200)",
         ms(median(inst)) * 1e3
+    );
+    println!(
+        "host tool round trip ({calls} interleaved calls each, loopback): p50 {:.0} µs · p99 {:.0} µs · bare rmcp server p50 {:.0} µs · p99 {:.0} µs · ratio p50 {:.2}x · p99 {:.2}x",
+        us("host", "p50_us"),
+        us("host", "p99_us"),
+        us("bare", "p50_us"),
+        us("bare", "p99_us"),
+        us("host", "p50_us") / us("bare", "p50_us"),
+        us("host", "p99_us") / us("bare", "p99_us"),
     );
 }

@@ -20,7 +20,20 @@ const KNOWN: &[&str] = &[
     "ask-plan",
     "ask-question",
     "mcp-call",
+    "mcp-bench",
 ];
+
+/// One `[[mcp-bench S1,S2:TOOL:N]]`: `N` interleaved rounds of `TOOL` (arguments `{}`) on
+/// each listed server, one session each (for the benchmark binary).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpBench {
+    /// The servers, in call order.
+    pub servers: Vec<String>,
+    /// The tool.
+    pub tool: String,
+    /// Rounds.
+    pub rounds: u32,
+}
 
 /// One `[[mcp-call SERVER:TOOL:JSON]]`: call `TOOL` of the MCP server `SERVER` (from
 /// `--mcp-config`) with the JSON object `JSON` (no whitespace) as its arguments.
@@ -70,6 +83,8 @@ pub struct Script {
     /// `[[mcp-call SERVER:TOOL:JSON]]`: MCP tool calls, in prompt order, made after the
     /// session line (each reported as `tool_call` / `tool_result`).
     pub mcp_calls: Vec<McpCall>,
+    /// `[[mcp-bench S1,S2:TOOL:N]]`, after the calls.
+    pub mcp_benches: Vec<McpBench>,
 }
 
 /// A prompt with its directives separated out.
@@ -226,6 +241,30 @@ fn apply(script: &mut Script, name: &str, arg: Option<&str>) -> Result<(), Strin
                 }
                 None => Err(format!(
                     "invalid directive {token}: expects SERVER:TOOL:JSON-OBJECT"
+                )),
+            }
+        }
+        "mcp-bench" => {
+            let parsed = arg.and_then(|a| {
+                let mut parts = a.splitn(3, ':');
+                let servers: Vec<String> = parts.next()?.split(',').map(str::to_owned).collect();
+                let tool = parts.next()?.to_owned();
+                let rounds: u32 = parts.next()?.parse().ok()?;
+                (servers.iter().all(|s| !s.is_empty()) && !tool.is_empty() && rounds > 0).then_some(
+                    McpBench {
+                        servers,
+                        tool,
+                        rounds,
+                    },
+                )
+            });
+            match parsed {
+                Some(bench) => {
+                    script.mcp_benches.push(bench);
+                    Ok(())
+                }
+                None => Err(format!(
+                    "invalid directive {token}: expects SERVER[,SERVER…]:TOOL:ROUNDS"
                 )),
             }
         }

@@ -10,15 +10,16 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
 use rmcp::transport::{
     StreamableHttpClientTransport, TokioChildProcess,
     streamable_http_client::StreamableHttpClientTransportConfig,
 };
+use rmcp::{RoleClient, ServiceExt};
 use serde_json::Value;
 
-use crate::directives::McpCall;
+use crate::directives::{McpBench, McpCall};
 
 /// Make `call`; returns the result text and whether it is an error (a server that cannot be
 /// reached, a protocol failure or a tool error are all reported as error results).
@@ -51,6 +52,22 @@ fn try_call(config: Option<&Path>, call: &McpCall) -> Result<(String, bool), Str
 }
 
 async fn call_on(server: &Value, call: &McpCall) -> Result<(String, bool), String> {
+    let client = connect(server).await?;
+    let mut params = CallToolRequestParams::new(call.tool.clone());
+    params.arguments = call.arguments.as_object().cloned();
+    let result = client.call_tool(params).await.map_err(|e| e.to_string());
+    let _ = client.cancel().await;
+    let result = result?;
+    let text: Vec<String> = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect();
+    Ok((text.join("\n"), result.is_error.unwrap_or(false)))
+}
+
+/// A connected MCP client session to `server` (one entry of `mcpServers`).
+async fn connect(server: &Value) -> Result<RunningService<RoleClient, ()>, String> {
     let strings = |field: &str| -> Result<Vec<(String, String)>, String> {
         server
             .get(field)
@@ -65,13 +82,11 @@ async fn call_on(server: &Value, call: &McpCall) -> Result<(String, bool), Strin
             })
             .unwrap_or(Ok(Vec::new()))
     };
-    let mut params = CallToolRequestParams::new(call.tool.clone());
-    params.arguments = call.arguments.as_object().cloned();
     let kind = server
         .get("type")
         .and_then(Value::as_str)
         .unwrap_or("stdio");
-    let result = match kind {
+    match kind {
         "http" => {
             let url = server
                 .get("url")
@@ -94,10 +109,7 @@ async fn call_on(server: &Value, call: &McpCall) -> Result<(String, bool), Strin
                 config = config.auth_header(token);
             }
             let transport = StreamableHttpClientTransport::from_config(config);
-            let client = ().serve(transport).await.map_err(|e| e.to_string())?;
-            let result = client.call_tool(params).await.map_err(|e| e.to_string());
-            let _ = client.cancel().await;
-            result?
+            ().serve(transport).await.map_err(|e| e.to_string())
         }
         "stdio" => {
             let command = server
@@ -111,19 +123,64 @@ async fn call_on(server: &Value, call: &McpCall) -> Result<(String, bool), Strin
             cmd.envs(strings("env")?);
             let transport =
                 TokioChildProcess::new(cmd).map_err(|e| format!("cannot start {command}: {e}"))?;
-            let client = ().serve(transport).await.map_err(|e| e.to_string())?;
-            let result = client.call_tool(params).await.map_err(|e| e.to_string());
-            let _ = client.cancel().await;
-            result?
+            ().serve(transport).await.map_err(|e| e.to_string())
         }
-        other => return Err(format!("transport `{other}` is not supported")),
+        other => Err(format!("transport `{other}` is not supported")),
+    }
+}
+
+/// `[[mcp-bench S1,S2,…:TOOL:N]]`: one session per server, then `N` rounds that call `TOOL`
+/// (arguments `{}`) once on each server in turn. Returns a JSON report
+/// `{"<server>": {"calls", "p50_us", "p99_us"}, …}` (round-trip latencies as the client sees
+/// them), or an error text.
+pub fn bench(config: Option<&Path>, bench: &McpBench) -> (String, bool) {
+    let run = || -> Result<String, String> {
+        let path = config.ok_or("no --mcp-config was given")?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let doc: Value = serde_json::from_str(&text).map_err(|e| format!("bad MCP config: {e}"))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime.block_on(async {
+            let mut clients = Vec::new();
+            for name in &bench.servers {
+                let server = doc
+                    .get("mcpServers")
+                    .and_then(|s| s.get(name))
+                    .ok_or_else(|| format!("no MCP server `{name}` in the config"))?;
+                clients.push((name.clone(), connect(server).await?, Vec::new()));
+            }
+            for _ in 0..bench.rounds {
+                for (_, client, times) in clients.iter_mut() {
+                    let mut params = CallToolRequestParams::new(bench.tool.clone());
+                    params.arguments = Some(serde_json::Map::new());
+                    let t = std::time::Instant::now();
+                    let result = client.call_tool(params).await.map_err(|e| e.to_string())?;
+                    times.push(t.elapsed().as_micros() as u64);
+                    if result.is_error == Some(true) {
+                        return Err(format!("the tool failed: {:?}", result.content));
+                    }
+                }
+            }
+            let mut report = serde_json::Map::new();
+            for (name, client, mut times) in clients {
+                let _ = client.cancel().await;
+                times.sort_unstable();
+                let at = |q: f64| times[((times.len() as f64 - 1.0) * q).round() as usize];
+                report.insert(
+                    name,
+                    serde_json::json!({"calls": times.len(), "p50_us": at(0.5), "p99_us": at(0.99)}),
+                );
+            }
+            Ok(Value::Object(report).to_string())
+        })
     };
-    let text: Vec<String> = result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect();
-    Ok((text.join("\n"), result.is_error.unwrap_or(false)))
+    match run() {
+        Ok(report) => (report, false),
+        Err(message) => (format!("MCP bench failed: {message}"), true),
+    }
 }
 
 /// Replace every `${NAME}` with the variable's value.

@@ -280,6 +280,20 @@ fn turn<W: Write, E: Write>(
             is_error,
         })?;
     }
+    for (n, bench) in script.mcp_benches.iter().enumerate() {
+        let id = format!("mcp-bench-{}", n + 1);
+        out.event(&Event::ToolCall {
+            id: &id,
+            name: "mcp-bench",
+            input: serde_json::json!({"servers": bench.servers, "tool": bench.tool, "rounds": bench.rounds}),
+        })?;
+        let (output, is_error) = crate::mcp::bench(cfg.mcp_config.as_deref(), bench);
+        out.event(&Event::ToolResult {
+            id: &id,
+            output: &output,
+            is_error,
+        })?;
+    }
     if script.fail {
         return fail_turn(
             out,
