@@ -327,7 +327,8 @@ mod tests {
     fn all_directives_combine() {
         let raw = "[[fail]] [[exit 7]] [[crash]] [[sleep 10]] [[sleep 5]] [[hang]] [[grandchild]] \
                    [[ignore-term]] [[noise]] [[stderr one]] [[stderr two]] [[spam 3]] [[malformed]] \
-                   [[ask-permission]] [[ask-plan]] [[ask-question]] hi";
+                   [[ask-permission]] [[ask-plan]] [[ask-question]] \
+                   [[mcp-call srv:tool:{\"a\":1}]] [[mcp-bench a,b:echo:5]] hi";
         let parsed = parse(raw).unwrap();
         assert_eq!(parsed.prompt, "hi");
         assert_eq!(
@@ -348,6 +349,16 @@ mod tests {
                 ask_permission: true,
                 ask_plan: true,
                 ask_question: true,
+                mcp_calls: vec![McpCall {
+                    server: "srv".into(),
+                    tool: "tool".into(),
+                    arguments: serde_json::json!({"a": 1}),
+                }],
+                mcp_benches: vec![McpBench {
+                    servers: vec!["a".into(), "b".into()],
+                    tool: "echo".into(),
+                    rounds: 5,
+                }],
             }
         );
     }
@@ -374,6 +385,13 @@ mod tests {
             "[[stderr]]",
             "[[stderr two words]]",
             "[[exit  3]]",
+            "[[mcp-call]]",
+            "[[mcp-call srv:tool]]",
+            "[[mcp-call srv:tool:[1]]]",
+            "[[mcp-call :tool:{}]]",
+            "[[mcp-bench a:echo:0]]",
+            "[[mcp-bench a,:echo:3]]",
+            "[[mcp-bench a:echo]]",
         ] {
             assert!(parse(raw).is_err(), "{raw} should be rejected");
         }

@@ -637,6 +637,7 @@ mod tests {
             web_search: None,
             instructions: None,
             json_schema: None,
+            mcp_config: None,
         }
     }
 
