@@ -805,7 +805,7 @@ mod tests {
             let bad: Mcp = bad;
             assert!(
                 matches!(
-                    go(&[bad.clone()], &ALL, false),
+                    go(std::slice::from_ref(&bad), &ALL, false),
                     Err(McpError::Invalid { .. })
                 ),
                 "{bad:?}"

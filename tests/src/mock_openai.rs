@@ -31,7 +31,7 @@
 //!
 //! 1. the last input item is a `function_call_output` or `custom_tool_call_output` → text
 //!    `TOOL_RESULT_SEEN: <first 120 chars of its output>`;
-//! 1b. the last input item is a `tool_search_output` (the answer to rule 2's search) → a
+//!    When it is a `tool_search_output` (the answer to rule 2's search) instead → a
 //!    `function_call` of the tool it lists whose full name is the pending `TOOL <name>`
 //!    (a namespace `ns` with tool `t` matches `ns__t`; the call carries `namespace`), or text
 //!    `TOOL_SEARCH_FOUND_NOTHING: <name>`;

@@ -85,7 +85,10 @@ impl CodexSession {
     pub(crate) fn app_launch(&mut self) -> Result<Launch, StartError> {
         let mut args = vec!["app-server".to_owned()];
         args.extend(config_overrides(&self.request, &self.config));
-        let (mcp_args, env) = crate::mcp_overrides(&self.request)?;
+        let crate::McpLaunch {
+            args: mcp_args,
+            env,
+        } = crate::mcp_overrides(&self.request)?;
         args.extend(mcp_args);
         args.extend(extra_args(&self.config));
         let stdin = self.call(

@@ -61,7 +61,10 @@ impl CodexSession {
             args.extend(["--model".into(), model]);
         }
         args.extend(config_overrides(request, config));
-        let (mcp_args, env) = crate::mcp_overrides(request)?;
+        let crate::McpLaunch {
+            args: mcp_args,
+            env,
+        } = crate::mcp_overrides(request)?;
         args.extend(mcp_args);
         if let Some(text) = request.instructions.as_deref().filter(|t| !t.is_empty()) {
             args.extend([

@@ -274,9 +274,7 @@ pub(crate) fn config_overrides(request: &RunRequest, config: &Value) -> Vec<Stri
 /// `ADAPTOR_MCP_HEADER_<n>` (named in `env_http_headers`), a stdio server's variable is set
 /// under its own name and forwarded with `env_vars`. Header references of the host
 /// (`Bearer ${NAME}`, `${NAME}`) map onto `bearer_token_env_var` / `env_http_headers`.
-pub(crate) fn mcp_overrides(
-    request: &RunRequest,
-) -> Result<(Vec<String>, Vec<(String, String)>), StartError> {
+pub(crate) fn mcp_overrides(request: &RunRequest) -> Result<McpLaunch, StartError> {
     use adaptor_sdk::mcp::{HeaderValue, header_value};
     let mut args = Vec::new();
     let mut env: Vec<(String, String)> = Vec::new();
@@ -346,7 +344,15 @@ pub(crate) fn mcp_overrides(
             }
         }
     }
-    Ok((args, env))
+    Ok(McpLaunch { args, env })
+}
+
+/// What the MCP servers add to a launch.
+pub(crate) struct McpLaunch {
+    /// `-c mcp_servers.…` overrides.
+    pub args: Vec<String>,
+    /// Variables the driver sets (credentials kept off argv).
+    pub env: Vec<(String, String)>,
 }
 
 /// Codex's sandbox mode for a policy sandbox level: always `danger-full-access`.

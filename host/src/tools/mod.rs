@@ -58,6 +58,13 @@ type Handler = dyn Fn(Value) -> BoxFuture<'static, Result<Value, ToolError>> + S
 /// .revision("lookup_issue/v1");
 /// assert_eq!(tool.name(), "lookup_issue");
 /// ```
+///
+/// Tools are set once, on the builder ([`AgentBuilder::tools`](crate::AgentBuilder::tools));
+/// there is no per-call tool set:
+///
+/// ```compile_fail
+/// let _ = adaptor::RunOptions::new().tools(Vec::<adaptor::Tool>::new());
+/// ```
 #[derive(Clone)]
 pub struct Tool {
     name: String,
