@@ -32,8 +32,9 @@ enum Transport {
     Sse(RemoteServer),
 }
 
-/// A local MCP server the CLI starts and speaks to over stdio.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A local MCP server the CLI starts and speaks to over stdio. Its `Debug` shows the
+/// variables' names, never their values.
+#[derive(Clone, PartialEq, Eq)]
 pub struct StdioServer {
     name: String,
     command: String,
@@ -41,14 +42,38 @@ pub struct StdioServer {
     env: BTreeMap<String, String>,
 }
 
-/// A remote MCP server (streamable HTTP or legacy SSE).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A remote MCP server (streamable HTTP or legacy SSE). Its `Debug` shows the headers'
+/// names, never their values.
+#[derive(Clone, PartialEq, Eq)]
 pub struct RemoteServer {
     name: String,
     url: String,
     sse: bool,
     headers: BTreeMap<String, String>,
     bearer_token_env: Option<String>,
+}
+
+impl std::fmt::Debug for StdioServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StdioServer")
+            .field("name", &self.name)
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for RemoteServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteServer")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .field("sse", &self.sse)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("bearer_token_env", &self.bearer_token_env)
+            .finish()
+    }
 }
 
 impl Mcp {
@@ -811,6 +836,23 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn debug_output_never_shows_values() {
+        let options = crate::RunOptions::new().mcp([
+            Mcp::from(Mcp::stdio("s", "x").env("API_KEY", "stdio-secret-1")),
+            Mcp::from(Mcp::http("h", "http://a.invalid").header("X-Key", "header-secret-2")),
+        ]);
+        let shown = format!("{options:?}");
+        assert!(
+            shown.contains("API_KEY") && shown.contains("X-Key"),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains("secret-1") && !shown.contains("secret-2"),
+            "{shown}"
+        );
     }
 
     #[test]

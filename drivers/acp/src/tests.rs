@@ -750,3 +750,40 @@ fn a_resident_process_serves_the_next_turn_with_another_prompt() {
     assert_eq!(outcome.text, "second");
     assert_eq!(outcome.usage.and_then(|u| u.cost_usd), Some(0.5));
 }
+
+#[test]
+fn header_references_cannot_reach_an_acp_agent() {
+    let mut r = req("hi");
+    r.mcp_servers = vec![adaptor_sdk::McpServer {
+        name: "host".into(),
+        transport: adaptor_sdk::McpTransport::Http(adaptor_sdk::McpRemote {
+            url: "http://127.0.0.1:9/mcp".into(),
+            headers: vec![(
+                "Authorization".into(),
+                "Bearer ${ADAPTOR_TOOLS_TOKEN_AB}".into(),
+            )],
+        }),
+    }];
+    match Harness::<AcpSession>::start(r) {
+        Err(StartError::Unsupported(m)) => {
+            assert!(m.contains("`host`") && m.contains("literally"), "{m}")
+        }
+        other => panic!("expected unsupported, got {:?}", other.map(|(_, l)| l)),
+    }
+    // A stdio server goes to `session/new` with its environment.
+    let mut r = req("hi");
+    r.mcp_servers = vec![adaptor_sdk::McpServer {
+        name: "files".into(),
+        transport: adaptor_sdk::McpTransport::Stdio(adaptor_sdk::McpStdio {
+            command: "/usr/bin/mcp-files".into(),
+            args: vec!["--root".into(), ".".into()],
+            env: vec![("FILES_TOKEN".into(), "t".into())],
+        }),
+    }];
+    let (mut h, _) = Harness::<AcpSession>::start(r).unwrap();
+    let sent = written(&h.stdout(&initialized(json!({}))));
+    assert_eq!(
+        sent[0]["params"]["mcpServers"],
+        json!([{"name": "files", "command": "/usr/bin/mcp-files", "args": ["--root", "."], "env": [{"name": "FILES_TOKEN", "value": "t"}]}])
+    );
+}

@@ -662,3 +662,75 @@ fn an_unknown_frame_is_passed_on_as_a_vendor_event_and_a_system_item() {
     assert!(r.outcome.failure.is_none());
     assert!(r.outcome.checkpoint.as_ref().unwrap().valid);
 }
+
+fn servers() -> Vec<adaptor_sdk::McpServer> {
+    use adaptor_sdk::{McpRemote, McpServer, McpStdio, McpTransport};
+    vec![
+        McpServer {
+            name: "files".into(),
+            transport: McpTransport::Stdio(McpStdio {
+                command: "mcp-files".into(),
+                args: vec!["-v".into()],
+                env: vec![("FILES_TOKEN".into(), "stdio-secret".into())],
+            }),
+        },
+        McpServer {
+            name: "host".into(),
+            transport: McpTransport::Http(McpRemote {
+                url: "http://127.0.0.1:9/mcp".into(),
+                headers: vec![(
+                    "Authorization".into(),
+                    "Bearer ${ADAPTOR_TOOLS_TOKEN_AB}".into(),
+                )],
+            }),
+        },
+    ]
+}
+
+#[test]
+fn mcp_servers_go_to_a_private_config_file() {
+    let mut req = request("hi");
+    req.mcp_servers = servers();
+    let launch = start(req.clone());
+    let at = launch
+        .args
+        .iter()
+        .position(|a| a == "--mcp-config")
+        .expect("flag");
+    assert_eq!(
+        launch.args[at + 1],
+        format!("{}/mcp-config.json", req.private_dir)
+    );
+    assert!(
+        !launch
+            .args
+            .iter()
+            .any(|a| a.contains("secret") || a.contains("Bearer"))
+    );
+    let file = launch
+        .files
+        .iter()
+        .find(|f| f.name == "mcp-config.json")
+        .unwrap();
+    let config: Value = serde_json::from_slice(&file.contents).unwrap();
+    assert_eq!(
+        config,
+        json!({"mcpServers": {
+            "files": {"type": "stdio", "command": "mcp-files", "args": ["-v"], "env": {"FILES_TOKEN": "stdio-secret"}},
+            "host": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer ${ADAPTOR_TOOLS_TOKEN_AB}"}}
+        }})
+    );
+    // A reference mixed into other text is refused before launch.
+    let mut req = request("hi");
+    req.mcp_servers = vec![adaptor_sdk::McpServer {
+        name: "x".into(),
+        transport: adaptor_sdk::McpTransport::Sse(adaptor_sdk::McpRemote {
+            url: "http://127.0.0.1:9/sse".into(),
+            headers: vec![("X".into(), "a ${B} c".into())],
+        }),
+    }];
+    assert!(matches!(
+        Harness::<ClaudeSession>::start(req),
+        Err(StartError::Unsupported(_))
+    ));
+}

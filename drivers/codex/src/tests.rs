@@ -621,3 +621,78 @@ fn a_fork_uses_the_app_servers_thread_fork() {
     let failure = outcome.failure.expect("failure");
     assert_eq!(failure.reason, adaptor_sdk::FailureReason::ResumeRejected);
 }
+
+#[test]
+fn mcp_servers_become_overrides_with_credentials_in_the_environment() {
+    use adaptor_sdk::{McpRemote, McpServer, McpStdio, McpTransport};
+    let mut req = request("hi");
+    req.streaming = false;
+    req.mcp_servers = vec![
+        McpServer {
+            name: "files".into(),
+            transport: McpTransport::Stdio(McpStdio {
+                command: "mcp-files".into(),
+                args: vec!["-v".into()],
+                env: vec![("FILES_TOKEN".into(), "stdio-secret".into())],
+            }),
+        },
+        McpServer {
+            name: "host".into(),
+            transport: McpTransport::Http(McpRemote {
+                url: "http://127.0.0.1:9/mcp".into(),
+                headers: vec![
+                    (
+                        "Authorization".into(),
+                        "Bearer ${ADAPTOR_TOOLS_TOKEN_AB}".into(),
+                    ),
+                    ("X-Team".into(), "header-secret".into()),
+                    ("X-Other".into(), "${OTHER_VAR}".into()),
+                ],
+            }),
+        },
+    ];
+    for streaming in [false, true] {
+        req.streaming = streaming;
+        let launch = start(req.clone());
+        let overrides: Vec<&str> = launch
+            .args
+            .windows(2)
+            .filter(|w| w[0] == "-c" && w[1].starts_with("mcp_servers."))
+            .map(|w| w[1].as_str())
+            .collect();
+        assert_eq!(
+            overrides,
+            [
+                r#"mcp_servers.files.command="mcp-files""#,
+                r#"mcp_servers.files.args=["-v"]"#,
+                r#"mcp_servers.files.env_vars=["FILES_TOKEN"]"#,
+                r#"mcp_servers.host.url="http://127.0.0.1:9/mcp""#,
+                r#"mcp_servers.host.bearer_token_env_var="ADAPTOR_TOOLS_TOKEN_AB""#,
+                r#"mcp_servers.host.env_http_headers={"X-Team"="ADAPTOR_MCP_HEADER_2","X-Other"="OTHER_VAR"}"#,
+            ],
+            "streaming={streaming}"
+        );
+        assert!(!launch.args.iter().any(|a| a.contains("secret")));
+        assert_eq!(
+            launch.env,
+            [
+                ("FILES_TOKEN".to_owned(), "stdio-secret".to_owned()),
+                (
+                    "ADAPTOR_MCP_HEADER_2".to_owned(),
+                    "header-secret".to_owned()
+                ),
+            ]
+        );
+    }
+    req.mcp_servers = vec![McpServer {
+        name: "old".into(),
+        transport: McpTransport::Sse(McpRemote {
+            url: "http://127.0.0.1:9/sse".into(),
+            headers: vec![],
+        }),
+    }];
+    assert!(matches!(
+        Harness::<CodexSession>::start(req),
+        Err(StartError::Unsupported(_))
+    ));
+}
