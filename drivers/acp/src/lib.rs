@@ -76,6 +76,10 @@ pub struct AgentPreset {
     pub verified: &'static [&'static str],
     /// How it restores a session in a new process (what it declares at `initialize`).
     pub restore: Restore,
+    /// What keeps it from connecting the run's MCP servers, if anything: (the argument that
+    /// lifts it, the notice's text). Reported as an `acp.mcp_caveat` notice when a run
+    /// gives MCP servers without that argument.
+    pub mcp_caveat: Option<(&'static str, &'static str)>,
 }
 
 /// The agents this driver was verified with (end-to-end, on the real CLIs, offline).
@@ -88,6 +92,10 @@ pub const AGENTS: &[AgentPreset] = &[
         min_version: "0.61.0",
         verified: &["0.61.0"],
         restore: Restore::Load,
+        mcp_caveat: Some((
+            "--skip-trust",
+            "Gemini CLI connects no MCP server in a folder it does not trust: trust the workspace, or pass `--skip-trust` in `extra_args`",
+        )),
     },
     AgentPreset {
         name: "qwen",
@@ -97,6 +105,7 @@ pub const AGENTS: &[AgentPreset] = &[
         min_version: "0.24.4",
         verified: &["0.24.4"],
         restore: Restore::Resume,
+        mcp_caveat: None,
     },
     AgentPreset {
         name: "opencode",
@@ -106,6 +115,7 @@ pub const AGENTS: &[AgentPreset] = &[
         min_version: "1.18.33",
         verified: &["1.18.33"],
         restore: Restore::Resume,
+        mcp_caveat: None,
     },
 ];
 

@@ -388,6 +388,15 @@ impl AcpSession {
                 );
             }
         }
+        if let Some((lifts, caveat)) = crate::agent_preset(&self.config).and_then(|a| a.mcp_caveat)
+            && !self.request.mcp_servers.is_empty()
+        {
+            let mut args = crate::agent_args(&self.config);
+            args.extend(strings(&self.config, "extra_args"));
+            if !args.iter().any(|a| a == lifts) {
+                out.notice("acp.mcp_caveat", caveat, None);
+            }
+        }
         let mcp = &self.capabilities["mcpCapabilities"];
         for server in &self.request.mcp_servers {
             let (transport, flag) = match &server.transport {

@@ -787,3 +787,35 @@ fn header_references_cannot_reach_an_acp_agent() {
         json!([{"name": "files", "command": "/usr/bin/mcp-files", "args": ["--root", "."], "env": [{"name": "FILES_TOKEN", "value": "t"}]}])
     );
 }
+
+#[test]
+fn gemini_warns_that_untrusted_folders_get_no_mcp_servers() {
+    let stdio = adaptor_sdk::McpServer {
+        name: "files".into(),
+        transport: adaptor_sdk::McpTransport::Stdio(adaptor_sdk::McpStdio {
+            command: "mcp-files".into(),
+            args: vec![],
+            env: vec![],
+        }),
+    };
+    for (extra, warned) in [(json!([]), true), (json!(["--skip-trust"]), false)] {
+        let mut r = req("hi");
+        r.config_json =
+            json!({"agent": "gemini", "command": "gemini", "extra_args": extra}).to_string();
+        r.mcp_servers = vec![stdio.clone()];
+        let (mut h, _) = Harness::<AcpSession>::start(r).unwrap();
+        let out = h.stdout(&initialized(json!({})));
+        let notices: Vec<String> = events_of(&out)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Notice(n) => Some(n.kind),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            notices.iter().any(|n| n == "acp.mcp_caveat"),
+            warned,
+            "{extra}: {notices:?}"
+        );
+    }
+}
