@@ -70,6 +70,25 @@ fn only_wasm_names_wasmtime_and_wit_types() {
 }
 
 #[test]
+fn only_the_tool_server_names_rmcp_and_axum() {
+    for (module, text) in sources() {
+        if module == "tools::server" || module == "tools/server" {
+            continue;
+        }
+        for needle in ["rmcp::", "axum::"] {
+            let code_lines = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .any(|l| l.contains(needle));
+            assert!(
+                !code_lines,
+                "{module} names `{needle}`: only tools/server may (the MCP and HTTP stack stay behind the `tools` feature)"
+            );
+        }
+    }
+}
+
+#[test]
 fn only_process_spawns() {
     for (module, text) in sources() {
         if top(&module) == "process" {

@@ -27,7 +27,10 @@
 //! - **vocabulary** (leaves, no I/O): `error`, `event`, `result`, `descriptor`, `policy`,
 //!   `approval`, `structured`, `containment` (the caller's confinement settings and the
 //!   report of what the kernel enforces), `session` (the driver session's actions and
-//!   outcome in host types);
+//!   outcome in host types), `mcp` (MCP server declarations and their delivery rules);
+//! - **`tools/`** (the `tools` feature) — host tools: the vocabulary (`Tool`, `ToolError`)
+//!   and `server`, the agent's loopback MCP server, the only module that names `rmcp` or
+//!   `axum`;
 //! - **`wasm/`** — the only place that names wasmtime (`engine`, `guest`) and the
 //!   WIT-generated types (`bindings`, `convert`);
 //! - **`grant/` + `process/`** — the only places that decide (`grant`: the run's
@@ -43,7 +46,8 @@
 //!
 //! Two knots of shared nouns remain in the import graph, on purpose (a unit test,
 //! `architecture`, fails if another cycle appears, if a module outside `wasm/` names wasmtime
-//! or a WIT type, or if a module outside `process/` spawns):
+//! or a WIT type, if a module outside `tools/server` names rmcp or axum, or if a module
+//! outside `process/` spawns):
 //!
 //! - `agent` ↔ `run` ↔ `thread`: the facade starts runs and hands out threads; a run reads
 //!   its agent's settings and a thread runs on its agent.
