@@ -69,47 +69,43 @@ fn only_wasm_names_wasmtime_and_wit_types() {
     }
 }
 
-#[test]
-fn only_the_tool_server_names_rmcp_and_axum() {
+/// No code line outside the modules `allowed` accepts names any of `needles`.
+fn only_in(allowed: impl Fn(&str) -> bool, needles: &[&str], what: &str) {
     for (module, text) in sources() {
-        if module == "tools::server" || module == "tools/server" {
+        if allowed(&module) {
             continue;
         }
-        for needle in ["rmcp::", "axum::"] {
+        for needle in needles {
             let code_lines = text
                 .lines()
                 .filter(|l| !l.trim_start().starts_with("//"))
                 .any(|l| l.contains(needle));
-            assert!(
-                !code_lines,
-                "{module} names `{needle}`: only tools/server may (the MCP and HTTP stack stay behind the `tools` feature)"
-            );
+            assert!(!code_lines, "{module} names `{needle}`: {what}");
         }
     }
 }
 
 #[test]
+fn only_the_tool_server_names_rmcp_and_axum() {
+    only_in(
+        |m| m == "tools::server" || m == "tools/server",
+        &["rmcp::", "axum::"],
+        "only tools/server may (the MCP and HTTP stack stay behind the `tools` feature)",
+    );
+}
+
+#[test]
 fn only_process_spawns() {
-    for (module, text) in sources() {
-        if top(&module) == "process" {
-            continue;
-        }
-        for needle in [
+    only_in(
+        |m| top(m) == "process",
+        &[
             "Command::new",
             "process::Command",
             "posix_spawn",
             "libc::fork",
-        ] {
-            let code_lines = text
-                .lines()
-                .filter(|l| !l.trim_start().starts_with("//"))
-                .any(|l| l.contains(needle));
-            assert!(
-                !code_lines,
-                "{module} spawns (`{needle}`): only process/ may"
-            );
-        }
-    }
+        ],
+        "it spawns; only process/ may",
+    );
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //! 3. driver cold compile vs cached load, and instantiating a fresh sandboxed instance;
 //! 4. one host-tool round trip (MCP `tools/call` in, the handler, the result out) on
 //!    loopback, p50/p99 as the CLI's MCP client sees it, against a bare rmcp server with a
-//!    trivial tool (no bearer check, no handler wrapper), calls interleaved on one session each.
+//!    trivial tool (`mock_mcp::serve_http`: no bearer check, no handler wrapper), calls
+//!    interleaved on one session each.
 //!
 //! Run with `./x.sh bench` (release build). Rounds: `BENCH_ROUNDS` (default 30).
 
@@ -105,59 +106,6 @@ fn direct_process(state: &Path) -> Duration {
     t.elapsed()
 }
 
-/// A bare rmcp streamable-HTTP server with one tool `echo` (returns `{}`), on 127.0.0.1.
-async fn bare_mcp_server() -> String {
-    use rmcp::model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-        PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    };
-    use rmcp::service::RequestContext;
-    use rmcp::transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
-    };
-    use rmcp::{ErrorData, RoleServer, ServerHandler};
-
-    #[derive(Clone)]
-    struct Bare;
-    impl ServerHandler for Bare {
-        fn get_info(&self) -> ServerConfig {
-            ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-        }
-        async fn list_tools(
-            &self,
-            _request: Option<PaginatedRequestParams>,
-            _context: RequestContext<RoleServer>,
-        ) -> Result<ListToolsResult, ErrorData> {
-            let schema = serde_json::json!({"type": "object"});
-            Ok(ListToolsResult::with_all_items(vec![
-                rmcp::model::Tool::new(
-                    "echo",
-                    "echo",
-                    std::sync::Arc::new(schema.as_object().unwrap().clone()),
-                ),
-            ]))
-        }
-        async fn call_tool(
-            &self,
-            _request: CallToolRequestParams,
-            _context: RequestContext<RoleServer>,
-        ) -> Result<CallToolResponse, ErrorData> {
-            Ok(CallToolResult::success(vec![ContentBlock::text("{}")]).into())
-        }
-    }
-    let service: StreamableHttpService<Bare, LocalSessionManager> = StreamableHttpService::new(
-        || Ok(Bare),
-        Default::default(),
-        StreamableHttpServerConfig::default().with_sse_keep_alive(None),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, axum::Router::new().nest_service("/mcp", service)).await;
-    });
-    format!("http://{addr}/mcp")
-}
-
 fn main() {
     let rounds: usize = std::env::var("BENCH_ROUNDS")
         .ok()
@@ -234,7 +182,7 @@ fn main() {
     }
     // Host tool round trips, interleaved with the bare server's, over one session each.
     let calls = (rounds * 20).max(200);
-    let bare_url = rt.block_on(bare_mcp_server());
+    let bare_url = rt.block_on(adaptor_integration_tests::mock_mcp::serve_http());
     let echo = Tool::define_json(
         "echo",
         "echo",

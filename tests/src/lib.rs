@@ -12,6 +12,7 @@ pub mod mock_anthropic;
 pub mod mock_chat;
 pub mod mock_gemini;
 pub mod mock_http;
+pub mod mock_mcp;
 pub mod mock_openai;
 pub mod pg;
 
@@ -414,4 +415,49 @@ pub fn lookup_tool(calls: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> ada
     )
     .read_only()
     .revision("lookup_issue/v1")
+}
+
+/// Run options that auto-approve permissions (`streaming` as given): how the tool tests let
+/// a CLI call a tool without asking.
+pub fn auto_approve(streaming: bool) -> adaptor::RunOptions {
+    adaptor::RunOptions::new()
+        .streaming(streaming)
+        .policy(adaptor::Policy {
+            approvals: adaptor::ApprovalPolicy {
+                permission: adaptor::DecisionMode::AutoApprove,
+                ..adaptor::ApprovalPolicy::default()
+            },
+            ..adaptor::Policy::default()
+        })
+}
+
+/// (tool name, result text, is_error) of every tool call in a run's transcript.
+pub fn tool_outcomes(r: &adaptor::RunResult) -> Vec<(String, String, bool)> {
+    use adaptor::ItemKind;
+    let t = r.transcript();
+    t.iter()
+        .filter(|i| i.kind == ItemKind::ToolCall)
+        .map(|c| {
+            let result = t
+                .iter()
+                .find(|i| i.kind == ItemKind::ToolResult && i.tool_call_id == c.tool_call_id);
+            (
+                c.tool_name.clone().unwrap_or_default(),
+                result.and_then(|r| r.text.clone()).unwrap_or_default(),
+                result.is_some_and(|r| r.is_error),
+            )
+        })
+        .collect()
+}
+
+/// The stdio MCP server `stamper` (`mock-mcp-stdio`, beside the test binaries) with a secret
+/// in its environment (`MOCK_MCP_SECRET`, 12 bytes) and its call log at `log`.
+pub fn stdio_stamper(log: &Path) -> adaptor::Mcp {
+    adaptor::Mcp::stdio(
+        "stamper",
+        bin_dir().join("mock-mcp-stdio").display().to_string(),
+    )
+    .env("MOCK_MCP_SECRET", "s3cr3t-value")
+    .env("MOCK_MCP_LOG", log.display().to_string())
+    .into()
 }

@@ -335,7 +335,7 @@ async fn a_declared_stdio_mcp_server_is_started_and_called(cli: Cli) {
     let offered: Vec<String> = a.main_requests().iter().flat_map(offered_names).collect();
     let name = offered
         .iter()
-        .find(|n| n.contains("stamp") && !n.contains("fail"))
+        .find(|n| n.ends_with("stamp"))
         .unwrap_or_else(|| panic!("{cli:?} offers no stamp tool: {offered:?}"))
         .clone();
     let r = agent

@@ -901,3 +901,192 @@ async fn every_frame_of_the_pinned_cli_is_known() {
          KNOWN_FRAMES as kept vendor events): {unknown:?}"
     );
 }
+
+/// Host tools and a declared stdio MCP server: the mock asks for the tool (`TOOL <name>
+/// <json>`), the CLI calls the agent's MCP server (or starts the declared one), the handler
+/// runs in this process and the mock sees its result in the next request.
+mod host_tools {
+    use super::*;
+
+    /// The `tool_result` blocks the mock received, as (text, is_error).
+    fn seen_results(c: &Claude) -> Vec<(String, bool)> {
+        let mut out = Vec::new();
+        for body in c.mock.requests() {
+            let Some(messages) = body["messages"].as_array() else {
+                continue;
+            };
+            for m in messages {
+                for b in m["content"].as_array().into_iter().flatten() {
+                    if b["type"] == "tool_result" {
+                        let text = match &b["content"] {
+                            Value::String(s) => s.clone(),
+                            Value::Array(parts) => parts
+                                .iter()
+                                .filter_map(|p| p["text"].as_str())
+                                .collect::<Vec<_>>()
+                                .join(""),
+                            _ => String::new(),
+                        };
+                        let entry = (text, b["is_error"] == true);
+                        if !out.contains(&entry) {
+                            out.push(entry);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_host_tool_runs_in_the_host_and_its_result_reaches_the_model() {
+        let c = Claude::new().await;
+        let calls = Arc::new(AtomicUsize::new(0));
+        let agent = c.agent().tools([lookup_tool(calls.clone())]).build();
+        let prompt = r#"TOOL mcp__host__lookup_issue {"number":7}"#;
+        let (events, result) = collect(agent.stream_with(prompt, auto_approve(false))).await;
+        let r = result.expect("run");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            tool_calls(&events)
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect::<Vec<_>>(),
+            vec!["mcp__host__lookup_issue".to_owned()]
+        );
+        let results = tool_outcomes(&r);
+        assert_eq!(results.len(), 1, "{results:?}");
+        assert!(results[0].1.contains("Issue number 7"), "{results:?}");
+        assert!(!results[0].2);
+        // The model saw the handler's output.
+        let seen = seen_results(&c);
+        assert!(
+            seen.iter().any(|(t, e)| t.contains("Issue number 7") && !e),
+            "{seen:?}"
+        );
+        assert!(r.text.contains("TOOL_RESULT_SEEN"), "{}", r.text);
+        // The token is not on the command line: the MCP config is a private file.
+        let launch = r.raw().launch.clone().unwrap();
+        assert!(launch.args.iter().any(|a| a == "--mcp-config"));
+        assert!(
+            !launch.args.iter().any(|a| a.contains("Bearer")),
+            "{launch:?}"
+        );
+        agent.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rejection_and_a_panic_reach_the_model_as_tool_errors() {
+        let c = Claude::new().await;
+        let agent = c.agent().tools([lookup_tool(Arc::default())]).build();
+        for (number, expected) in [
+            (0, "not_found: there is no issue 0"),
+            (13, "internal_error: the tool failed in the host"),
+        ] {
+            let prompt = format!(r#"TOOL mcp__host__lookup_issue {{"number":{number}}}"#);
+            let r = agent
+                .run_with(prompt, auto_approve(false))
+                .await
+                .expect("the run continues after a tool error");
+            let results = tool_outcomes(&r);
+            assert_eq!(results.len(), 1, "{results:?}");
+            assert!(results[0].2, "{results:?}");
+            assert!(results[0].1.contains(expected), "{results:?}");
+            assert!(!results[0].1.contains("secret"), "{results:?}");
+            assert!(r.text.contains("TOOL_RESULT_SEEN"), "{}", r.text);
+        }
+        let seen = seen_results(&c);
+        assert!(
+            seen.iter()
+                .any(|(t, e)| *e && t.contains("not_found: there is no issue 0")),
+            "{seen:?}"
+        );
+        assert!(
+            seen.iter()
+                .any(|(t, e)| *e && t.contains("internal_error") && !t.contains("secret")),
+            "{seen:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn host_tool_permissions_follow_the_policy() {
+        let c = Claude::new().await;
+        let asked = Arc::new(AtomicUsize::new(0));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let ask = RunOptions::new().streaming(false).policy(Policy {
+            approvals: ApprovalPolicy {
+                permission: DecisionMode::Ask,
+                ..ApprovalPolicy::default()
+            },
+            ..Policy::default()
+        });
+        for approve in [true, false] {
+            let seen = asked.clone();
+            let agent = c
+                .agent()
+                .tools([lookup_tool(calls.clone())])
+                .on_approval(move |req: ApprovalRequest| {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        assert_eq!(req.kind, ApprovalKind::Permission);
+                        assert_eq!(req.tool_name.as_deref(), Some("mcp__host__lookup_issue"));
+                        if approve {
+                            req.approve().unwrap();
+                        } else {
+                            req.deny("not today").unwrap();
+                        }
+                    }
+                })
+                .build();
+            let r = agent
+                .run_with(r#"TOOL mcp__host__lookup_issue {"number":7}"#, ask.clone())
+                .await;
+            if approve {
+                let r = r.expect("approved run");
+                assert!(tool_outcomes(&r)[0].1.contains("Issue number 7"));
+                assert_eq!(calls.load(Ordering::SeqCst), 1);
+            } else {
+                let e = run_error(r);
+                assert_eq!(e.reason, adaptor::FailureReason::ApprovalDenied, "{e}");
+                assert_eq!(
+                    calls.load(Ordering::SeqCst),
+                    1,
+                    "a denied tool must not run"
+                );
+            }
+        }
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_declared_stdio_server_is_started_by_claude_and_called() {
+        let c = Claude::new().await;
+        let log = c.ws.path().join("stamper.log");
+        let agent = c.agent().mcp([stdio_stamper(&log)]).build();
+        let r = agent
+            .run_with(
+                r#"TOOL mcp__stamper__stamp {"text":"hi"}"#,
+                auto_approve(false),
+            )
+            .await
+            .expect("run");
+        let results = tool_outcomes(&r);
+        assert_eq!(
+            results,
+            vec![(
+                "mcp__stamper__stamp".to_owned(),
+                "STAMPED:hi:secret-len=12".to_owned(),
+                false
+            )]
+        );
+        assert!(
+            seen_results(&c)
+                .iter()
+                .any(|(t, _)| t == "STAMPED:hi:secret-len=12")
+        );
+        assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 1);
+        // The server's variable is in the private config file, never on argv.
+        let launch = r.raw().launch.clone().unwrap();
+        assert!(!format!("{launch:?}").contains("s3cr3t-value"));
+    }
+}

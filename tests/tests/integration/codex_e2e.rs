@@ -827,3 +827,138 @@ async fn a_forked_thread_is_a_new_codex_thread_from_the_parent() {
         "Hello from mock-openai! user_msgs=2 you said: parent again"
     );
 }
+
+/// Host tools and a declared stdio MCP server over both transports. Codex 0.171 defers MCP
+/// tools behind its client-side `tool_search`: the mock model searches first
+/// (`tool_search_call`), then calls what was found in its namespace.
+mod host_tools {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The outputs of `function_call_output` items the mock received.
+    fn seen_outputs(c: &Codex) -> Vec<String> {
+        let mut out = Vec::new();
+        for body in c.mock.requests() {
+            for item in body["input"].as_array().into_iter().flatten() {
+                if item["type"] == "function_call_output" {
+                    let text = match &item["output"] {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    if !out.contains(&text) {
+                        out.push(text);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The names of the tools Codex offered the model.
+    fn offered_tools(c: &Codex) -> Vec<String> {
+        let mut names = Vec::new();
+        for body in c.mock.requests() {
+            for t in body["tools"].as_array().into_iter().flatten() {
+                if let Some(n) = t["name"].as_str()
+                    && !names.iter().any(|x: &String| x == n)
+                {
+                    names.push(n.to_owned());
+                }
+            }
+        }
+        names
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_host_tool_is_called_by_codex_over_both_transports() {
+        for streaming in [false, true] {
+            let c = Codex::new().await;
+            let calls = Arc::new(AtomicUsize::new(0));
+            let agent = c.agent().tools([lookup_tool(calls.clone())]).build();
+            let r = agent
+                .run_with(
+                    r#"TOOL mcp__host__lookup_issue {"number":7}"#,
+                    auto_approve(streaming),
+                )
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "streaming={streaming}: {e}; tools offered: {:?}",
+                        offered_tools(&c)
+                    )
+                });
+            assert_eq!(
+                calls.load(Ordering::SeqCst),
+                1,
+                "streaming={streaming}; offered: {:?}; outputs: {:?}",
+                offered_tools(&c),
+                seen_outputs(&c)
+            );
+            let seen = seen_outputs(&c);
+            assert!(
+                seen.iter().any(|t| t.contains("Issue number 7")),
+                "{seen:?}"
+            );
+            let results = tool_outcomes(&r);
+            assert_eq!(results.len(), 1, "{results:?}");
+            assert!(results[0].0.contains("lookup_issue"), "{results:?}");
+            assert!(results[0].1.contains("Issue number 7"), "{results:?}");
+            // The token travels in the environment, never on argv.
+            let launch = r.raw().launch.clone().unwrap();
+            assert!(
+                launch
+                    .args
+                    .iter()
+                    .any(|a| a.starts_with("mcp_servers.host.bearer_token_env_var=")),
+                "{launch:?}"
+            );
+            agent.close().await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn codex_sees_a_rejection_and_a_panic_as_tool_errors() {
+        let c = Codex::new().await;
+        let agent = c.agent().tools([lookup_tool(Arc::default())]).build();
+        for number in [0, 13] {
+            agent
+                .run_with(
+                    format!(r#"TOOL mcp__host__lookup_issue {{"number":{number}}}"#),
+                    auto_approve(false),
+                )
+                .await
+                .expect("the run continues after a tool error");
+        }
+        let seen = seen_outputs(&c).join("\n");
+        assert!(seen.contains("not_found: there is no issue 0"), "{seen}");
+        assert!(seen.contains("internal_error"), "{seen}");
+        assert!(!seen.contains("secret"), "{seen}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_declared_stdio_server_is_started_by_codex_and_called() {
+        let c = Codex::new().await;
+        let log = c.ws.path().join("stamper.log");
+        let agent = c.agent().mcp([stdio_stamper(&log)]).build();
+        let r = agent
+            .run_with(
+                r#"TOOL mcp__stamper__stamp {"text":"hi"}"#,
+                auto_approve(false),
+            )
+            .await
+            .expect("run");
+        let seen = seen_outputs(&c);
+        assert!(
+            seen.iter().any(|t| t.contains("STAMPED:hi:secret-len=12")),
+            "{seen:?}; offered {:?}",
+            offered_tools(&c)
+        );
+        assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 1);
+        let launch = r.raw().launch.clone().unwrap();
+        assert!(
+            !launch.args.iter().any(|a| a.contains("s3cr3t-value")),
+            "{launch:?}"
+        );
+    }
+}

@@ -24,4 +24,3 @@ mod stores;
 mod structured;
 mod threads;
 mod tools;
-mod tools_e2e;
