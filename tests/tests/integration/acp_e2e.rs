@@ -239,8 +239,9 @@ on_each_agent!(
 );
 
 // Qwen Code 0.24.4 is left out: given the same `mcpServers` entry, none of its model requests
-// lists the server's tools (not even in its deferred-tool reminder), so there is nothing for
-// the mock to call; not investigated further (see the driver README).
+// lists the server's tools (not even in its deferred-tool reminder; also tried: the workspace
+// in `~/.qwen/trustedFolders.json`, three turns), so there is nothing for the mock to call
+// (see the driver README).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_starts_and_calls_a_declared_stdio_mcp_server() {
     a_declared_stdio_mcp_server_is_started_and_called(Cli::Gemini).await
