@@ -28,6 +28,9 @@ TEST_DRIVERS=("testbed-driver:testbed" "broken-driver:broken" "unstable-driver:u
 # the clone (idempotent: nothing is fetched when the pinned version is there).
 CLI_CACHE="${ADAPTOR_CLI_CACHE:-$HOME/.cache/agent-adaptor-clis}"
 CLAUDE_VERSION="2.1.197"
+# The newest published Claude Code, verified beside the oldest supported one: `./x.sh test`
+# runs the Claude end-to-end tests (claude_e2e) a second time against it.
+CLAUDE_LATEST_VERSION="2.1.332"
 CODEX_VERSION="0.171.0"
 # ACP agents (drivers/acp): Gemini CLI, Qwen Code (the newest published, 0.24.4, works
 # offline), OpenCode.
@@ -39,8 +42,10 @@ OPENCODE_VERSION="1.18.33"
 # pinned version as a word (`2.1.197 (Claude Code)`, `codex-cli 0.171.0`, `0.61.0`); export
 # the program's path in the variable named `$4`.
 ensure_npm_cli() {
-  local name="$1" package="$2" version="$3" var="$4"
-  local dir="$CLI_CACHE/$name" bin="$CLI_CACHE/$name/node_modules/.bin/$name"
+  # An optional fifth argument names the install directory (default: the program's name), so
+  # two versions of one CLI can sit side by side.
+  local name="$1" package="$2" version="$3" var="$4" dirname="${5:-$1}"
+  local dir="$CLI_CACHE/$dirname" bin="$CLI_CACHE/$dirname/node_modules/.bin/$name"
   if [[ " $("$bin" --version 2>/dev/null | head -n 1) " != *" $version "* ]]; then
     echo "x.sh: installing $package@$version into $dir" >&2
     mkdir -p "$dir"
@@ -51,6 +56,7 @@ ensure_npm_cli() {
 
 ensure_clis() {
   ensure_npm_cli claude @anthropic-ai/claude-code "$CLAUDE_VERSION" ADAPTOR_CLAUDE_BIN
+  ensure_npm_cli claude @anthropic-ai/claude-code "$CLAUDE_LATEST_VERSION" ADAPTOR_CLAUDE_LATEST_BIN "claude-$CLAUDE_LATEST_VERSION"
   ensure_npm_cli codex @openai/codex "$CODEX_VERSION" ADAPTOR_CODEX_BIN
   ensure_npm_cli gemini @google/gemini-cli "$GEMINI_VERSION" ADAPTOR_GEMINI_BIN
   ensure_npm_cli qwen @qwen-code/qwen-code "$QWEN_VERSION" ADAPTOR_QWEN_BIN
@@ -217,6 +223,12 @@ case "$cmd" in
       exit 1
     fi
     cargo test --workspace "$@"
+    # The Claude driver on the newest published Claude Code too (the same test binary, already
+    # built; the tests read the version they expect from ADAPTOR_CLAUDE_VERSION).
+    if [[ $# -eq 0 ]]; then
+      ADAPTOR_CLAUDE_BIN="$ADAPTOR_CLAUDE_LATEST_BIN" ADAPTOR_CLAUDE_VERSION="$CLAUDE_LATEST_VERSION" \
+        cargo test -p adaptor-integration-tests --test integration -- claude_e2e::
+    fi
     # The examples must run, not only compile. They run as an application would: in a
     # scratch workspace outside the clone, with the provider on PATH like a real CLI (a PATH
     # entry inside the workspace is never trusted). They were built above with the

@@ -170,6 +170,16 @@ pub fn claude_path() -> Option<PathBuf> {
     crate::mock_http::installed_cli("ADAPTOR_CLAUDE_BIN", "claude", "claude")
 }
 
+/// The version of the Claude Code CLI the tests run (`$ADAPTOR_CLAUDE_VERSION`, else the
+/// oldest supported one, 2.1.197): `./x.sh test` runs the Claude end-to-end tests once per
+/// pinned version.
+pub fn claude_version() -> String {
+    std::env::var("ADAPTOR_CLAUDE_VERSION")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "2.1.197".to_owned())
+}
+
 /// Environment for running the Claude Code CLI against the mock at `base_url`, with `home`
 /// (a temporary directory) as its `HOME`, where it keeps its sessions
 /// (`.claude/projects/<cwd-slug>/<session>.jsonl`). It turns off the auto-updater,

@@ -31,7 +31,7 @@ pub use stream::ClaudeSession;
 pub const CODEC: &str = "claude/session/v1";
 
 /// The Claude Code versions this driver was verified with.
-pub const VERIFIED_VERSIONS: &[&str] = &["2.1.197"];
+pub const VERIFIED_VERSIONS: &[&str] = &["2.1.197", "2.1.332"];
 
 /// The stream-json frames this driver knows, as `(type, subtype)` (`None`: any subtype, or
 /// none): those it maps, and those it knowingly keeps as vendor events (`system/status`;

@@ -1,5 +1,7 @@
 //! The Claude driver end to end: `claude.wasm` in the host, running the **real** Claude Code
-//! CLI (2.1.197, installed by `./x.sh test`) against the project's mock Messages API on
+//! CLI (2.1.197, and again 2.1.332: `./x.sh test` installs both and runs this module once per
+//! version, the second time with `ADAPTOR_CLAUDE_BIN` and `ADAPTOR_CLAUDE_VERSION` set) against
+//! the project's mock Messages API on
 //! 127.0.0.1. Each scenario asserts the exact text, tool names and inputs, the usage numbers
 //! the mock serves, the session id and the checkpoint's validity.
 
@@ -582,9 +584,9 @@ async fn inspect_reports_the_installed_version_and_warns_outside_the_range() {
     let c = Claude::new().await;
     let report = c.agent().build().inspect().await.expect("inspect");
     let env = &report.environment;
-    assert_eq!(env.cli_version.as_deref(), Some("2.1.197"));
+    assert_eq!(env.cli_version.as_deref(), Some(claude_version().as_str()));
     assert_eq!(env.status, adaptor::CheckLevel::Pass, "{env:?}");
-    assert_eq!(env.supported.verified, ["2.1.197"]);
+    assert_eq!(env.supported.verified, ["2.1.197", "2.1.332"]);
 
     let dir = tmp();
     let fake = fake_cli(dir.path(), "claude", "3.0.1 (Claude Code)");
