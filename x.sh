@@ -223,11 +223,12 @@ case "$cmd" in
       exit 1
     fi
     cargo test --workspace "$@"
-    # The Claude driver on the newest published Claude Code too (the same test binary, already
-    # built; the tests read the version they expect from ADAPTOR_CLAUDE_VERSION).
+    # The Claude driver on the newest published Claude Code too: the same test binary, already
+    # built (`--workspace` keeps the one feature resolution, so nothing is rebuilt); the tests
+    # read the version they expect from ADAPTOR_CLAUDE_VERSION.
     if [[ $# -eq 0 ]]; then
       ADAPTOR_CLAUDE_BIN="$ADAPTOR_CLAUDE_LATEST_BIN" ADAPTOR_CLAUDE_VERSION="$CLAUDE_LATEST_VERSION" \
-        cargo test -p adaptor-integration-tests --test integration -- claude_e2e::
+        cargo test --workspace --test integration -- claude_e2e::
     fi
     # The examples must run, not only compile. They run as an application would: in a
     # scratch workspace outside the clone, with the provider on PATH like a real CLI (a PATH
