@@ -576,16 +576,22 @@ pub(crate) fn resolve(
                                 .into(),
                         ));
                     }
-                    let value = caller_env(var).or_else(|| host_env(var)).ok_or_else(|| {
-                        McpError::TokenEnvMissing {
-                            server: name.clone(),
-                            variable: var.clone(),
-                        }
-                    })?;
                     headers.push(("Authorization".into(), format!("Bearer ${{{var}}}")));
-                    delivery.secret(&value);
-                    if !delivery.env.iter().any(|(k, _)| k == var) {
-                        delivery.env.push((var.clone(), value));
+                    match (caller_env(var), host_env(var)) {
+                        // The caller set it: the grant already puts it in the environment.
+                        (Some(value), _) => delivery.secret(&value),
+                        (None, Some(value)) => {
+                            delivery.secret(&value);
+                            if !delivery.env.iter().any(|(k, _)| k == var) {
+                                delivery.env.push((var.clone(), value));
+                            }
+                        }
+                        (None, None) => {
+                            return Err(McpError::TokenEnvMissing {
+                                server: name.clone(),
+                                variable: var.clone(),
+                            });
+                        }
                     }
                 }
                 delivery.fingerprint.push(format!(
@@ -760,6 +766,13 @@ mod tests {
                 ("ADAPTOR_TOOLS_TOKEN_ab12".into(), "t0k3n".into())
             ]
         );
+        // A variable the caller set is in the environment already: not added twice.
+        let caller: Mcp = Mcp::http("c", "http://a.invalid")
+            .bearer_token_env("SET")
+            .into();
+        let d2 = go(&[caller], &ALL, false).unwrap();
+        assert!(d2.env.is_empty(), "{:?}", d2.env);
+        assert_eq!(d2.secrets, vec!["caller".to_owned()]);
         // No secret value is a fingerprint input.
         let joined = d.fingerprint.join("\n");
         assert!(

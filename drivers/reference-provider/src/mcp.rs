@@ -31,24 +31,37 @@ pub fn call(config: Option<&Path>, call: &McpCall) -> (String, bool) {
 }
 
 fn try_call(config: Option<&Path>, call: &McpCall) -> Result<(String, bool), String> {
-    let path = config.ok_or("no --mcp-config was given")?;
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let doc: Value = serde_json::from_str(&text).map_err(|e| format!("bad MCP config: {e}"))?;
-    let server = doc
-        .get("mcpServers")
-        .and_then(|s| s.get(&call.server))
-        .ok_or_else(|| format!("no MCP server `{}` in the config", call.server))?
-        .clone();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    runtime.block_on(async {
+    let doc = load_config(config)?;
+    let server = server_of(&doc, &call.server)?.clone();
+    block_on(async {
         tokio::time::timeout(std::time::Duration::from_secs(30), call_on(&server, call))
             .await
             .map_err(|_| "timed out after 30 s".to_owned())?
     })
+}
+
+/// The parsed `--mcp-config` file.
+fn load_config(config: Option<&Path>) -> Result<Value, String> {
+    let path = config.ok_or("no --mcp-config was given")?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("bad MCP config: {e}"))
+}
+
+/// The entry of server `name` in the config.
+fn server_of<'a>(doc: &'a Value, name: &str) -> Result<&'a Value, String> {
+    doc.get("mcpServers")
+        .and_then(|s| s.get(name))
+        .ok_or_else(|| format!("no MCP server `{name}` in the config"))
+}
+
+/// Run `fut` on a single-threaded runtime (the provider is otherwise synchronous).
+fn block_on<T>(fut: impl std::future::Future<Output = Result<T, String>>) -> Result<T, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?
+        .block_on(fut)
 }
 
 async fn call_on(server: &Value, call: &McpCall) -> Result<(String, bool), String> {
@@ -135,21 +148,11 @@ async fn connect(server: &Value) -> Result<RunningService<RoleClient, ()>, Strin
 /// them), or an error text.
 pub fn bench(config: Option<&Path>, bench: &McpBench) -> (String, bool) {
     let run = || -> Result<String, String> {
-        let path = config.ok_or("no --mcp-config was given")?;
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let doc: Value = serde_json::from_str(&text).map_err(|e| format!("bad MCP config: {e}"))?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
-        runtime.block_on(async {
+        let doc = load_config(config)?;
+        block_on(async {
             let mut clients = Vec::new();
             for name in &bench.servers {
-                let server = doc
-                    .get("mcpServers")
-                    .and_then(|s| s.get(name))
-                    .ok_or_else(|| format!("no MCP server `{name}` in the config"))?;
+                let server = server_of(&doc, name)?;
                 clients.push((name.clone(), connect(server).await?, Vec::new()));
             }
             for _ in 0..bench.rounds {

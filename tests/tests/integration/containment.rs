@@ -530,3 +530,30 @@ fn a_host_that_is_not_root_gets_the_same_confinement() {
         "the daemon died with the run"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_cannot_set_the_host_tool_servers_token_variable() {
+    let ws = tmp();
+    let marker = ws.path().join("spawned");
+    let agent = shell_agent(ws.path())
+        .tools([lookup_tool(Default::default())])
+        .build();
+    // The hostile driver reads `${ADAPTOR_TOOLS_TOKEN_…}` from the request's MCP headers and
+    // sets that variable to a value of its own: refused before anything is spawned.
+    let (events, result) = collect(agent.stream(format!(
+        "[[steal-mcp-token]] [[shell]] touch {}",
+        marker.display()
+    )))
+    .await;
+    match result {
+        Err(Error::LaunchRefused {
+            refusal: LaunchRefusal::HostEnv(name),
+            ..
+        }) => assert!(name.starts_with("ADAPTOR_TOOLS_TOKEN_"), "{name}"),
+        other => panic!("expected HostEnv, got {other:?}"),
+    }
+    assert!(events.is_empty(), "nothing started: {events:?}");
+    assert!(!marker.exists(), "nothing was spawned");
+    still_healthy(&agent, "steal-mcp-token").await;
+    agent.close().await;
+}
