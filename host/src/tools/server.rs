@@ -256,6 +256,32 @@ mod tests {
         (status, response)
     }
 
+    #[test]
+    fn the_listing_carries_schemas_and_annotations() {
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct In {
+            n: u32,
+        }
+        #[derive(serde::Serialize, schemars::JsonSchema)]
+        struct Out {
+            m: u32,
+        }
+        let tool = Tool::define("t", "d", |i: In| async move { Ok(Out { m: i.n }) })
+            .read_only()
+            .idempotent();
+        let listed = serde_json::to_value(HostTools::listing(&tool)).unwrap();
+        assert_eq!(listed["name"], "t");
+        assert_eq!(listed["inputSchema"]["required"][0], "n");
+        assert_eq!(listed["outputSchema"]["properties"]["m"]["type"], "integer");
+        assert_eq!(listed["annotations"]["readOnlyHint"], true);
+        assert_eq!(listed["annotations"]["idempotentHint"], true);
+        // A non-object output has no MCP output schema (structuredContent is an object).
+        let text = Tool::define("s", "d", |_: In| async move { Ok("x".to_owned()) });
+        let listed = serde_json::to_value(HostTools::listing(&text)).unwrap();
+        assert!(listed.get("outputSchema").is_none(), "{listed}");
+    }
+
     const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
 
     #[tokio::test]
