@@ -21,7 +21,7 @@ TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 export CARGO_TARGET_DIR="$TARGET"
 # Drivers: crate name -> installed file name. Built-ins go to $TARGET/drivers (found by the
 # host), test-only drivers to $TARGET/test-drivers.
-DRIVERS=("reference-driver:reference" "claude-driver:claude" "codex-driver:codex" "acp-driver:acp")
+DRIVERS=("reference-driver:reference" "claude-driver:claude" "codex-driver:codex" "acp-driver:acp" "cursor-driver:cursor" "codebuddy-driver:codebuddy")
 TEST_DRIVERS=("testbed-driver:testbed" "broken-driver:broken" "unstable-driver:unstable" "hostile-driver:hostile" "puppet-driver:puppet")
 
 # Real agent CLIs for the end-to-end tests, pinned, installed from npm into a cache outside
