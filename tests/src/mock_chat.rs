@@ -624,20 +624,24 @@ fn decide(shared: &Shared, body: &Value) -> Reply {
         return text_reply(&synthesise(schema).to_string());
     }
 
-    // 5. Structured output through Qwen's `structured_output` tool.
+    // 5. Structured output through Qwen's `structured_output` tool, or CodeBuddy Code's
+    //    `StructuredOutput` tool (always offered; called only when the prompt asks for it,
+    //    as CodeBuddy's `--json-schema` does: "You MUST call the StructuredOutput tool").
     if let Some(tool) = body
         .get("tools")
         .and_then(Value::as_array)
-        .and_then(|tools| tools.iter().find(|t| tool_name(t) == "structured_output"))
+        .and_then(|tools| {
+            tools.iter().find(|t| {
+                tool_name(t) == "structured_output"
+                    || (tool_name(t) == "StructuredOutput"
+                        && text.contains("call the StructuredOutput tool"))
+            })
+        })
     {
         let schema = tool.pointer("/function/parameters").unwrap_or(&Value::Null);
         return Reply::Message {
             text: None,
-            calls: vec![tool_call(
-                shared,
-                "structured_output".to_string(),
-                &synthesise(schema),
-            )],
+            calls: vec![tool_call(shared, tool_name(tool).to_string(), &synthesise(schema))],
         };
     }
 

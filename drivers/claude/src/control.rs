@@ -12,6 +12,8 @@ use adaptor_sdk::{
 };
 use serde_json::{Value, json};
 
+use crate::dialect::Dialect;
+
 /// A request the CLI is waiting on.
 struct Pending {
     input: Value,
@@ -26,6 +28,9 @@ pub(crate) struct Controls {
     pending: HashMap<String, Pending>,
     /// The failure an interrupting refusal stands for, if one was sent.
     pub refusal: Option<FailureReason>,
+    /// The plan last written to the dialect's plan directory (for an `ExitPlanMode`
+    /// request that does not carry its plan).
+    pub plan: Option<String>,
 }
 
 /// What to do with a `control_request` frame.
@@ -51,7 +56,7 @@ impl Controls {
                 "response": {
                     "subtype": "error",
                     "request_id": request_id,
-                    "error": format!("control request `{subtype}` is not supported by the agent-adaptor claude driver"),
+                    "error": format!("control request `{subtype}` is not supported by agent-adaptor"),
                 }
             })));
         }
@@ -63,7 +68,12 @@ impl Controls {
             "ExitPlanMode" => (
                 ApprovalKind::PlanReview,
                 "Approve the plan?".to_owned(),
-                json!({ "plan": input.get("plan").cloned().unwrap_or(Value::Null) }),
+                json!({ "plan": input
+                    .get("plan")
+                    .filter(|p| !p.is_null())
+                    .cloned()
+                    .or_else(|| self.plan.clone().map(Value::String))
+                    .unwrap_or(Value::Null) }),
                 Vec::new(),
             ),
             "AskUserQuestion" => {
@@ -148,25 +158,20 @@ impl Controls {
     }
 
     /// The `control_response` frame for the host's decision on `id` (`None` for an unknown id).
-    pub fn on_decision(&mut self, id: &str, decision: Decision, policy: &Policy) -> Option<Value> {
+    pub fn on_decision<D: Dialect>(
+        &mut self,
+        id: &str,
+        decision: Decision,
+        policy: &Policy,
+    ) -> Option<Value> {
         let pending = self.pending.remove(id)?;
-        let allow = |input: Value| {
-            let mut inner = json!({ "behavior": "allow", "updatedInput": input });
-            if let Some(t) = &pending.tool_use_id {
-                inner["toolUseID"] = json!(t);
-            }
-            inner
-        };
+        let tool_use_id = pending.tool_use_id.as_deref();
+        let allow = |input: Value| D::allow(input, tool_use_id);
         let mut deny = |message: &str, interrupt: bool, reason: FailureReason| {
             if interrupt {
                 self.refusal = Some(reason);
             }
-            let mut inner =
-                json!({ "behavior": "deny", "message": message, "interrupt": interrupt });
-            if let Some(t) = &pending.tool_use_id {
-                inner["toolUseID"] = json!(t);
-            }
-            inner
+            D::deny(message, interrupt, tool_use_id)
         };
         let inner = match decision {
             Decision::Approve(updated) => allow(

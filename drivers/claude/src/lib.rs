@@ -13,6 +13,7 @@
 //! user frame and stdin kept open until the terminal `result`.
 
 mod control;
+pub mod dialect;
 mod stream;
 
 use adaptor_sdk::json::{self, check_fields, str_field, u64_field};
@@ -25,7 +26,8 @@ use adaptor_sdk::{
 };
 use serde_json::{Value, json};
 
-pub use stream::ClaudeSession;
+pub use dialect::{ClaudeCode, Dialect, Transport};
+pub use stream::{ClaudeSession, StreamJsonSession};
 
 /// Name of the checkpoint encoding (the resume id is Claude's session id).
 pub const CODEC: &str = "claude/session/v1";
@@ -306,20 +308,8 @@ fn clean_schema(schema: &mut Value) {
     }
 }
 
-/// How the CLI is driven for one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Transport {
-    /// `--input-format stream-json --permission-prompt-tool stdio`: the CLI asks the host.
-    pub bidirectional: bool,
-    /// `--input-format stream-json`: the prompt is a `user` frame and stdin stays open, so
-    /// the process can serve further turns (always when `bidirectional`).
-    pub stream_input: bool,
-    /// `--include-partial-messages`: token deltas as `stream_event` frames.
-    pub partial: bool,
-}
-
 /// The launch for `request` (already checked against the descriptor by the host).
-pub(crate) fn launch(
+pub fn launch(
     request: &RunRequest,
     config: &Value,
 ) -> Result<(Launch, Transport), StartError> {
@@ -345,6 +335,7 @@ pub(crate) fn launch(
         bidirectional,
         stream_input,
         partial: request.streaming,
+        ..Transport::default()
     };
     let mut args: Vec<String> = ["-p", "--output-format", "stream-json", "--verbose"]
         .iter()
@@ -449,15 +440,7 @@ pub(crate) fn launch(
         args.extend(extra.iter().filter_map(Value::as_str).map(str::to_owned));
     }
     let stdin = if stream_input {
-        let mut frame = json!({
-            "type": "user",
-            "session_id": "",
-            "parent_tool_use_id": null,
-            "message": {"role": "user", "content": request.prompt},
-        })
-        .to_string();
-        frame.push('\n');
-        frame.into_bytes()
+        dialect::ndjson(&dialect::user_frame(&request.prompt))
     } else {
         request.prompt.as_bytes().to_vec()
     };

@@ -10,6 +10,7 @@
 //! messages are scoped by `parent_tool_use_id`. Must not: do I/O or decide policy.
 
 use std::collections::{BTreeMap, HashSet};
+use std::marker::PhantomData;
 
 use adaptor_sdk::json::{JsonLine, describe_exit, json_line, str_field, u64_field};
 use adaptor_sdk::{
@@ -20,7 +21,7 @@ use adaptor_sdk::{
 use serde_json::{Value, json};
 
 use crate::control::{Controls, Incoming};
-use crate::{Transport, launch};
+use crate::dialect::{ClaudeCode, Dialect, INITIALIZE_REQUEST_ID, Transport, ndjson, user_frame};
 
 /// A content block being streamed (`stream_event`).
 struct OpenBlock {
@@ -52,8 +53,14 @@ struct ResultFrame {
     session_id: Option<String>,
 }
 
-/// State of one Claude Code turn.
-pub struct ClaudeSession {
+/// The Claude Code session (the stream-json mapping in Claude Code's dialect).
+pub type ClaudeSession = StreamJsonSession<ClaudeCode>;
+
+/// Longest whole-document output (`--output-format json`) read, in bytes.
+const MAX_WHOLE_JSON: usize = 32 * 1024 * 1024;
+
+/// State of one turn of a CLI speaking the stream-json protocol in dialect `D`.
+pub struct StreamJsonSession<D: Dialect> {
     request: RunRequest,
     config: Value,
     transport: Transport,
@@ -85,6 +92,11 @@ pub struct ClaudeSession {
     error: Option<(FailureReason, String, Option<String>)>,
     malformed: Option<String>,
     status: Option<ExitStatus>,
+    /// The prompt's `user` frame, held back until the `initialize` handshake is answered.
+    pending_prompt: Option<Value>,
+    /// Stdout of a whole-document (`--output-format json`) run.
+    whole: Vec<u8>,
+    dialect: PhantomData<D>,
 }
 
 fn scope_of(frame: &Value) -> Scope {
@@ -132,7 +144,7 @@ fn tool_result_text(content: Option<&Value>) -> String {
     }
 }
 
-impl ClaudeSession {
+impl<D: Dialect> StreamJsonSession<D> {
     fn handle_line(&mut self, line: Line, out: &mut Actions) {
         let (frame, text) = match json_line(line) {
             JsonLine::Blank => return,
@@ -147,6 +159,10 @@ impl ClaudeSession {
             }
             JsonLine::Object(frame, text) => (frame, text),
         };
+        self.handle_frame(frame, text, out);
+    }
+
+    fn handle_frame(&mut self, frame: Value, text: String, out: &mut Actions) {
         let kind = str_field(&frame, "type").unwrap_or_default().to_owned();
         if self.terminal.is_some() && kind != "system" {
             self.malformed
@@ -164,8 +180,9 @@ impl ClaudeSession {
             "user" => self.on_user(&frame, out),
             "stream_event" => self.on_stream_event(&frame, out),
             "control_request" => self.on_control_request(&frame, out),
-            // Answers to requests this driver never sends; nothing to map.
-            "control_response" | "control_cancel_request" => out.vendor(&kind, &text),
+            "control_response" => self.on_control_response(&frame, &text, out),
+            // A request the CLI withdrew (it answered itself); nothing to map.
+            "control_cancel_request" => out.vendor(&kind, &text),
             "result" => self.on_result(&frame, &text, out),
             "error" => {
                 let message = str_field(&frame, "message")
@@ -281,6 +298,13 @@ impl ClaudeSession {
                         self.malformed
                             .get_or_insert("tool_use block without id or name".into());
                         continue;
+                    }
+                    if let Some(dir) = D::PLAN_DIR
+                        && name == "Write"
+                        && let Some(input) = block.get("input")
+                        && str_field(input, "file_path").is_some_and(|p| p.contains(dir))
+                    {
+                        self.controls.plan = str_field(input, "content").map(str::to_owned);
                     }
                     let input = block.get("input").map(Value::to_string);
                     if !streamed {
@@ -468,10 +492,95 @@ impl ClaudeSession {
     fn on_control_request(&mut self, frame: &Value, out: &mut Actions) {
         match self.controls.on_request(frame) {
             Ok(Incoming::Ask(request)) => out.request_approval(request),
-            Ok(Incoming::Reply(frame)) => write_frame(out, &frame),
+            Ok(Incoming::Reply(frame)) => out.write_stdin(ndjson(&frame)),
             Err(problem) => {
                 self.malformed.get_or_insert(problem);
             }
+        }
+    }
+
+    /// The whole stdout of an `--output-format json` run: one result object, or an array
+    /// of history records ending in the result (CodeBuddy Code). Assistant messages give the
+    /// text; every other record is kept as a vendor event.
+    fn read_whole_document(&mut self, out: &mut Actions) {
+        let bytes = std::mem::take(&mut self.whole);
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        let document: Value = match serde_json::from_slice(&bytes) {
+            Ok(v) => v,
+            Err(e) => {
+                self.malformed
+                    .get_or_insert(format!("the JSON output does not parse: {e}"));
+                return;
+            }
+        };
+        let records = match document {
+            Value::Array(records) => records,
+            object @ Value::Object(_) => vec![object],
+            other => {
+                self.malformed.get_or_insert(format!(
+                    "the JSON output is neither an object nor an array: {}",
+                    adaptor_sdk::json::prefix(&other.to_string(), 80)
+                ));
+                return;
+            }
+        };
+        let scope = adaptor_sdk::top_scope();
+        for record in records {
+            let text = record.to_string();
+            let kind = str_field(&record, "type").unwrap_or_default();
+            let role = str_field(&record, "role").unwrap_or_default();
+            if kind == "result" {
+                self.handle_frame(record, text, out);
+            } else if kind == "message" && role == "assistant" {
+                let id = str_field(&record, "id").unwrap_or("message").to_owned();
+                let blocks = record.get("content").and_then(Value::as_array);
+                for (i, block) in blocks.into_iter().flatten().enumerate() {
+                    let Some(piece) = str_field(block, "text").filter(|t| !t.is_empty()) else {
+                        continue;
+                    };
+                    let part_id = format!("{id}-{i}");
+                    out.text_start(&part_id, &scope);
+                    out.text_delta(&part_id, piece, &scope);
+                    out.text_end(&part_id, &scope);
+                    self.texts.push(piece.to_owned());
+                    self.transcript
+                        .push(items::text(ItemKind::Assistant, piece), out);
+                }
+            } else {
+                let name = if kind == "message" {
+                    format!("message/{role}")
+                } else {
+                    kind.to_owned()
+                };
+                out.vendor(&name, &text);
+            }
+        }
+    }
+
+    /// An answer to a control request of this driver's: the `initialize` handshake releases
+    /// the held-back prompt; anything else has nothing to map.
+    fn on_control_response(&mut self, frame: &Value, raw: &str, out: &mut Actions) {
+        let response = frame.get("response").unwrap_or(&Value::Null);
+        if str_field(response, "request_id") != Some(INITIALIZE_REQUEST_ID) {
+            out.vendor("control_response", raw);
+            return;
+        }
+        out.vendor("control_response", raw);
+        let Some(prompt) = self.pending_prompt.take() else {
+            return;
+        };
+        if str_field(response, "subtype") == Some("success") {
+            out.write_stdin(ndjson(&prompt));
+        } else {
+            let message = str_field(response, "error").unwrap_or("no reason given");
+            self.error.get_or_insert((
+                FailureReason::AgentError,
+                format!("{} refused the initialize request: {message}", D::PRODUCT),
+                None,
+            ));
+            out.close_stdin();
         }
     }
 
@@ -492,7 +601,15 @@ impl ClaudeSession {
         } else {
             let message = match text.as_deref().filter(|t| !t.is_empty()) {
                 Some(t) => t.to_owned(),
-                None => format!("Claude Code ended the turn with `{subtype}`"),
+                None => match frame.get("errors").and_then(Value::as_array) {
+                    // CodeBuddy Code puts the reason in `errors` and leaves `result` null.
+                    Some(errors) if !errors.is_empty() => errors
+                        .iter()
+                        .map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_owned))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    _ => format!("{} ended the turn with `{subtype}`", D::PRODUCT),
+                },
             };
             let details = json!({
                 "subtype": subtype,
@@ -561,7 +678,8 @@ impl ClaudeSession {
             return fail(
                 reason,
                 format!(
-                    "Claude Code {} before its result frame",
+                    "{} {} before its result frame",
+                    D::PRODUCT,
                     describe_exit(status)
                 ),
                 None,
@@ -573,7 +691,7 @@ impl ClaudeSession {
             None => None,
             other => fail(
                 FailureReason::AgentError,
-                format!("Claude Code {}", describe_exit(other)),
+                format!("{} {}", D::PRODUCT, describe_exit(other)),
                 None,
             ),
         }
@@ -601,22 +719,16 @@ fn close_block(block: OpenBlock, out: &mut Actions) {
 }
 
 fn write_frame(out: &mut Actions, frame: &Value) {
-    let mut line = frame.to_string();
-    line.push('\n');
-    out.write_stdin(line.into_bytes());
+    out.write_stdin(ndjson(frame));
 }
 
-impl Session for ClaudeSession {
+impl<D: Dialect> Session for StreamJsonSession<D> {
     fn new(request: RunRequest) -> Self {
         let config = adaptor_sdk::json::parse_config(&request.config_json).unwrap_or(Value::Null);
         Self {
             request,
             config,
-            transport: Transport {
-                bidirectional: false,
-                stream_input: false,
-                partial: false,
-            },
+            transport: Transport::default(),
             stdout: LineFramer::default(),
             stderr: LineFramer::new(64 * 1024),
             transcript: Transcript::default(),
@@ -638,22 +750,27 @@ impl Session for ClaudeSession {
             error: None,
             malformed: None,
             status: None,
+            pending_prompt: None,
+            whole: Vec::new(),
+            dialect: PhantomData,
         }
     }
 
     fn next_turn(&mut self, request: RunRequest, out: &mut Actions) -> Result<(), StartError> {
         if !self.transport.stream_input {
-            return Err(StartError::Unsupported(
-                "this Claude Code process reads its prompt as plain stdin (one turn only)".into(),
-            ));
+            return Err(StartError::Unsupported(format!(
+                "this {} process reads its prompt as plain stdin (one turn only)",
+                D::PRODUCT
+            )));
         }
         if self.status.is_some() {
-            return Err(StartError::InvalidRequest(
-                "the Claude Code process has already exited".into(),
-            ));
+            return Err(StartError::InvalidRequest(format!(
+                "the {} process has already exited",
+                D::PRODUCT
+            )));
         }
         // A fresh turn state on the same process and session; partial lines carry over.
-        let mut next = ClaudeSession::new(request);
+        let mut next = Self::new(request);
         std::mem::swap(&mut next.stdout, &mut self.stdout);
         std::mem::swap(&mut next.stderr, &mut self.stderr);
         next.transport = Transport {
@@ -662,25 +779,30 @@ impl Session for ClaudeSession {
         };
         next.session_id = self.session_id.take();
         *self = next;
-        write_frame(
-            out,
-            &json!({
-                "type": "user",
-                "session_id": "",
-                "parent_tool_use_id": null,
-                "message": {"role": "user", "content": self.request.prompt},
-            }),
-        );
+        write_frame(out, &user_frame(&self.request.prompt));
         Ok(())
     }
 
     fn start(&mut self) -> Result<Launch, StartError> {
-        let (launch, transport) = launch(&self.request, &self.config)?;
+        let (launch, transport) = D::launch(&self.request, &self.config)?;
         self.transport = transport;
+        if transport.handshake {
+            self.pending_prompt = Some(user_frame(&self.request.prompt));
+        }
         Ok(launch)
     }
 
     fn on_stdout(&mut self, chunk: &[u8], out: &mut Actions) {
+        if self.transport.whole_json {
+            if self.whole.len() + chunk.len() > MAX_WHOLE_JSON {
+                self.malformed.get_or_insert(format!(
+                    "the JSON output is longer than {MAX_WHOLE_JSON} bytes"
+                ));
+            } else {
+                self.whole.extend_from_slice(chunk);
+            }
+            return;
+        }
         for line in self.stdout.push(chunk) {
             self.handle_line(line, out);
         }
@@ -695,7 +817,7 @@ impl Session for ClaudeSession {
     fn on_decision(&mut self, id: &str, decision: Decision, out: &mut Actions) {
         if let Some(frame) = self
             .controls
-            .on_decision(id, decision, &self.request.policy)
+            .on_decision::<D>(id, decision, &self.request.policy)
         {
             write_frame(out, &frame);
         }
@@ -717,6 +839,9 @@ impl Session for ClaudeSession {
     }
 
     fn on_exit(&mut self, status: &ExitStatus, out: &mut Actions) {
+        if self.transport.whole_json {
+            self.read_whole_document(out);
+        }
         if let Some(rest) = self.stdout.finish() {
             if self.terminal.is_none() {
                 self.malformed.get_or_insert("truncated last line".into());
