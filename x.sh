@@ -22,6 +22,10 @@ export CARGO_TARGET_DIR="$TARGET"
 # Drivers: crate name -> installed file name. Built-ins go to $TARGET/drivers (found by the
 # host), test-only drivers to $TARGET/test-drivers.
 DRIVERS=("reference-driver:reference" "claude-driver:claude" "codex-driver:codex" "acp-driver:acp" "cursor-driver:cursor" "codebuddy-driver:codebuddy")
+# Built-ins that reuse another built-in's crate as a library (codebuddy: the Claude driver's
+# stream-json mapping) build in a cargo invocation of their own, like the test drivers: in
+# one invocation feature unification would switch the library's component export on.
+LIBRARY_DRIVERS=("codebuddy-driver:codebuddy")
 TEST_DRIVERS=("testbed-driver:testbed" "broken-driver:broken" "unstable-driver:unstable" "hostile-driver:hostile" "puppet-driver:puppet")
 
 # Real agent CLIs for the end-to-end tests, pinned, installed from npm into a cache outside
@@ -129,7 +133,12 @@ build_drivers() {
   ensure_wasm_target
   # Two invocations: test drivers reuse built-in driver crates as libraries (without their
   # `component` export feature), which one unified build would switch back on.
-  build_group "$TARGET/drivers" "${DRIVERS[@]}"
+  local entry standalone=()
+  for entry in "${DRIVERS[@]}"; do
+    [[ " ${LIBRARY_DRIVERS[*]} " == *" $entry "* ]] || standalone+=("$entry")
+  done
+  build_group "$TARGET/drivers" "${standalone[@]}"
+  build_group "$TARGET/drivers" "${LIBRARY_DRIVERS[@]}"
   local preset
   for preset in "${PRESETS[@]}"; do
     cp "$preset" "$TARGET/drivers/$(basename "$preset").tmp"

@@ -639,9 +639,16 @@ fn decide(shared: &Shared, body: &Value) -> Reply {
         })
     {
         let schema = tool.pointer("/function/parameters").unwrap_or(&Value::Null);
+        // CodeBuddy's tool declares `{"data": …}` but validates the arguments themselves
+        // against the schema it states in the prompt (2.117.0: `{"data": instance}` fails
+        // with "root: must have required property …").
+        let args = match codebuddy_schema(&text) {
+            Some(schema) if tool_name(tool) == "StructuredOutput" => synthesise(&schema),
+            _ => synthesise(schema),
+        };
         return Reply::Message {
             text: None,
-            calls: vec![tool_call(shared, tool_name(tool).to_string(), &synthesise(schema))],
+            calls: vec![tool_call(shared, tool_name(tool).to_string(), &args)],
         };
     }
 
@@ -691,6 +698,16 @@ fn role(message: &Value) -> Option<&str> {
 }
 
 /// The `function.name` of a `tools` entry.
+/// The schema CodeBuddy Code's `--json-schema` states in the prompt ("The tool parameters
+/// must match this JSON Schema:" followed by the schema).
+fn codebuddy_schema(text: &str) -> Option<Value> {
+    let (_, rest) = text.split_once("must match this JSON Schema:")?;
+    serde_json::Deserializer::from_str(rest.trim_start())
+        .into_iter::<Value>()
+        .next()?
+        .ok()
+}
+
 fn tool_name(tool: &Value) -> &str {
     tool.pointer("/function/name")
         .and_then(Value::as_str)

@@ -43,7 +43,7 @@ pub(crate) enum Incoming {
 
 impl Controls {
     /// A `control_request` frame from the CLI.
-    pub fn on_request(&mut self, frame: &Value) -> Result<Incoming, String> {
+    pub fn on_request<D: Dialect>(&mut self, frame: &Value) -> Result<Incoming, String> {
         let request_id = str_field(frame, "request_id")
             .filter(|id| !id.is_empty())
             .ok_or("control_request without request_id")?
@@ -60,15 +60,17 @@ impl Controls {
                 }
             })));
         }
-        let tool = str_field(request, "tool_name").unwrap_or("tool").to_owned();
+        let wrapper = str_field(request, "tool_name").unwrap_or("tool").to_owned();
         let input = request.get("input").cloned().unwrap_or_else(|| json!({}));
+        // What is shown is the wrapped tool; the answer carries the wrapper's input.
+        let (tool, shown) = D::unwrap_tool(&wrapper, &input).unwrap_or((wrapper, input.clone()));
         let tool_use_id = str_field(request, "tool_use_id").map(str::to_owned);
         let mut questions = Vec::new();
         let (kind, title, details, choices) = match tool.as_str() {
             "ExitPlanMode" => (
                 ApprovalKind::PlanReview,
                 "Approve the plan?".to_owned(),
-                json!({ "plan": input
+                json!({ "plan": shown
                     .get("plan")
                     .filter(|p| !p.is_null())
                     .cloned()
@@ -77,7 +79,7 @@ impl Controls {
                 Vec::new(),
             ),
             "AskUserQuestion" => {
-                let list = input
+                let list = shown
                     .get("questions")
                     .and_then(Value::as_array)
                     .cloned()
@@ -120,7 +122,7 @@ impl Controls {
                 )
             }
             _ => {
-                let mut details = json!({ "input": input });
+                let mut details = json!({ "input": shown });
                 if let Some(d) = str_field(request, "description") {
                     details["description"] = json!(d);
                 }

@@ -44,6 +44,13 @@ pub trait Dialect: 'static {
     /// the transport it selects.
     fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport), StartError>;
 
+    /// The tool a wrapper call stands for (CodeBuddy Code's `DeferExecuteTool` with input
+    /// `{"toolName", "params"}`): the inner tool's name and input, shown in events,
+    /// transcript and approval requests. Answers still carry the wrapper's own input.
+    fn unwrap_tool(_name: &str, _input: &Value) -> Option<(String, Value)> {
+        None
+    }
+
     /// The `response` of a `control_response` that lets a tool run with `input`.
     fn allow(input: Value, tool_use_id: Option<&str>) -> Value;
 

@@ -293,7 +293,17 @@ impl<D: Dialect> StreamJsonSession<D> {
                 }
                 Some("tool_use") => {
                     let id = str_field(block, "id").unwrap_or_default().to_owned();
-                    let name = str_field(block, "name").unwrap_or_default().to_owned();
+                    let mut name = str_field(block, "name").unwrap_or_default().to_owned();
+                    let unwrapped = block
+                        .get("input")
+                        .and_then(|input| D::unwrap_tool(&name, input));
+                    let block = &match unwrapped {
+                        Some((inner, input)) => {
+                            name = inner;
+                            json!({ "input": input })
+                        }
+                        None => block.clone(),
+                    };
                     if id.is_empty() || name.is_empty() {
                         self.malformed
                             .get_or_insert("tool_use block without id or name".into());
@@ -490,7 +500,7 @@ impl<D: Dialect> StreamJsonSession<D> {
     }
 
     fn on_control_request(&mut self, frame: &Value, out: &mut Actions) {
-        match self.controls.on_request(frame) {
+        match self.controls.on_request::<D>(frame) {
             Ok(Incoming::Ask(request)) => out.request_approval(request),
             Ok(Incoming::Reply(frame)) => out.write_stdin(ndjson(&frame)),
             Err(problem) => {
