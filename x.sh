@@ -58,6 +58,28 @@ ensure_npm_cli() {
   export "$var=$bin"
 }
 
+# CodeBuddy Code is not on the public npm registry, but its SDK package
+# (`@tencent-ai/agent-sdk`) carries the CLI (`cli/dist/codebuddy-headless.js`); a
+# `codebuddy` wrapper next to it runs that with node. Exported as ADAPTOR_CODEBUDDY_BIN.
+CODEBUDDY_SDK_VERSION="0.3.201"
+CODEBUDDY_VERSION="2.117.0"
+ensure_codebuddy() {
+  local dir="$CLI_CACHE/codebuddy-sdk-$CODEBUDDY_SDK_VERSION"
+  local bin="$dir/bin/codebuddy"
+  if [[ " $("$bin" --version 2>/dev/null | head -n 1) " != *" $CODEBUDDY_VERSION "* ]]; then
+    echo "x.sh: installing @tencent-ai/agent-sdk@$CODEBUDDY_SDK_VERSION (CodeBuddy Code $CODEBUDDY_VERSION) into $dir" >&2
+    mkdir -p "$dir/bin"
+    npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "@tencent-ai/agent-sdk@$CODEBUDDY_SDK_VERSION" >&2
+    local node script
+    node="$(command -v node)"
+    script="$dir/node_modules/@tencent-ai/agent-sdk/cli/dist/codebuddy-headless.js"
+    printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$node" "$script" > "$bin.tmp"
+    chmod 0755 "$bin.tmp"
+    mv "$bin.tmp" "$bin"
+  fi
+  export ADAPTOR_CODEBUDDY_BIN="$bin"
+}
+
 ensure_clis() {
   ensure_npm_cli claude @anthropic-ai/claude-code "$CLAUDE_VERSION" ADAPTOR_CLAUDE_BIN
   ensure_npm_cli claude @anthropic-ai/claude-code "$CLAUDE_LATEST_VERSION" ADAPTOR_CLAUDE_LATEST_BIN "claude-$CLAUDE_LATEST_VERSION"
@@ -65,6 +87,7 @@ ensure_clis() {
   ensure_npm_cli gemini @google/gemini-cli "$GEMINI_VERSION" ADAPTOR_GEMINI_BIN
   ensure_npm_cli qwen @qwen-code/qwen-code "$QWEN_VERSION" ADAPTOR_QWEN_BIN
   ensure_npm_cli opencode opencode-ai "$OPENCODE_VERSION" ADAPTOR_OPENCODE_BIN
+  ensure_codebuddy
 }
 
 # PostgreSQL server binaries for the PostgreSQL thread-store tests (tests/src/pg.rs starts

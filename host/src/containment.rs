@@ -88,8 +88,9 @@ impl Containment {
     /// (caller-set, never driver-set): `claude` → `$CLAUDE_CONFIG_DIR`, else `~/.claude` and
     /// `~/.claude.json`; `codex` → `$CODEX_HOME`, else `~/.codex`, and
     /// `/tmp/codex-daemon-<uid>`; `reference-provider` → `~/.reference-provider`; `gemini` →
-    /// `~/.gemini`; `qwen` → `~/.qwen`; `opencode` → its XDG config, data, state and cache
-    /// directories. Missing state directories are created (0700) before launch. A CLI the
+    /// `~/.gemini`; `qwen` → `~/.qwen`; `codebuddy` → `$CODEBUDDY_CONFIG_DIR`, else
+    /// `~/.codebuddy`; `agent` / `cursor-agent` (Cursor Agent) → `$CURSOR_CONFIG_DIR`, else
+    /// `~/.cursor`; `opencode` → its XDG config, data, state and cache directories. Missing state directories are created (0700) before launch. A CLI the
     /// host does not know gets no state directory unless the caller names one.
     pub fn state_dir(mut self, path: impl Into<PathBuf>) -> Self {
         self.state_dirs

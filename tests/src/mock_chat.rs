@@ -290,6 +290,34 @@ pub fn qwen_env(home: &Path, base_url: &str) -> Vec<(String, String)> {
     .collect()
 }
 
+/// Where CodeBuddy Code is installed: `$ADAPTOR_CODEBUDDY_BIN` if set, else the `codebuddy`
+/// wrapper `./x.sh` writes next to the CLI that `@tencent-ai/agent-sdk` 0.3.201 carries
+/// (`$HOME/.cache/agent-adaptor-clis/codebuddy-sdk-0.3.201/bin/codebuddy`), if it exists.
+pub fn codebuddy_path() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("ADAPTOR_CODEBUDDY_BIN").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(path));
+    }
+    let path = PathBuf::from(std::env::var_os("HOME")?)
+        .join(".cache/agent-adaptor-clis/codebuddy-sdk-0.3.201/bin/codebuddy");
+    path.exists().then_some(path)
+}
+
+/// The environment that points CodeBuddy Code (2.117.0) at the mock: an API key
+/// (`CODEBUDDY_API_KEY`, which selects the OpenAI-compatible path: the CLI then posts to
+/// `<CODEBUDDY_BASE_URL>/chat/completions`), the mock's base URL, and `HOME` (where it keeps
+/// its sessions under `.codebuddy/`). CodeBuddy wraps the user's text in `<user_query>` tags,
+/// which the mock's reply echoes.
+pub fn codebuddy_env(home: &Path, base_url: &str) -> Vec<(String, String)> {
+    [
+        ("HOME", home.display().to_string()),
+        ("CODEBUDDY_API_KEY", API_KEY.to_string()),
+        ("CODEBUDDY_BASE_URL", base_url.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
 /// Where OpenCode is installed: `$ADAPTOR_OPENCODE_BIN` if set, else
 /// `$HOME/.cache/agent-adaptor-clis/opencode/node_modules/.bin/opencode` if it exists (the
 /// bun-compiled binary of `opencode-linux-x64`). See [`OPENCODE_INSTALL_HINT`] for how to

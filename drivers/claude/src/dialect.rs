@@ -39,6 +39,11 @@ pub trait Dialect: 'static {
     /// `/.codebuddy/plans/`): the last `Write` of such a file is the plan an `ExitPlanMode`
     /// request without a `plan` field refers to. `None`: plans always come inline.
     const PLAN_DIR: Option<&'static str> = None;
+    /// The `result` frame's `usage` and `total_cost_usd` are the whole session's totals, not
+    /// the turn's (CodeBuddy Code 2.117.0, also in a resumed or resident turn): the turn's
+    /// usage is then the sum over its assistant messages, and no cost is reported (the
+    /// session totals stay in the terminal payload).
+    const RESULT_USAGE_IS_SESSION_TOTAL: bool = false;
 
     /// The launch for `request` (already checked against the descriptor by the host) and
     /// the transport it selects.

@@ -514,9 +514,6 @@ impl<D: Dialect> StreamJsonSession<D> {
     /// text; every other record is kept as a vendor event.
     fn read_whole_document(&mut self, out: &mut Actions) {
         let bytes = std::mem::take(&mut self.whole);
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return;
-        }
         let document: Value = match serde_json::from_slice(&bytes) {
             Ok(v) => v,
             Err(e) => {
@@ -632,7 +629,10 @@ impl<D: Dialect> StreamJsonSession<D> {
                 Some(details.to_string()),
             ));
         }
-        if let Some(u) = frame.get("usage").filter(|u| u.is_object()) {
+        if let Some(u) = frame
+            .get("usage")
+            .filter(|u| u.is_object() && !D::RESULT_USAGE_IS_SESSION_TOTAL)
+        {
             let mut usage = usage_of(u);
             usage.cost_usd = frame.get("total_cost_usd").and_then(Value::as_f64);
             self.usage = Some(usage);
@@ -808,8 +808,19 @@ impl<D: Dialect> Session for StreamJsonSession<D> {
                 self.malformed.get_or_insert(format!(
                     "the JSON output is longer than {MAX_WHOLE_JSON} bytes"
                 ));
-            } else {
+            } else if self.terminal.is_none() {
                 self.whole.extend_from_slice(chunk);
+                // Read as soon as the document is complete (its events must come before the
+                // process exits); a document can only end in `]` or `}`.
+                let end = self.whole.iter().rposition(|b| !b.is_ascii_whitespace());
+                if end.is_some_and(|i| matches!(self.whole[i], b']' | b'}'))
+                    && serde_json::from_slice::<Value>(&self.whole).is_ok()
+                {
+                    self.read_whole_document(out);
+                }
+            } else if !chunk.iter().all(u8::is_ascii_whitespace) {
+                self.malformed
+                    .get_or_insert("output after the JSON document".into());
             }
             return;
         }
@@ -849,8 +860,13 @@ impl<D: Dialect> Session for StreamJsonSession<D> {
     }
 
     fn on_exit(&mut self, status: &ExitStatus, out: &mut Actions) {
-        if self.transport.whole_json {
-            self.read_whole_document(out);
+        if self.transport.whole_json && !self.whole.iter().all(u8::is_ascii_whitespace) {
+            // Never complete (what was read is kept in the raw streams).
+            let problem = match serde_json::from_slice::<Value>(&self.whole) {
+                Err(e) => format!("the JSON output does not parse: {e}"),
+                Ok(_) => "the JSON output is not a result document".into(),
+            };
+            self.malformed.get_or_insert(problem);
         }
         if let Some(rest) = self.stdout.finish() {
             if self.terminal.is_none() {

@@ -124,6 +124,7 @@ pub struct CodeBuddy;
 impl Dialect for CodeBuddy {
     const PRODUCT: &'static str = "CodeBuddy Code";
     const PLAN_DIR: Option<&'static str> = Some("/.codebuddy/plans/");
+    const RESULT_USAGE_IS_SESSION_TOTAL: bool = true;
 
     fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport), StartError> {
         launch(request, config)
@@ -430,16 +431,12 @@ pub fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport
         args.extend(["--".to_owned(), request.prompt.clone()]);
         Vec::new()
     };
-    // As the CLI's own SDKs start it: no self-update and no automatic memory files in the
-    // middle of a host's run.
-    let mut env = vec![
-        ("DISABLE_AUTOUPDATER".to_owned(), "1".to_owned()),
-        ("CODEBUDDY_DISABLE_AUTO_MEMORY".to_owned(), "1".to_owned()),
-    ];
-    if stream_input {
-        // The CLI's SDK mode (how its own SDKs start it).
-        env.push(("CODEBUDDY_CODE_ENTRYPOINT".to_owned(), "sdk-ts".to_owned()));
-    }
+    // No self-update in the middle of a host's run (as the CLI's own SDKs start it). The
+    // SDKs' `CODEBUDDY_*` variables (entry point, automatic memory) are not set: the host
+    // never lets a driver set the provider's own variables (its denylist has
+    // `CODEBUDDY_*`), and 2.117.0 does not read the entry point anyway; a caller who wants
+    // them sets them on the agent.
+    let env = vec![("DISABLE_AUTOUPDATER".to_owned(), "1".to_owned())];
     let program = str_field(config, "command").unwrap_or("codebuddy").to_owned();
     Ok((
         Launch {

@@ -74,10 +74,7 @@ fn headless_command_line_puts_the_prompt_last() {
     assert!(!launch.keep_stdin_open);
     assert_eq!(
         launch.env,
-        [
-            ("DISABLE_AUTOUPDATER".to_owned(), "1".to_owned()),
-            ("CODEBUDDY_DISABLE_AUTO_MEMORY".to_owned(), "1".to_owned())
-        ]
+        [("DISABLE_AUTOUPDATER".to_owned(), "1".to_owned())]
     );
 }
 
@@ -121,11 +118,8 @@ fn asking_uses_the_control_transport_with_the_initialize_handshake() {
             json!({"type":"control_request","request_id":"agent-adaptor-initialize",
                    "request":{"subtype":"initialize","hasPrompt":true,"capabilities":{"askUserQuestion":true}}})
         );
-        assert!(
-            launch
-                .env
-                .contains(&("CODEBUDDY_CODE_ENTRYPOINT".to_owned(), "sdk-ts".to_owned()))
-        );
+        // The host refuses `CODEBUDDY_*` from a driver: none is set.
+        assert!(!launch.env.iter().any(|(k, _)| k.starts_with("CODEBUDDY_")));
     }
 }
 
@@ -244,6 +238,11 @@ fn plain_text_maps_text_usage_summary_session_and_checkpoint() {
     assert!(o.failure.is_none(), "{:?}", o.failure);
     let u = o.usage.expect("usage");
     assert_eq!((u.input_tokens, u.output_tokens), (Some(23), Some(7)));
+    assert_eq!(u.cost_usd, None);
+    // A resumed turn: the result frame says 46 / 14 (the session so far); the turn is 23 / 7.
+    let r2 = replayed(fixture!("resume_second"), 0, 0, false);
+    let u2 = r2.outcome.usage.expect("usage");
+    assert_eq!((u2.input_tokens, u2.output_tokens), (Some(23), Some(7)));
     let cp = o.checkpoint.clone().expect("checkpoint");
     assert!(cp.valid);
     assert_eq!(cp.state.resume_id, "2e98dfbf-aa4d-4de6-9596-12793d43ce0f");

@@ -451,6 +451,17 @@ fn known_state(
             .into_iter()
             .collect(),
         "gemini" => in_home(".gemini").into_iter().collect(),
+        "codebuddy" => env("CODEBUDDY_CONFIG_DIR")
+            .map(StatePath::Dir)
+            .or_else(|| in_home(".codebuddy"))
+            .into_iter()
+            .collect(),
+        // Cursor Agent (`agent`, also installed as `cursor-agent`).
+        "agent" | "cursor-agent" => env("CURSOR_CONFIG_DIR")
+            .map(StatePath::Dir)
+            .or_else(|| in_home(".cursor"))
+            .into_iter()
+            .collect(),
         "qwen" => in_home(".qwen").into_iter().collect(),
         "opencode" => [
             xdg("XDG_CONFIG_HOME", ".config", "opencode"),
