@@ -1,6 +1,7 @@
-//! Shared pieces of the scripted fake CLIs: prompt directives (`[[name]]` / `[[name arg]]`),
-//! a session store on disk (so `--resume` can be checked and refused like the real CLIs do),
-//! and NDJSON output that is flushed frame by frame.
+//! Shared pieces of the scripted fake CLIs (today `fake-cursor-agent`; CodeBuddy Code's tests
+//! run the real CLI): prompt directives (`[[name]]` / `[[name arg]]`), a session store on
+//! disk (so `--resume` can be checked and refused like the real CLIs do), and NDJSON output
+//! that is flushed frame by frame.
 //!
 //! The fakes stand in for CLIs that cannot be installed on these machines. Each emits the
 //! frames its real CLI was recorded emitting — same keys, same key order — so a driver runs

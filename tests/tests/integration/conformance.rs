@@ -9,7 +9,7 @@ use adaptor_integration_tests::*;
 use adaptortest::check::{CheckOptions, Status, check_driver};
 
 /// Drivers installed as built-ins (each has a README with its report and committed cassettes).
-const BUILTIN_DRIVERS: &[&str] = &["reference", "claude", "codex", "acp"];
+const BUILTIN_DRIVERS: &[&str] = &["reference", "claude", "codex", "acp", "cursor", "codebuddy"];
 
 fn cassette_dir() -> PathBuf {
     cassette_dir_of("reference")
@@ -75,7 +75,7 @@ async fn the_reference_driver_passes_every_clause_over_its_cassettes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_cli_drivers_pass_every_clause_over_their_recorded_cassettes() {
-    for driver in ["claude", "codex", "acp"] {
+    for driver in ["claude", "codex", "acp", "cursor", "codebuddy"] {
         let options = CheckOptions {
             cassettes: cassettes_of(driver),
             ..CheckOptions::default()
