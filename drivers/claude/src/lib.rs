@@ -309,10 +309,7 @@ fn clean_schema(schema: &mut Value) {
 }
 
 /// The launch for `request` (already checked against the descriptor by the host).
-pub fn launch(
-    request: &RunRequest,
-    config: &Value,
-) -> Result<(Launch, Transport), StartError> {
+pub fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport), StartError> {
     ClaudeDriver::validate_config(config)
         .map_err(|e| StartError::InvalidRequest(format!("{}: {}", e.path, e.message)))?;
     let policy = &request.policy;

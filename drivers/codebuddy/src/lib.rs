@@ -357,9 +357,8 @@ pub fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport
             args.push("--fork-session".into());
         }
     }
-    let permission_mode = str_field(config, "permission_mode").or(
-        (policy.permission == DecisionMode::AutoApprove).then_some("bypassPermissions"),
-    );
+    let permission_mode = str_field(config, "permission_mode")
+        .or((policy.permission == DecisionMode::AutoApprove).then_some("bypassPermissions"));
     if let Some(mode) = permission_mode {
         args.extend(["--permission-mode".to_owned(), mode.to_owned()]);
     }
@@ -437,7 +436,9 @@ pub fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport
     // `CODEBUDDY_*`), and 2.117.0 does not read the entry point anyway; a caller who wants
     // them sets them on the agent.
     let env = vec![("DISABLE_AUTOUPDATER".to_owned(), "1".to_owned())];
-    let program = str_field(config, "command").unwrap_or("codebuddy").to_owned();
+    let program = str_field(config, "command")
+        .unwrap_or("codebuddy")
+        .to_owned();
     Ok((
         Launch {
             program,

@@ -84,7 +84,10 @@ fn permission_mode_comes_from_the_config_or_the_policy() {
     req.policy.permission = DecisionMode::AutoApprove;
     req.policy.plan_review = DecisionMode::AutoApprove;
     let args = start(req.clone()).args.join(" ");
-    assert!(args.contains("--permission-mode bypassPermissions"), "{args}");
+    assert!(
+        args.contains("--permission-mode bypassPermissions"),
+        "{args}"
+    );
     req.config_json = json!({"permission_mode": "acceptEdits"}).to_string();
     let args = start(req).args.join(" ");
     assert!(args.contains("--permission-mode acceptEdits"), "{args}");
@@ -140,8 +143,10 @@ fn the_prompt_is_written_once_the_cli_answers_initialize() {
         .collect();
     assert_eq!(
         writes,
-        [json!({"type":"user","session_id":"","parent_tool_use_id":null,
-                "message":{"role":"user","content":"hello there"}})]
+        [
+            json!({"type":"user","session_id":"","parent_tool_use_id":null,
+                "message":{"role":"user","content":"hello there"}})
+        ]
     );
     // A second answer to the same id writes nothing more.
     let again = h.stdout(format!("{first}\n").as_bytes());
@@ -403,7 +408,11 @@ fn a_denied_tool_ends_the_recorded_run_as_a_denial() {
     let (_, outcome) = s.exit(exited(0));
     let failure = outcome.failure.expect("failure");
     assert_eq!(failure.reason, FailureReason::ApprovalDenied);
-    assert!(failure.message.contains("Permission denied for tool(s): Bash"));
+    assert!(
+        failure
+            .message
+            .contains("Permission denied for tool(s): Bash")
+    );
     assert!(!outcome.checkpoint.expect("checkpoint").valid);
 }
 
@@ -502,7 +511,10 @@ fn deferred_tools_are_shown_unwrapped_and_answered_wrapped() {
         panic!("{actions:?}")
     };
     assert_eq!(asked.tool_name.as_deref(), Some("mcp__docs__search"));
-    assert_eq!(asked.details_json.as_deref(), Some(r#"{"input":{"q":"x"}}"#));
+    assert_eq!(
+        asked.details_json.as_deref(),
+        Some(r#"{"input":{"q":"x"}}"#)
+    );
     let frame = written(&mut s, "perm_9", Decision::Approve(None));
     assert_eq!(
         frame["response"]["response"]["updatedInput"],
@@ -518,7 +530,11 @@ fn unknown_frames_are_vendor_events_and_system_items() {
         0,
         false,
     );
-    assert!(r.events().iter().any(|e| matches!(e, Event::Other(v) if v.name == "brand_new")));
+    assert!(
+        r.events()
+            .iter()
+            .any(|e| matches!(e, Event::Other(v) if v.name == "brand_new"))
+    );
     assert!(
         r.outcome
             .transcript
@@ -533,7 +549,12 @@ fn the_control_transport_serves_further_turns_on_one_process() {
     req.config_json = json!({"transport": "stream-json"}).to_string();
     let (mut h, launch) = Harness::<CodeBuddySession>::start(req.clone()).unwrap();
     assert!(launch.keep_stdin_open);
-    h.stdout(fixture!("control_question").split(|b| *b == b'\n').next().unwrap());
+    h.stdout(
+        fixture!("control_question")
+            .split(|b| *b == b'\n')
+            .next()
+            .unwrap(),
+    );
     h.stdout(b"\n");
     h.stdout(fixture!("headless_plain"));
     assert!(h.actions.iter().any(|a| matches!(a, Action::EndTurn)));

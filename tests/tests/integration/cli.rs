@@ -1044,3 +1044,50 @@ fn mcp_config_servers_reach_the_cli_and_are_checked_first() {
         assert!(err.contains(needle), "{needle:?} in {err}");
     }
 }
+
+/// The two drivers added for Cursor Agent and CodeBuddy Code are built-ins: `adaptor drivers`
+/// lists them, and `--driver codebuddy` runs the real CodeBuddy Code CLI by name (offline,
+/// against the mock Chat Completions API).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cursor_and_codebuddy_are_listed_and_codebuddy_runs_by_name() {
+    use adaptor_integration_tests::mock_chat::{MockChat, codebuddy_env, codebuddy_path};
+    let out = adaptor().args(["drivers"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    for name in ["cursor", "codebuddy"] {
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().next() == Some(name)),
+            "{name} missing from:\n{text}"
+        );
+    }
+    let mock = MockChat::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let program = codebuddy_path().expect("CodeBuddy Code (./x.sh test installs it)");
+    let mut cmd = adaptor();
+    cmd.current_dir(ws.path()).args([
+        "run",
+        "--driver",
+        "codebuddy",
+        "--config",
+        &serde_json::json!({ "command": program.display().to_string() }).to_string(),
+    ]);
+    for (k, v) in codebuddy_env(home.path(), &mock.base_url()) {
+        cmd.args(["--env", &format!("{k}={v}")]);
+    }
+    let out = cmd.arg("hello by name").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(
+            "Hello from mock-chat! user_msgs=1 you said: <user_query>hello by name</user_query>"
+        ),
+        "{stdout}"
+    );
+}

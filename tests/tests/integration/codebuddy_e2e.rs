@@ -72,8 +72,15 @@ fn reply(n: usize, text: &str) -> String {
 
 fn served_usage(r: &RunResult, requests: u64) {
     let u = r.usage.as_ref().expect("usage");
-    assert_eq!(u.cost_usd, None, "the result's cost is the session's, not the turn's");
-    assert_eq!(u.input_tokens, Some(mock_chat::PROMPT_TOKENS * requests), "{u:?}");
+    assert_eq!(
+        u.cost_usd, None,
+        "the result's cost is the session's, not the turn's"
+    );
+    assert_eq!(
+        u.input_tokens,
+        Some(mock_chat::PROMPT_TOKENS * requests),
+        "{u:?}"
+    );
     assert_eq!(
         u.output_tokens,
         Some(mock_chat::COMPLETION_TOKENS * requests),
@@ -130,20 +137,28 @@ async fn plain_text_with_usage_session_and_checkpoint() {
     served_usage(&r, 1);
     valid_checkpoint(&r);
     let args = r.raw().launch.as_ref().unwrap().args.clone();
-    assert_eq!(&args[..4], ["--print", "--output-format", "stream-json", "--verbose"]);
+    assert_eq!(
+        &args[..4],
+        ["--print", "--output-format", "stream-json", "--verbose"]
+    );
     assert_eq!(args[args.len() - 2..], ["--", "hello there"]);
     assert!(args.contains(&"--append-system-prompt=Answer like a pirate.".to_owned()));
     // The appended prompt reached the model.
     let sent = c.mock.main_requests();
     assert_eq!(sent.len(), 1);
-    assert!(sent[0]["messages"].to_string().contains("Answer like a pirate."));
+    assert!(
+        sent[0]["messages"]
+            .to_string()
+            .contains("Answer like a pirate.")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partial_messages_stream_token_deltas() {
     let c = CodeBuddy::new().await;
     let agent = c.agent().build();
-    let (events, r) = collect(agent.stream_with("stream please", RunOptions::new().streaming(true))).await;
+    let (events, r) =
+        collect(agent.stream_with("stream please", RunOptions::new().streaming(true))).await;
     let r = r.expect("run");
     record_cassette("streamed", &r, "stream please");
     let deltas: Vec<String> = events
@@ -163,13 +178,22 @@ async fn auto_approved_bash_runs_and_its_result_reaches_the_model() {
     let c = CodeBuddy::new().await;
     let agent = c.agent().build();
     let r = agent
-        .run_with(TOUCH, RunOptions::new().policy(policy(DecisionMode::AutoApprove)))
+        .run_with(
+            TOUCH,
+            RunOptions::new().policy(policy(DecisionMode::AutoApprove)),
+        )
         .await
         .expect("tool run");
     record_cassette("bash-tool", &r, TOUCH);
-    assert!(c.ws().join("made_by_codebuddy.txt").exists(), "the tool ran");
+    assert!(
+        c.ws().join("made_by_codebuddy.txt").exists(),
+        "the tool ran"
+    );
     let args = r.raw().launch.as_ref().unwrap().args.join(" ");
-    assert!(args.contains("--permission-mode bypassPermissions"), "{args}");
+    assert!(
+        args.contains("--permission-mode bypassPermissions"),
+        "{args}"
+    );
     let call = r
         .transcript()
         .iter()
@@ -180,7 +204,11 @@ async fn auto_approved_bash_runs_and_its_result_reaches_the_model() {
     let results = tool_results(&r);
     assert_eq!(results.len(), 1);
     assert!(!results[0].1, "{results:?}");
-    assert!(r.text.starts_with("Calling Bash.\n\nTOOL_RESULT_SEEN:"), "{}", r.text);
+    assert!(
+        r.text.starts_with("Calling Bash.\n\nTOOL_RESULT_SEEN:"),
+        "{}",
+        r.text
+    );
     valid_checkpoint(&r);
     served_usage(&r, 2);
 }
@@ -206,18 +234,29 @@ async fn permission_allowed_through_an_approval_on_the_control_transport() {
         })
         .build();
     let r = agent
-        .run_with(TOUCH, RunOptions::new().streaming(false).policy(policy(DecisionMode::Ask)))
+        .run_with(
+            TOUCH,
+            RunOptions::new()
+                .streaming(false)
+                .policy(policy(DecisionMode::Ask)),
+        )
         .await
         .expect("approved run");
     record_cassette("approval-allowed", &r, TOUCH);
     assert_eq!(asked.load(Ordering::SeqCst), 1);
-    assert!(c.ws().join("made_by_codebuddy.txt").exists(), "the tool ran");
+    assert!(
+        c.ws().join("made_by_codebuddy.txt").exists(),
+        "the tool ran"
+    );
     assert!(!tool_results(&r)[0].1);
     valid_checkpoint(&r);
     let args = r.raw().launch.as_ref().unwrap().args.clone();
     assert_eq!(args[0], "--input-format=stream-json");
     let stdin = String::from_utf8_lossy(&r.raw().stdin).into_owned();
-    let frames: Vec<Value> = stdin.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let frames: Vec<Value> = stdin
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(frames[0]["request"]["subtype"], "initialize");
     assert_eq!(frames[1]["type"], "user");
     assert_eq!(frames[2]["response"]["response"]["allowed"], true);
@@ -238,7 +277,10 @@ async fn permission_denied_through_an_approval() {
         other => panic!("{other:?}"),
     };
     assert_eq!(e.reason, FailureReason::ApprovalDenied);
-    assert!(!c.ws().join("made_by_codebuddy.txt").exists(), "the tool never ran");
+    assert!(
+        !c.ws().join("made_by_codebuddy.txt").exists(),
+        "the tool never ran"
+    );
     assert!(!e.result.checkpoint.as_ref().is_some_and(|c| c.is_valid()));
     let stdin = String::from_utf8_lossy(&e.result.raw().stdin).into_owned();
     assert!(
@@ -291,7 +333,9 @@ async fn native_structured_output_reads_the_json_document() {
     let r = agent
         .run_with(
             "give json",
-            RunOptions::new().streaming(false).schema(Schema::of::<Answer>().unwrap()),
+            RunOptions::new()
+                .streaming(false)
+                .schema(Schema::of::<Answer>().unwrap()),
         )
         .await
         .expect("structured run");
@@ -320,7 +364,10 @@ async fn an_api_error_fails_with_the_provider_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thread_resumes_the_session_across_processes() {
     let c = CodeBuddy::new().await;
-    let agent = c.agent().thread_store(adaptor::store::MemoryStore::new()).build();
+    let agent = c
+        .agent()
+        .thread_store(adaptor::store::MemoryStore::new())
+        .build();
     let thread = agent.thread("codebuddy-thread");
     let first = thread.run("first turn").await.expect("first");
     assert_eq!(first.text, reply(1, "first turn"));
@@ -333,7 +380,11 @@ async fn a_thread_resumes_the_session_across_processes() {
     served_usage(&second, 1);
     let args = second.raw().launch.as_ref().unwrap().args.clone();
     assert!(args.contains(&format!("--resume={session}")), "{args:?}");
-    assert!(c.mock.main_requests()[1]["messages"].to_string().contains("first turn"));
+    assert!(
+        c.mock.main_requests()[1]["messages"]
+            .to_string()
+            .contains("first turn")
+    );
 }
 
 fn reused_pid(events: &[Event]) -> Option<u64> {
@@ -373,15 +424,25 @@ async fn a_thread_keeps_one_codebuddy_process_across_turns() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forked_thread_starts_a_new_session_from_the_parent() {
     let c = CodeBuddy::new().await;
-    let agent = c.agent().thread_store(adaptor::store::MemoryStore::new()).build();
+    let agent = c
+        .agent()
+        .thread_store(adaptor::store::MemoryStore::new())
+        .build();
     let parent = agent.thread("codebuddy-parent");
     let first = parent.run("first turn").await.expect("first");
     let parent_session = valid_checkpoint(&first);
-    let forked = parent.fork("codebuddy-child").run("branch turn").await.expect("fork");
+    let forked = parent
+        .fork("codebuddy-child")
+        .run("branch turn")
+        .await
+        .expect("fork");
     assert_eq!(forked.text, reply(2, "branch turn"));
     let child_session = valid_checkpoint(&forked);
     assert_ne!(child_session, parent_session, "a fork is a new session");
-    assert!(matches!(forked.thread.as_ref().unwrap().start, ThreadStart::Forked { .. }));
+    assert!(matches!(
+        forked.thread.as_ref().unwrap().start,
+        ThreadStart::Forked { .. }
+    ));
     let second = parent.run("parent again").await.expect("parent");
     assert_eq!(valid_checkpoint(&second), parent_session);
     let history = c.mock.main_requests()[2]["messages"].to_string();
@@ -411,7 +472,13 @@ async fn every_frame_of_the_pinned_cli_is_known() {
         (&plain, "hello", RunOptions::new().streaming(true)),
         (&plain, TOUCH, auto.clone()),
         (&plain, "MOCK_ERROR 500", RunOptions::new()),
-        (&control, TOUCH, RunOptions::new().streaming(true).policy(policy(DecisionMode::Ask))),
+        (
+            &control,
+            TOUCH,
+            RunOptions::new()
+                .streaming(true)
+                .policy(policy(DecisionMode::Ask)),
+        ),
     ] {
         let r = match agent.run_with(prompt, options).await {
             Ok(r) => r,
@@ -434,7 +501,10 @@ async fn every_frame_of_the_pinned_cli_is_known() {
                 .iter()
                 .any(|(t, s)| *t == kind && (s.is_none() || s.map(str::to_owned) == subtype));
             if !known {
-                unknown.insert(format!("{kind}/{} (in `{prompt}`)", subtype.unwrap_or_default()));
+                unknown.insert(format!(
+                    "{kind}/{} (in `{prompt}`)",
+                    subtype.unwrap_or_default()
+                ));
             }
         }
     }
