@@ -105,6 +105,38 @@ pub fn check_one_of(config: &Value, key: &str, allowed: &[&str]) -> Result<(), C
     }
 }
 
+/// Check that the integer field `key`, when present, is at least 1 (a turn limit, a count).
+pub fn check_positive(config: &Value, key: &str) -> Result<(), ConfigError> {
+    if config.get(key).is_some() && u64_field(config, key).unwrap_or(0) == 0 {
+        return Err(ConfigError {
+            path: format!("/{key}"),
+            message: format!("`{key}` must be at least 1"),
+        });
+    }
+    Ok(())
+}
+
+/// Check that no entry of the string array `extra_args` sets one of the driver-owned
+/// flags in `owned` (`--model=x` counts as `--model`): the error names the entry's path.
+pub fn check_owned_flags(config: &Value, owned: &[&str]) -> Result<(), ConfigError> {
+    let Some(args) = config.get("extra_args").and_then(Value::as_array) else {
+        return Ok(());
+    };
+    for (i, arg) in args.iter().enumerate() {
+        let Some(arg) = arg.as_str() else { continue };
+        let flag = arg.split_once('=').map_or(arg, |(f, _)| f);
+        if let Some(flag) = owned.iter().find(|o| **o == flag) {
+            return Err(ConfigError {
+                path: format!("/extra_args/{i}"),
+                message: format!(
+                    "`{flag}` is set by the driver from the request; extra args may not override it"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Whether `id` is a UUID in its canonical text form (`8-4-4-4-12` hexadecimal digits, either
 /// case): the shape of Claude Code's session ids and Codex's thread ids. A driver checks a
 /// resume id with it before the id reaches a command line, so a stored id can never be an

@@ -461,3 +461,35 @@ pub fn stdio_stamper(log: &Path) -> adaptor::Mcp {
     .env("MOCK_MCP_LOG", log.display().to_string())
     .into()
 }
+
+/// The stream-json frames in `raws` (`(scenario, stdout)` pairs) that are not in `known`
+/// (`(type, subtype)`, `None` = any subtype): the drift gates of the stream-json drivers'
+/// end-to-end tests. Returns how many JSON frames were read and the unknown ones, each as
+/// `type/subtype (in `scenario`)`.
+pub fn unknown_frames(
+    raws: &[(&str, Vec<u8>)],
+    known: &[(&str, Option<&str>)],
+) -> (usize, std::collections::BTreeSet<String>) {
+    let mut unknown = std::collections::BTreeSet::new();
+    let mut seen = 0;
+    for (scenario, stdout) in raws {
+        for line in String::from_utf8_lossy(stdout).lines() {
+            let Ok(frame) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            seen += 1;
+            let kind = frame["type"].as_str().unwrap_or("");
+            let subtype = frame["subtype"].as_str();
+            let listed = known
+                .iter()
+                .any(|(t, s)| *t == kind && (s.is_none() || *s == subtype));
+            if !listed {
+                unknown.insert(format!(
+                    "{kind}/{} (in `{scenario}`)",
+                    subtype.unwrap_or_default()
+                ));
+            }
+        }
+    }
+    (seen, unknown)
+}

@@ -228,30 +228,11 @@ impl Driver for CodeBuddyDriver {
 
     fn validate_config(config: &Value) -> Result<(), ConfigError> {
         check_fields(config, CONFIG_FIELDS)?;
-        let bad = |path: &str, message: String| ConfigError {
-            path: path.into(),
-            message,
-        };
         json::check_one_of(config, "effort", EFFORTS)?;
         json::check_one_of(config, "permission_mode", PERMISSION_MODES)?;
         json::check_one_of(config, "transport", &["auto", "stream-json"])?;
-        if config.get("max_turns").is_some() && u64_field(config, "max_turns").unwrap_or(0) == 0 {
-            return Err(bad("/max_turns", "`max_turns` must be at least 1".into()));
-        }
-        if let Some(args) = config.get("extra_args").and_then(Value::as_array) {
-            for (i, arg) in args.iter().filter_map(Value::as_str).enumerate() {
-                let flag = arg.split_once('=').map_or(arg, |(f, _)| f);
-                if let Some(owned) = OWNED_FLAGS.iter().find(|o| **o == flag) {
-                    return Err(bad(
-                        &format!("/extra_args/{i}"),
-                        format!(
-                            "`{owned}` is set by the driver from the request; extra args may not override it"
-                        ),
-                    ));
-                }
-            }
-        }
-        Ok(())
+        json::check_positive(config, "max_turns")?;
+        json::check_owned_flags(config, OWNED_FLAGS)
     }
 
     fn config_fingerprint(config: &Value) -> Result<String, ConfigError> {

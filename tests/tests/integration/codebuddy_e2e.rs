@@ -487,27 +487,7 @@ async fn every_frame_of_the_pinned_cli_is_known() {
         };
         raws.push((prompt, r.raw().stdout.clone()));
     }
-    let mut unknown = std::collections::BTreeSet::new();
-    let mut seen = 0;
-    for (prompt, stdout) in &raws {
-        for line in String::from_utf8_lossy(stdout).lines() {
-            let Ok(frame) = serde_json::from_str::<Value>(line) else {
-                continue;
-            };
-            seen += 1;
-            let kind = frame["type"].as_str().unwrap_or("").to_owned();
-            let subtype = frame["subtype"].as_str().map(str::to_owned);
-            let known = codebuddy_driver::KNOWN_FRAMES
-                .iter()
-                .any(|(t, s)| *t == kind && (s.is_none() || s.map(str::to_owned) == subtype));
-            if !known {
-                unknown.insert(format!(
-                    "{kind}/{} (in `{prompt}`)",
-                    subtype.unwrap_or_default()
-                ));
-            }
-        }
-    }
+    let (seen, unknown) = unknown_frames(&raws, codebuddy_driver::KNOWN_FRAMES);
     assert!(seen > 10, "the scenarios produced frames");
     assert!(
         unknown.is_empty(),
