@@ -294,3 +294,22 @@ async fn what_cursor_cannot_do_is_refused_before_launch() {
         assert_eq!(spawned_pid(&events), None, "{what}: nothing was started");
     }
 }
+
+/// Inspect runs `agent --version` and reads the build-date version; the verified list is the
+/// recording label (no recorded version exists), so the fake is "in the supported range",
+/// never "verified".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_reads_the_build_date_version() {
+    let c = Cursor::new();
+    let report = c.agent().build().inspect().await.expect("inspect");
+    let env = &report.environment;
+    assert_eq!(env.cli_version.as_deref(), Some("2026.07.23"), "{env:?}");
+    assert_eq!(env.status, adaptor::CheckLevel::Pass, "{env:?}");
+    assert_eq!(env.supported.verified, ["2026.07.23 (recorded output only)"]);
+    let check = env.checks.iter().find(|c| c.code == "cli.version").unwrap();
+    assert!(
+        check.message.contains("in the supported range"),
+        "{}",
+        check.message
+    );
+}
