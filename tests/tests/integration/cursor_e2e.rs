@@ -305,7 +305,10 @@ async fn inspect_reads_the_build_date_version() {
     let env = &report.environment;
     assert_eq!(env.cli_version.as_deref(), Some("2026.07.23"), "{env:?}");
     assert_eq!(env.status, adaptor::CheckLevel::Pass, "{env:?}");
-    assert_eq!(env.supported.verified, ["2026.07.23 (recorded output only)"]);
+    assert_eq!(
+        env.supported.verified,
+        ["2026.07.23 (recorded output only)"]
+    );
     let check = env.checks.iter().find(|c| c.code == "cli.version").unwrap();
     assert!(
         check.message.contains("in the supported range"),
