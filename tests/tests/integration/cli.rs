@@ -1046,10 +1046,11 @@ fn mcp_config_servers_reach_the_cli_and_are_checked_first() {
 }
 
 /// The two drivers added for Cursor Agent and CodeBuddy Code are built-ins: `adaptor drivers`
-/// lists them, and `--driver codebuddy` runs the real CodeBuddy Code CLI by name (offline,
-/// against the mock Chat Completions API).
+/// lists them, `--driver cursor` runs (the scripted fake installed as `agent`) and
+/// `--driver codebuddy` runs the real CodeBuddy Code CLI by name (offline, against the mock
+/// Chat Completions API).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cursor_and_codebuddy_are_listed_and_codebuddy_runs_by_name() {
+async fn cursor_and_codebuddy_are_listed_and_run_by_name() {
     use adaptor_integration_tests::mock_chat::{MockChat, codebuddy_env, codebuddy_path};
     let out = adaptor().args(["drivers"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
@@ -1061,9 +1062,26 @@ async fn cursor_and_codebuddy_are_listed_and_codebuddy_runs_by_name() {
             "{name} missing from:\n{text}"
         );
     }
-    let mock = MockChat::start().await;
     let home = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
+    let agent = home.path().join("agent");
+    std::os::unix::fs::symlink(bin_dir().join("fake-cursor-agent"), &agent).unwrap();
+    let out = adaptor()
+        .current_dir(ws.path())
+        .args(["run", "--driver", "cursor", "--config"])
+        .arg(serde_json::json!({ "command": agent.display().to_string() }).to_string())
+        .args([
+            "--env",
+            &format!("HOME={}", home.path().display()),
+            "hi cursor",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("Cursor reply: hi cursor"), "{stdout}");
+
+    let mock = MockChat::start().await;
     let program = codebuddy_path().expect("CodeBuddy Code (./x.sh test installs it)");
     let mut cmd = adaptor();
     cmd.current_dir(ws.path()).args([
