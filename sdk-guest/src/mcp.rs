@@ -86,6 +86,20 @@ fn string_map(pairs: &[(String, String)]) -> Map<String, Value> {
         .collect()
 }
 
+/// The request's MCP servers as the private file `mcp-config.json` (written 0600 into the
+/// run's private directory by the host) in the common [`config_json`] shape, and its path for
+/// the CLI's flag (`--mcp-config <path>`): headers and server environments may be secrets, so
+/// they never go on argv.
+pub fn config_file(servers: &[McpServer], private_dir: &str) -> (crate::PrivateFile, String) {
+    (
+        crate::PrivateFile {
+            name: "mcp-config.json".into(),
+            contents: config_json(servers).to_string().into_bytes(),
+        },
+        format!("{private_dir}/mcp-config.json"),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -391,17 +391,9 @@ pub fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport
                 )));
             }
         }
-        // In a private file, not on argv: headers and server environments may be secrets.
-        files.push(PrivateFile {
-            name: "mcp-config.json".into(),
-            contents: mcp::config_json(&request.mcp_servers)
-                .to_string()
-                .into_bytes(),
-        });
-        args.extend([
-            "--mcp-config".to_owned(),
-            format!("{}/mcp-config.json", request.private_dir),
-        ]);
+        let (file, path) = mcp::config_file(&request.mcp_servers, &request.private_dir);
+        files.push(file);
+        args.extend(["--mcp-config".to_owned(), path]);
     }
     if let Some(schema) = &request.output_schema
         && schema.mechanism == SchemaMechanism::Native

@@ -24,9 +24,8 @@ use adaptor_sdk::json::{self, check_fields, str_field, u64_field};
 use adaptor_sdk::mcp;
 use adaptor_sdk::{
     ApprovalCaps, ConfigError, DecisionMode, DecisionModes, Descriptor, Driver, Launch, McpCaps,
-    McpTransport, PolicyCaps, PrivateFile, RunRequest, Sandbox, SandboxLevels, SchemaMechanism,
-    SessionCaps, SessionMode, StartError, StreamingCaps, StructuredOutputCaps, Toggle,
-    VersionRange,
+    McpTransport, PolicyCaps, RunRequest, Sandbox, SandboxLevels, SchemaMechanism, SessionCaps,
+    SessionMode, StartError, StreamingCaps, StructuredOutputCaps, Toggle, VersionRange,
 };
 use claude_driver::dialect::{INITIALIZE_REQUEST_ID, ndjson};
 use claude_driver::{Dialect, StreamJsonSession, Transport};
@@ -374,16 +373,11 @@ pub fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport
                 )));
             }
         }
-        // In a private file, not on argv: headers and server environments may be secrets.
-        files.push(PrivateFile {
-            name: "mcp-config.json".into(),
-            contents: mcp::config_json(&request.mcp_servers)
-                .to_string()
-                .into_bytes(),
-        });
+        let (file, path) = mcp::config_file(&request.mcp_servers, &request.private_dir);
+        files.push(file);
         args.extend([
             "--mcp-config".to_owned(),
-            format!("{}/mcp-config.json", request.private_dir),
+            path,
             "--strict-mcp-config".to_owned(),
         ]);
     }

@@ -681,16 +681,10 @@ impl Session for ReferenceSession {
             ]);
         }
         if !self.request.mcp_servers.is_empty() {
-            files.push(PrivateFile {
-                name: "mcp-config.json".into(),
-                contents: adaptor_sdk::mcp::config_json(&self.request.mcp_servers)
-                    .to_string()
-                    .into_bytes(),
-            });
-            args.extend([
-                "--mcp-config".to_owned(),
-                format!("{}/mcp-config.json", self.request.private_dir),
-            ]);
+            let (file, path) =
+                adaptor_sdk::mcp::config_file(&self.request.mcp_servers, &self.request.private_dir);
+            files.push(file);
+            args.extend(["--mcp-config".to_owned(), path]);
         }
         if let Some(extra) = cfg.get("extra_args").and_then(Value::as_array) {
             args.extend(extra.iter().filter_map(Value::as_str).map(str::to_owned));
