@@ -40,12 +40,14 @@ impl CodeBuddy {
         self.agent_with(json!({}))
     }
 
-    /// [`agent`](Self::agent) with more driver config fields.
+    /// [`agent`](Self::agent) with more driver config fields (a `command` of its own wins).
     fn agent_with(&self, mut config: Value) -> adaptor::AgentBuilder {
         let program = codebuddy_path().filter(|p| p.exists()).unwrap_or_else(|| {
             panic!("CodeBuddy Code is missing: run ./x.sh test (it installs @tencent-ai/agent-sdk 0.3.201)")
         });
-        config["command"] = json!(program.display().to_string());
+        if config.get("command").is_none() {
+            config["command"] = json!(program.display().to_string());
+        }
         let driver = adaptor::Driver::from_file(driver_path("codebuddy"))
             .expect("codebuddy.wasm (./x.sh build-drivers)")
             .with_config(config)
@@ -493,4 +495,88 @@ async fn every_frame_of_the_pinned_cli_is_known() {
         unknown.is_empty(),
         "CodeBuddy Code sent frames the driver does not know: {unknown:?}"
     );
+}
+
+/// A `codebuddy` in a scratch directory that runs the real CLI, then damages what it printed
+/// the way `fault` says: the real frames with one fault, through the real host and process
+/// layer (the CLI itself never misbehaves against the mock). The real CLI's install
+/// directory is granted read/execute by the caller's containment.
+fn faulty_codebuddy(dir: &Path, fault: &str) -> (std::path::PathBuf, adaptor::Containment) {
+    use std::os::unix::fs::PermissionsExt;
+    let real = codebuddy_path()
+        .filter(|p| p.exists())
+        .expect("CodeBuddy Code (./x.sh test installs it)");
+    let damage = match fault {
+        // The last 40 bytes (the end of the result frame and its newline) never arrive.
+        "truncated" => r#"head -c -40 "$out""#,
+        // A frame after the terminal result.
+        "after-result" => {
+            r#"cat "$out"; printf '%s\n' '{"type":"assistant","session_id":"late","message":{"content":[]}}'"#
+        }
+        // The result says success, the process exits 3.
+        "exit-3" => r#"cat "$out"; code=3"#,
+        // A frame type the driver has never seen, after `system/init`.
+        "unknown" => {
+            r#"head -n 1 "$out"; printf '%s\n' '{"type":"brand_new_frame","session_id":"x","detail":1}'; tail -n +2 "$out""#
+        }
+        other => panic!("no fault {other}"),
+    };
+    let script = format!(
+        "#!/bin/sh\nout=\"$(mktemp)\"\n'{}' \"$@\" > \"$out\"\ncode=$?\n{damage}\nrm -f \"$out\"\nexit $code\n",
+        real.display()
+    );
+    let path = dir.join("codebuddy");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let install = real.parent().and_then(Path::parent).unwrap().to_path_buf();
+    (path, adaptor::Containment::new().allow_read(install))
+}
+
+/// The contract's outcomes for damaged output, on the real CLI's own frames: a truncated
+/// last frame and a frame after the result are protocol errors, a non-zero exit after a
+/// success result is an agent error — none with a valid checkpoint — and an unknown frame
+/// is a vendor event and a system transcript item in a run that still succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_output_of_the_real_cli_gets_the_contracts_outcome() {
+    let c = CodeBuddy::new().await;
+    for (fault, reason) in [
+        ("truncated", FailureReason::ProtocolError),
+        ("after-result", FailureReason::ProtocolError),
+        ("exit-3", FailureReason::AgentError),
+    ] {
+        let bin = tmp();
+        let (program, containment) = faulty_codebuddy(bin.path(), fault);
+        let agent = c
+            .agent_with(json!({ "command": program.display().to_string() }))
+            .containment(containment)
+            .build();
+        let e = run_error(
+            agent
+                .run_with("hello", RunOptions::new().streaming(false))
+                .await,
+        );
+        assert_eq!(e.reason, reason, "{fault}: {}", e.message);
+        assert!(
+            !e.result.checkpoint.as_ref().is_some_and(|c| c.is_valid()),
+            "{fault}: no valid checkpoint"
+        );
+        assert!(!e.result.raw().stdout.is_empty(), "{fault}: output kept");
+    }
+    let bin = tmp();
+    let (program, containment) = faulty_codebuddy(bin.path(), "unknown");
+    let agent = c
+        .agent_with(json!({ "command": program.display().to_string() }))
+        .containment(containment)
+        .build();
+    let (events, r) = collect(agent.stream_with("hello", RunOptions::new().streaming(false))).await;
+    let r = r.expect("an unknown frame does not fail the run");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Vendor(v) if v.name == "brand_new_frame")),
+        "{events:?}"
+    );
+    assert!(r.transcript().iter().any(|i| i.kind == ItemKind::System));
+    assert_eq!(r.text, reply(1, "hello"));
+    valid_checkpoint(&r);
 }
