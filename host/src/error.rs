@@ -496,6 +496,20 @@ pub enum FailureReason {
     /// that contradicts its events); the message names the rule. The provider was stopped
     /// and the driver's later events were not forwarded.
     ContractViolation,
+    /// The provider's API throttled the requests (HTTP 429, `rate_limit_error`) and the CLI
+    /// gave up retrying: retrying later may succeed.
+    RateLimited,
+    /// The provider's API was overloaded (HTTP 529, `overloaded_error`) after the CLI's own
+    /// retries: retrying later may succeed.
+    Overloaded,
+    /// The provider's API refused the credentials (HTTP 401, `authentication_error`).
+    AuthenticationFailed,
+    /// The agent used up its turn limit (e.g. Claude Code's `--max-turns`) before finishing.
+    MaxTurns,
+    /// The conversation no longer fits the model's context window (`prompt_too_long`).
+    ContextLimit,
+    /// The agent used up its spending budget.
+    BudgetExhausted,
     /// Another reason, named by the driver.
     Other(String),
 }
@@ -516,7 +530,40 @@ impl FailureReason {
             FailureReason::InvalidOutput => "invalid_output",
             FailureReason::OutputLimit => "output_limit",
             FailureReason::ContractViolation => "contract_violation",
+            FailureReason::RateLimited => "rate_limited",
+            FailureReason::Overloaded => "overloaded",
+            FailureReason::AuthenticationFailed => "authentication_failed",
+            FailureReason::MaxTurns => "max_turns",
+            FailureReason::ContextLimit => "context_limit",
+            FailureReason::BudgetExhausted => "budget_exhausted",
             FailureReason::Other(s) => s,
+        }
+    }
+
+    /// The reason named `name`: a typed variant for every name [`as_str`](Self::as_str)
+    /// gives, [`Other`](Self::Other) for the rest. Drivers name the typed reasons the WIT has
+    /// no case for with `other(name)` (e.g. `other("rate_limited")`).
+    pub fn from_name(name: &str) -> FailureReason {
+        match name {
+            "agent_error" => FailureReason::AgentError,
+            "approval_denied" => FailureReason::ApprovalDenied,
+            "approval_timeout" => FailureReason::ApprovalTimeout,
+            "approval_unanswered" => FailureReason::ApprovalUnanswered,
+            "cancelled" => FailureReason::Cancelled,
+            "timeout" => FailureReason::Timeout,
+            "policy_violation" => FailureReason::PolicyViolation,
+            "resume_rejected" => FailureReason::ResumeRejected,
+            "protocol_error" => FailureReason::ProtocolError,
+            "invalid_output" => FailureReason::InvalidOutput,
+            "output_limit" => FailureReason::OutputLimit,
+            "contract_violation" => FailureReason::ContractViolation,
+            "rate_limited" => FailureReason::RateLimited,
+            "overloaded" => FailureReason::Overloaded,
+            "authentication_failed" => FailureReason::AuthenticationFailed,
+            "max_turns" => FailureReason::MaxTurns,
+            "context_limit" => FailureReason::ContextLimit,
+            "budget_exhausted" => FailureReason::BudgetExhausted,
+            other => FailureReason::Other(other.to_owned()),
         }
     }
 }
@@ -685,4 +732,36 @@ pub enum StoreError {
         /// The backend's message.
         message: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FailureReason;
+
+    #[test]
+    fn failure_reason_names_round_trip() {
+        for reason in [
+            FailureReason::AgentError,
+            FailureReason::ApprovalDenied,
+            FailureReason::ApprovalTimeout,
+            FailureReason::ApprovalUnanswered,
+            FailureReason::Cancelled,
+            FailureReason::Timeout,
+            FailureReason::PolicyViolation,
+            FailureReason::ResumeRejected,
+            FailureReason::ProtocolError,
+            FailureReason::InvalidOutput,
+            FailureReason::OutputLimit,
+            FailureReason::ContractViolation,
+            FailureReason::RateLimited,
+            FailureReason::Overloaded,
+            FailureReason::AuthenticationFailed,
+            FailureReason::MaxTurns,
+            FailureReason::ContextLimit,
+            FailureReason::BudgetExhausted,
+            FailureReason::Other("driver_specific".into()),
+        ] {
+            assert_eq!(FailureReason::from_name(reason.as_str()), reason);
+        }
+    }
 }

@@ -45,8 +45,20 @@ pub const VERIFIED_VERSIONS: &[&str] = &["2.1.197", "2.1.332"];
 pub const KNOWN_FRAMES: &[(&str, Option<&str>)] = &[
     ("system", Some("init")),
     ("system", Some("api_retry")),
+    ("system", Some("permission_denied")),
+    ("system", Some("session_state_changed")),
     ("system", Some("status")),
     ("system", Some("thinking_tokens")),
+    // Background work (kept as vendor events): subagents and shells started, their progress
+    // and completion, and 2.1.332's whole set of live background tasks.
+    ("system", Some("task_started")),
+    ("system", Some("task_progress")),
+    ("system", Some("task_updated")),
+    ("system", Some("task_notification")),
+    ("system", Some("background_tasks_changed")),
+    ("conversation_reset", None),
+    // The life of a user frame that carries a `uuid` (queued, started, completed, …).
+    ("command_lifecycle", None),
     ("assistant", None),
     ("user", None),
     ("stream_event", None),
@@ -56,6 +68,8 @@ pub const KNOWN_FRAMES: &[(&str, Option<&str>)] = &[
     ("result", Some("success")),
     ("result", Some("error_during_execution")),
     ("result", Some("error_max_turns")),
+    ("result", Some("error_max_budget_usd")),
+    ("result", Some("error_max_structured_output_retries")),
     ("error", None),
 ];
 
@@ -314,7 +328,12 @@ pub fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
-    let mut env = Vec::new();
+    // Session-state frames: `idle` is the authoritative end of a turn (after held-back
+    // results and background subagents). A caller's own value of the variable wins.
+    let mut env = vec![(
+        "CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS".to_owned(),
+        "1".to_owned(),
+    )];
     if transport.partial {
         args.push("--include-partial-messages".into());
     }

@@ -1,13 +1,22 @@
 //! The stream-json mapping: one [`ClaudeSession`] per run turns the CLI's stdout frames into
 //! events, transcript items, usage and the outcome.
 //!
-//! Frames: `system` (`init` → session, `api_retry` → notice, others → vendor events),
-//! `assistant` (content blocks text / thinking / tool_use, each usually in its own frame
-//! sharing `message.id`; usage de-duplicated per message id), `user` (tool results),
-//! `stream_event` (with `--include-partial-messages`: token deltas, thinking deltas, tool
-//! argument deltas), `control_request` (approvals, see `control.rs`), `result` (the terminal
-//! frame: summary, usage totals, cost, structured output, success or error). Subagent
-//! messages are scoped by `parent_tool_use_id`. Must not: do I/O or decide policy.
+//! Frames: `system` (`init` → session, model and the CLI's `capabilities`; `api_retry` →
+//! notice; `permission_denied` → notice; `session_state_changed` → the turn's end; others →
+//! vendor events), `assistant` (content blocks text / thinking / tool_use, each usually in its
+//! own frame sharing `message.id`; usage de-duplicated per message id), `user` (tool
+//! results), `stream_event` (with `--include-partial-messages`: token deltas, thinking
+//! deltas, tool argument deltas), `control_request` (approvals, see `control.rs`),
+//! `conversation_reset` (the session id changes at the next `system/init`), `result` (the
+//! turn's result: summary, usage, cost, structured output, success or error — one turn may
+//! produce several, see below). Subagent messages are scoped by `parent_tool_use_id`.
+//!
+//! **The end of a turn.** The launch asks for session-state frames
+//! (`CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS=1`); a CLI that sends them says `running` before
+//! its first `system/init`, and `idle` once every result of the turn was written — after
+//! background subagents finished and held-back results were flushed, which may be several
+//! `result` frames. With those frames the turn ends at `idle`; without them (a caller turned
+//! them off, an older CLI) it ends at the first `result`. Must not: do I/O or decide policy.
 
 use std::collections::{BTreeMap, HashSet};
 use std::marker::PhantomData;
@@ -47,10 +56,130 @@ enum BlockKind {
     Other,
 }
 
-/// The terminal `result` frame's facts.
+/// The latest `result` frame's facts.
 struct ResultFrame {
     success: bool,
     session_id: Option<String>,
+}
+
+/// Token and cost totals of a `modelUsage`-shaped object (`{<model>: {inputTokens, …,
+/// costUSD}}`), summed over its models.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Totals {
+    input: u64,
+    output: u64,
+    cache_read: u64,
+    cache_write: u64,
+    cost: f64,
+}
+
+impl Totals {
+    /// The sum over the models of `value`; `None` when it is not an object.
+    fn of(value: &Value) -> Option<Totals> {
+        let models = value.as_object()?;
+        let mut t = Totals::default();
+        for m in models.values() {
+            t.input += u64_field(m, "inputTokens").unwrap_or(0);
+            t.output += u64_field(m, "outputTokens").unwrap_or(0);
+            t.cache_read += u64_field(m, "cacheReadInputTokens").unwrap_or(0);
+            t.cache_write += u64_field(m, "cacheCreationInputTokens").unwrap_or(0);
+            t.cost += m.get("costUSD").and_then(Value::as_f64).unwrap_or(0.0);
+        }
+        Some(t)
+    }
+
+    fn plus(self, o: Totals) -> Totals {
+        Totals {
+            input: self.input + o.input,
+            output: self.output + o.output,
+            cache_read: self.cache_read + o.cache_read,
+            cache_write: self.cache_write + o.cache_write,
+            cost: self.cost + o.cost,
+        }
+    }
+
+    /// `self - earlier`, or `self` when a counter went down (the CLI restarted its totals,
+    /// e.g. after `/clear`).
+    fn since(self, earlier: Totals) -> Totals {
+        if self.input < earlier.input
+            || self.output < earlier.output
+            || self.cache_read < earlier.cache_read
+            || self.cache_write < earlier.cache_write
+            || self.cost < earlier.cost
+        {
+            return self;
+        }
+        Totals {
+            input: self.input - earlier.input,
+            output: self.output - earlier.output,
+            cache_read: self.cache_read - earlier.cache_read,
+            cache_write: self.cache_write - earlier.cache_write,
+            cost: self.cost - earlier.cost,
+        }
+    }
+
+    fn usage(self) -> Usage {
+        Usage {
+            input_tokens: Some(self.input),
+            output_tokens: Some(self.output),
+            cache_read_tokens: Some(self.cache_read),
+            cache_write_tokens: Some(self.cache_write),
+            reasoning_tokens: None,
+            cost_usd: Some(self.cost),
+        }
+    }
+
+    fn json(self, basis: &str) -> Value {
+        json!({
+            "input_tokens": self.input,
+            "output_tokens": self.output,
+            "cache_read_tokens": self.cache_read,
+            "cache_write_tokens": self.cache_write,
+            "cost_usd": self.cost,
+            "basis": basis,
+        })
+    }
+}
+
+/// How the turn's usage was computed (the outcome's `usage_source` metadata).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UsageSource {
+    /// The sum of the turn's results' `model_usage_since_last_result` (Claude Code 2.1.332:
+    /// per result, never carried across processes — the value meant to be summed).
+    SinceLastResult,
+    /// The last result's `modelUsage` minus the totals this process reported at the end of
+    /// its previous turn (2.1.197: `modelUsage` counts the process's calls, subagents
+    /// included).
+    ModelUsageDelta,
+    /// The last result's `usage` and `total_cost_usd` (a CLI reporting neither).
+    ResultUsage,
+    /// The sum over the turn's assistant messages (a dialect whose result totals are the
+    /// session's, or no result).
+    AssistantMessages,
+}
+
+impl UsageSource {
+    fn as_str(self) -> &'static str {
+        match self {
+            UsageSource::SinceLastResult => "model_usage_since_last_result",
+            UsageSource::ModelUsageDelta => "model_usage_delta",
+            UsageSource::ResultUsage => "result_usage",
+            UsageSource::AssistantMessages => "assistant_messages",
+        }
+    }
+}
+
+/// What one CLI process has told so far, carried from turn to turn of a resident process.
+#[derive(Debug, Clone, Default)]
+struct ProcessFacts {
+    /// The CLI sends `system/session_state_changed` frames (seen at least once).
+    state_events: bool,
+    /// `system/init.capabilities` (Claude Code 2.1.332+): an open set of protocol features.
+    capabilities: Vec<String>,
+    /// `result_index` of the last result read (numbered per process).
+    last_result_index: Option<u64>,
+    /// The `modelUsage` totals of the last result read (the baseline of the next turn).
+    model_usage: Option<Totals>,
 }
 
 /// The Claude Code session (the stream-json mapping in Claude Code's dialect).
@@ -86,8 +215,20 @@ pub struct StreamJsonSession<D: Dialect> {
     open_tools: Vec<String>,
     usage: Option<Usage>,
     summary: Option<String>,
+    /// The latest result of the turn (a turn may write several).
     result: Option<ResultFrame>,
+    /// The latest result's exact line.
     terminal: Option<TerminalPayload>,
+    /// `EndTurn` was returned: only `system` frames may follow.
+    turn_over: bool,
+    process: ProcessFacts,
+    /// The `modelUsage` totals of this process before the turn began.
+    baseline: Option<Totals>,
+    /// The sum of the turn's results' `model_usage_since_last_result`, when they carry it.
+    since_last: Option<Totals>,
+    usage_source: Option<UsageSource>,
+    /// The latest result's `modelUsage` totals (cumulative: see `cumulative_basis`).
+    cumulative: Option<Totals>,
     structured: Option<String>,
     error: Option<(FailureReason, String, Option<String>)>,
     malformed: Option<String>,
@@ -164,9 +305,9 @@ impl<D: Dialect> StreamJsonSession<D> {
 
     fn handle_frame(&mut self, frame: Value, text: String, out: &mut Actions) {
         let kind = str_field(&frame, "type").unwrap_or_default().to_owned();
-        if self.terminal.is_some() && kind != "system" {
+        if self.turn_over && kind != "system" {
             self.malformed
-                .get_or_insert(format!("`{kind}` frame after the terminal result frame"));
+                .get_or_insert(format!("`{kind}` frame after the end of the turn"));
             return;
         }
         if let Some(id) = str_field(&frame, "session_id").filter(|id| !id.is_empty())
@@ -184,6 +325,7 @@ impl<D: Dialect> StreamJsonSession<D> {
             // A request the CLI withdrew (it answered itself); nothing to map.
             "control_cancel_request" => out.vendor(&kind, &text),
             "result" => self.on_result(&frame, &text, out),
+            "conversation_reset" => self.on_conversation_reset(&frame, &text, out),
             "error" => {
                 let message = str_field(&frame, "message")
                     .or_else(|| str_field(&frame, "error"))
@@ -207,6 +349,18 @@ impl<D: Dialect> StreamJsonSession<D> {
     fn on_system(&mut self, frame: &Value, raw: &str, out: &mut Actions) {
         match str_field(frame, "subtype") {
             Some("init") => {
+                // The session of this turn: after a `conversation_reset` (`/clear`) the CLI
+                // continues in a new session, which the next `init` names.
+                if let Some(id) = str_field(frame, "session_id").filter(|id| !id.is_empty()) {
+                    self.session_id = Some(id.to_owned());
+                }
+                if let Some(caps) = frame.get("capabilities").and_then(Value::as_array) {
+                    self.process.capabilities = caps
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect();
+                }
                 let model = str_field(frame, "model").map(str::to_owned);
                 if model.is_some() {
                     self.model = model.clone();
@@ -220,6 +374,7 @@ impl<D: Dialect> StreamJsonSession<D> {
                     "permissionMode",
                     "claude_code_version",
                     "apiKeySource",
+                    "capabilities",
                 ]
                 .iter()
                 .filter_map(|k| frame.get(*k).map(|v| ((*k).to_owned(), v.clone())))
@@ -243,8 +398,54 @@ impl<D: Dialect> StreamJsonSession<D> {
                 );
                 out.notice("api-retry", &message, Some(raw.to_owned()));
             }
+            Some("permission_denied") => {
+                // Advisory (the result's `permission_denials` is the record): a tool the CLI
+                // refused without asking anyone (2.1.332 also reports implicit denials).
+                let tool = str_field(frame, "tool_name").unwrap_or("a tool");
+                let message = str_field(frame, "message")
+                    .or_else(|| str_field(frame, "decision_reason"))
+                    .map_or_else(
+                        || format!("{} denied {tool}", D::PRODUCT),
+                        |m| format!("{tool}: {m}"),
+                    );
+                out.notice("permission-denied", &message, Some(raw.to_owned()));
+            }
+            Some("session_state_changed") => {
+                self.process.state_events = true;
+                out.vendor("system", raw);
+                // `idle` is the authoritative end of the turn: every result is written and
+                // the background work the CLI waits for is done.
+                if str_field(frame, "state") == Some("idle")
+                    && self.result.is_some()
+                    && !self.turn_over
+                {
+                    self.end_turn(out);
+                }
+            }
             _ => out.vendor("system", raw),
         }
+    }
+
+    /// `/clear`, plan-mode exit or a fresh session: the CLI goes on in a new session, whose
+    /// id the next `system/init` carries (`new_conversation_id` is not that id).
+    fn on_conversation_reset(&mut self, frame: &Value, raw: &str, out: &mut Actions) {
+        let trigger = str_field(frame, "trigger").unwrap_or("unknown");
+        out.notice(
+            "conversation-reset",
+            &format!(
+                "{} started a new conversation ({trigger}); the session id changes",
+                D::PRODUCT
+            ),
+            Some(raw.to_owned()),
+        );
+        let mut item = items::text(ItemKind::System, raw);
+        item.data_json = Some(raw.to_owned());
+        self.transcript.push(item, out);
+    }
+
+    fn end_turn(&mut self, out: &mut Actions) {
+        self.turn_over = true;
+        out.end_turn();
     }
 
     fn on_assistant(&mut self, frame: &Value, out: &mut Actions) {
@@ -603,6 +804,25 @@ impl<D: Dialect> StreamJsonSession<D> {
         let success = subtype == "success" && !is_error;
         let session_id = str_field(frame, "session_id").map(str::to_owned);
         let text = str_field(frame, "result").map(str::to_owned);
+        if let Some(index) = u64_field(frame, "result_index") {
+            // Numbered per process from 0; a gap means the CLI failed to write a result.
+            let expected = self.process.last_result_index.map_or(0, |i| i + 1);
+            if index > expected {
+                out.notice(
+                    "result-lost",
+                    &format!(
+                        "{} numbered this result {index}, but the one before it that was read is {}: {} result(s) never arrived",
+                        D::PRODUCT,
+                        self.process
+                            .last_result_index
+                            .map_or_else(|| "none".to_owned(), |i| i.to_string()),
+                        index - expected
+                    ),
+                    None,
+                );
+            }
+            self.process.last_result_index = Some(index);
+        }
         if success {
             self.summary = text.clone();
         } else {
@@ -618,30 +838,24 @@ impl<D: Dialect> StreamJsonSession<D> {
                     _ => format!("{} ended the turn with `{subtype}`", D::PRODUCT),
                 },
             };
+            let field = |k: &str| frame.get(k).cloned().unwrap_or(Value::Null);
             let details = json!({
                 "subtype": subtype,
-                "api_error_status": frame.get("api_error_status").cloned().unwrap_or(Value::Null),
-                "permission_denials": frame.get("permission_denials").cloned().unwrap_or(Value::Null),
+                "terminal_reason": field("terminal_reason"),
+                "api_error_status": field("api_error_status"),
+                "api_error_type": field("api_error_type"),
+                "permission_denials": field("permission_denials"),
             });
             self.error.get_or_insert((
-                FailureReason::AgentError,
+                result_failure_reason(frame, &subtype),
                 message,
                 Some(details.to_string()),
             ));
         }
-        if let Some(u) = frame
-            .get("usage")
-            .filter(|u| u.is_object() && !D::RESULT_USAGE_IS_SESSION_TOTAL)
-        {
-            let mut usage = usage_of(u);
-            usage.cost_usd = frame.get("total_cost_usd").and_then(Value::as_f64);
-            self.usage = Some(usage);
-            out.usage(usage);
+        self.account_usage(frame, out);
+        if let Some(structured) = frame.get("structured_output").filter(|v| !v.is_null()) {
+            self.structured = Some(structured.to_string());
         }
-        self.structured = frame
-            .get("structured_output")
-            .filter(|v| !v.is_null())
-            .map(Value::to_string);
         let mut item = items::blank(ItemKind::Result);
         item.text = text;
         item.is_error = !success;
@@ -656,7 +870,52 @@ impl<D: Dialect> StreamJsonSession<D> {
             event: "result".into(),
             json: raw.trim_end_matches(['\r', '\n']).to_owned(),
         });
-        out.end_turn();
+        // With session-state frames the turn ends at `idle` (more results may follow: held
+        // back while background subagents ran); without them, here.
+        if !self.process.state_events {
+            self.end_turn(out);
+        }
+    }
+
+    /// The turn's usage after a result: see [`UsageSource`] for the order of preference.
+    fn account_usage(&mut self, frame: &Value, out: &mut Actions) {
+        if D::RESULT_USAGE_IS_SESSION_TOTAL {
+            self.usage_source = self.usage.map(|_| UsageSource::AssistantMessages);
+            return;
+        }
+        let model_usage = frame.get("modelUsage").and_then(Totals::of);
+        if let Some(since) = frame
+            .get("model_usage_since_last_result")
+            .and_then(Totals::of)
+        {
+            self.since_last = Some(self.since_last.unwrap_or_default().plus(since));
+        }
+        // A CLI announcing capabilities carries `modelUsage` across resumed processes, so a
+        // difference against this process's baseline would count earlier turns again.
+        let delta_is_sound = self.process.capabilities.is_empty();
+        let (usage, source) = if let Some(since) = self.since_last {
+            (since.usage(), UsageSource::SinceLastResult)
+        } else if let Some(total) = model_usage.filter(|_| delta_is_sound) {
+            (
+                total.since(self.baseline.unwrap_or_default()).usage(),
+                UsageSource::ModelUsageDelta,
+            )
+        } else if let Some(u) = frame.get("usage").filter(|u| u.is_object()) {
+            let mut usage = usage_of(u);
+            usage.cost_usd = frame.get("total_cost_usd").and_then(Value::as_f64);
+            (usage, UsageSource::ResultUsage)
+        } else {
+            return;
+        };
+        if let Some(total) = model_usage {
+            self.cumulative = Some(total);
+            self.process.model_usage = Some(total);
+        }
+        self.usage_source = Some(source);
+        if self.usage != Some(usage) {
+            self.usage = Some(usage);
+            out.usage(usage);
+        }
     }
 
     fn failure(&self) -> Option<Failure> {
@@ -708,6 +967,36 @@ impl<D: Dialect> StreamJsonSession<D> {
     }
 }
 
+/// Why a failing `result` failed, as a typed reason: the result's subtype and Claude Code's
+/// `terminal_reason` (2.1.332), then the API error's `api_error_type` (2.1.332) or HTTP
+/// status. Names the host knows (`max_turns`, `budget_exhausted`, `invalid_output`,
+/// `context_limit`, `rate_limited`, `overloaded`, `authentication_failed`) become its typed
+/// reasons; anything else is `agent_error` with the details.
+pub(crate) fn result_failure_reason(frame: &Value, subtype: &str) -> FailureReason {
+    let named = |name: &str| FailureReason::Other(name.to_owned());
+    let terminal = str_field(frame, "terminal_reason").unwrap_or_default();
+    match (subtype, terminal) {
+        ("error_max_turns", _) | (_, "max_turns") => return named("max_turns"),
+        ("error_max_budget_usd", _) | (_, "budget_exhausted") => {
+            return named("budget_exhausted");
+        }
+        ("error_max_structured_output_retries", _) | (_, "structured_output_retry_exhausted") => {
+            return named("invalid_output");
+        }
+        (_, "prompt_too_long") => return named("context_limit"),
+        _ => {}
+    }
+    match (
+        str_field(frame, "api_error_type"),
+        u64_field(frame, "api_error_status"),
+    ) {
+        (Some("rate_limit_error"), _) | (None, Some(429)) => named("rate_limited"),
+        (Some("overloaded_error"), _) | (None, Some(529)) => named("overloaded"),
+        (Some("authentication_error"), _) | (None, Some(401)) => named("authentication_failed"),
+        _ => FailureReason::AgentError,
+    }
+}
+
 fn close_block(block: OpenBlock, out: &mut Actions) {
     let scope = block.scope;
     match block.kind {
@@ -756,6 +1045,12 @@ impl<D: Dialect> Session for StreamJsonSession<D> {
             summary: None,
             result: None,
             terminal: None,
+            turn_over: false,
+            process: ProcessFacts::default(),
+            baseline: None,
+            since_last: None,
+            usage_source: None,
+            cumulative: None,
             structured: None,
             error: None,
             malformed: None,
@@ -788,6 +1083,8 @@ impl<D: Dialect> Session for StreamJsonSession<D> {
             ..self.transport
         };
         next.session_id = self.session_id.take();
+        next.process = std::mem::take(&mut self.process);
+        next.baseline = next.process.model_usage;
         *self = next;
         write_frame(out, &user_frame(&self.request.prompt));
         Ok(())
@@ -847,7 +1144,7 @@ impl<D: Dialect> Session for StreamJsonSession<D> {
     fn on_cancel(&mut self, out: &mut Actions) {
         // In the SDK mode the CLI takes an interrupt on stdin and ends the turn with an error
         // result; one-shot runs have no channel for it (the host stops the process).
-        if self.transport.bidirectional && self.terminal.is_none() {
+        if self.transport.bidirectional && !self.turn_over {
             write_frame(
                 out,
                 &json!({
@@ -889,11 +1186,13 @@ impl<D: Dialect> Session for StreamJsonSession<D> {
     fn finish(&mut self) -> Outcome {
         let failure = self.failure();
         let checkpoint = self.session_id.clone().map(|id| {
+            // The last result succeeded, in the session the CLI is in now (after a
+            // `conversation_reset` the result and the checkpoint name the new one).
             let valid = failure.is_none()
                 && self
                     .result
                     .as_ref()
-                    .is_some_and(|r| r.success && r.session_id.is_some());
+                    .is_some_and(|r| r.success && r.session_id.as_deref() == Some(id.as_str()));
             Checkpoint {
                 state: SessionState {
                     resume_id: id,
@@ -913,6 +1212,25 @@ impl<D: Dialect> Session for StreamJsonSession<D> {
         outcome.checkpoint = checkpoint;
         outcome.structured_output = self.structured.clone();
         outcome.failure = failure;
+        if let Some(source) = self.usage_source {
+            outcome
+                .metadata
+                .push(("usage_source".into(), source.as_str().into()));
+        }
+        if let Some(total) = self.cumulative {
+            // 2.1.332 continues its totals across resumed processes (the session's); 2.1.197
+            // counts the process's calls only.
+            let basis = if self.usage_source == Some(UsageSource::SinceLastResult)
+                || !self.process.capabilities.is_empty()
+            {
+                "session"
+            } else {
+                "process"
+            };
+            outcome
+                .metadata
+                .push(("cumulative_usage".into(), total.json(basis).to_string()));
+        }
         if self.transport.bidirectional {
             outcome
                 .metadata

@@ -61,7 +61,28 @@ fn auto_approve_bypasses_permissions_with_the_root_env() {
             .iter()
             .any(|a| a == "--dangerously-skip-permissions")
     );
-    assert_eq!(launch.env, [("IS_SANDBOX".to_owned(), "1".to_owned())]);
+    assert!(
+        launch
+            .env
+            .contains(&("IS_SANDBOX".to_owned(), "1".to_owned()))
+    );
+}
+
+#[test]
+fn every_launch_asks_for_session_state_frames() {
+    for transport in ["auto", "stream-json"] {
+        let mut req = request("hello");
+        req.config_json = json!({ "transport": transport }).to_string();
+        let launch = start(req);
+        assert!(
+            launch.env.contains(&(
+                "CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS".to_owned(),
+                "1".to_owned()
+            )),
+            "{transport}: {:?}",
+            launch.env
+        );
+    }
 }
 
 #[test]
@@ -161,6 +182,26 @@ const ALL: &[(&str, &[u8], i32)] = &[
     ("error_400", fixture!("error_400"), 1),
     ("error_529", fixture!("error_529"), 1),
     ("resume_second", fixture!("resume_second"), 0),
+    (
+        "v332_background_agent",
+        fixture!("v332_background_agent"),
+        0,
+    ),
+    (
+        "v197_background_agent",
+        fixture!("v197_background_agent"),
+        0,
+    ),
+    ("v332_background_bash", fixture!("v332_background_bash"), 0),
+    ("v332_clear", fixture!("v332_clear"), 0),
+    (
+        "v332_permission_denied",
+        fixture!("v332_permission_denied"),
+        0,
+    ),
+    ("v332_error_400", fixture!("v332_error_400"), 1),
+    ("v332_resume_second", fixture!("v332_resume_second"), 0),
+    ("v332_interrupted", fixture!("v332_interrupted"), 1),
 ];
 
 fn replayed(bytes: &[u8], chunk: usize, code: i32, streaming: bool) -> Replay {
@@ -321,10 +362,17 @@ fn thinking_and_structured_output() {
 
 #[test]
 fn api_errors_fail_with_the_provider_message_and_no_valid_checkpoint() {
-    for (bytes, status) in [(fixture!("error_529"), 529), (fixture!("error_400"), 400)] {
+    for (bytes, status, reason) in [
+        (
+            fixture!("error_529"),
+            529,
+            FailureReason::Other("overloaded".into()),
+        ),
+        (fixture!("error_400"), 400, FailureReason::AgentError),
+    ] {
         let r = replayed(bytes, 0, 1, false);
         let failure = r.outcome.failure.clone().expect("failed");
-        assert_eq!(failure.reason, FailureReason::AgentError);
+        assert_eq!(failure.reason, reason);
         assert!(
             failure.message.contains(&format!("API Error: {status}")),
             "{}",
@@ -733,4 +781,269 @@ fn mcp_servers_go_to_a_private_config_file() {
         Harness::<ClaudeSession>::start(req),
         Err(StartError::Unsupported(_))
     ));
+}
+
+// --- Claude Code 2.1.332's protocol (recorded offline from the real CLIs) ----------------
+
+/// Where in the actions the turn ended, counted in `result` transcript items before it.
+fn results_before_end_turn(r: &Replay) -> Option<usize> {
+    let mut results = 0;
+    for a in &r.actions {
+        match a {
+            Action::Emit(Event::Item(i)) if i.kind == ItemKind::Result => results += 1,
+            Action::EndTurn => return Some(results),
+            _ => {}
+        }
+    }
+    None
+}
+
+fn metadata<'a>(o: &'a adaptor_sdk::Outcome, key: &str) -> Option<&'a str> {
+    o.metadata
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn idle_ends_the_turn_after_every_held_back_result() {
+    // A background subagent (the default since 2.1.198): the CLI holds the turn's result
+    // while it runs, then writes two results (the turn's and the task notification's) and
+    // only then `idle`. Both versions; 2.1.197 numbers no results.
+    for (name, bytes) in [
+        ("2.1.332", fixture!("v332_background_agent")),
+        ("2.1.197", fixture!("v197_background_agent")),
+        ("2.1.332 bash", fixture!("v332_background_bash")),
+    ] {
+        let r = replayed(bytes, 0, 0, false);
+        assert_eq!(results_before_end_turn(&r), Some(2), "{name}");
+        let o = &r.outcome;
+        assert!(o.failure.is_none(), "{name}: {:?}", o.failure);
+        assert!(o.checkpoint.as_ref().unwrap().valid, "{name}");
+        // The reply and the notification turn's text are both the run's.
+        assert!(
+            o.text.contains("noted the notification"),
+            "{name}: {}",
+            o.text
+        );
+        assert_eq!(
+            o.summary.as_deref(),
+            Some("noted the notification"),
+            "{name}"
+        );
+        // Background work is kept as vendor events, never dropped.
+        assert!(
+            r.events()
+                .iter()
+                .any(|e| matches!(e, Event::Other(v) if v.name == "system" && v.json.contains("task_notification"))),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn without_session_state_frames_the_first_result_ends_the_turn() {
+    let r = replayed(fixture!("plain_text"), 0, 0, false);
+    assert_eq!(results_before_end_turn(&r), Some(1));
+    // With them, a frame after `idle` breaks the protocol.
+    let mut bytes = fixture!("v332_permission_denied").to_vec();
+    bytes.extend_from_slice(
+        br#"{"type":"system","subtype":"session_state_changed","state":"idle","uuid":"u","session_id":"s"}
+{"type":"assistant","message":{"id":"late","content":[]},"session_id":"s"}
+"#,
+    );
+    let r = replayed(&bytes, 0, 0, false);
+    assert_eq!(results_before_end_turn(&r), Some(1));
+    assert_eq!(
+        r.outcome.failure.map(|f| f.reason),
+        Some(FailureReason::ProtocolError)
+    );
+}
+
+#[test]
+fn usage_is_the_turns_own_and_says_how_it_was_counted() {
+    // 2.1.332 resumed: `total_cost_usd` and `modelUsage` include the first process's turn;
+    // the turn's own usage is `model_usage_since_last_result`.
+    let r = replayed(fixture!("v332_resume_second"), 0, 0, false);
+    let u = r.outcome.usage.expect("usage");
+    assert_eq!((u.input_tokens, u.output_tokens), (Some(10), Some(7)));
+    assert!((u.cost_usd.unwrap() - 0.00018).abs() < 1e-9, "{u:?}");
+    assert_eq!(
+        metadata(&r.outcome, "usage_source"),
+        Some("model_usage_since_last_result")
+    );
+    let cumulative: Value =
+        serde_json::from_str(metadata(&r.outcome, "cumulative_usage").unwrap()).unwrap();
+    assert_eq!(cumulative["input_tokens"], 20);
+    assert_eq!(cumulative["basis"], "session");
+    // Held-back results: the first carries every call, the second `{}`: summed once.
+    let r = replayed(fixture!("v332_background_agent"), 0, 0, false);
+    let u = r.outcome.usage.expect("usage");
+    assert_eq!(u.input_tokens, Some(40), "{u:?}");
+    // 2.1.197 has no per-result usage: the process's `modelUsage` (subagent included) minus
+    // what it had counted before the turn.
+    let r = replayed(fixture!("v197_background_agent"), 0, 0, false);
+    let u = r.outcome.usage.expect("usage");
+    assert_eq!(u.input_tokens, Some(40), "{u:?}");
+    assert!((u.cost_usd.unwrap() - 0.0009).abs() < 1e-9, "{u:?}");
+    assert_eq!(
+        metadata(&r.outcome, "usage_source"),
+        Some("model_usage_delta")
+    );
+    let cumulative: Value =
+        serde_json::from_str(metadata(&r.outcome, "cumulative_usage").unwrap()).unwrap();
+    assert_eq!(cumulative["basis"], "process");
+}
+
+#[test]
+fn a_resident_turn_on_2_1_197_counts_only_its_own_calls() {
+    // Two turns on one process: the second result's `modelUsage` and `total_cost_usd` are
+    // the process's running totals.
+    let result = |inputs: u64, cost: f64| {
+        format!(
+            r#"{{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"0b6c2a0e-54b6-4f3e-9d22-8d7a5f1c2b3a","total_cost_usd":{cost},"usage":{{"input_tokens":10,"output_tokens":7}},"modelUsage":{{"m":{{"inputTokens":{inputs},"outputTokens":{},"cacheReadInputTokens":0,"cacheCreationInputTokens":0,"costUSD":{cost}}}}}}}
+"#,
+            inputs * 7 / 10
+        )
+    };
+    let init = br#"{"type":"system","subtype":"init","session_id":"0b6c2a0e-54b6-4f3e-9d22-8d7a5f1c2b3a","model":"m"}
+"#;
+    let mut req = request("one");
+    req.config_json = json!({ "transport": "stream-json" }).to_string();
+    let (mut h, _) = Harness::<ClaudeSession>::start(req.clone()).unwrap();
+    h.stdout(init);
+    h.stdout(result(10, 0.2).as_bytes());
+    let first = h.finish_turn();
+    assert_eq!(first.usage.unwrap().input_tokens, Some(10));
+    h.next_turn(request("two")).unwrap();
+    h.stdout(init);
+    h.stdout(result(20, 0.4).as_bytes());
+    let second = h.finish_turn();
+    let u = second.usage.unwrap();
+    assert_eq!(u.input_tokens, Some(10), "{u:?}");
+    assert!((u.cost_usd.unwrap() - 0.2).abs() < 1e-9, "{u:?}");
+}
+
+#[test]
+fn a_conversation_reset_moves_the_checkpoint_to_the_new_session() {
+    // `/clear` between two prompts on one process: the reset frame still carries the old
+    // session; the next `system/init` names the new one.
+    let r = replayed(fixture!("v332_clear"), 0, 0, false);
+    assert!(r.outcome.failure.is_none(), "{:?}", r.outcome.failure);
+    let cp = r.outcome.checkpoint.clone().unwrap();
+    assert!(cp.valid);
+    assert!(cp.state.resume_id.starts_with("2e3287ce"), "{cp:?}");
+    assert!(
+        r.events()
+            .iter()
+            .any(|e| matches!(e, Event::Notice(n) if n.kind == "conversation-reset"))
+    );
+}
+
+#[test]
+fn permission_denials_without_asking_are_notices() {
+    let r = replayed(fixture!("v332_permission_denied"), 0, 0, false);
+    let notice = r
+        .events()
+        .into_iter()
+        .find_map(|e| match e {
+            Event::Notice(n) if n.kind == "permission-denied" => Some(n),
+            _ => None,
+        })
+        .expect("a permission-denied notice");
+    assert!(notice.message.starts_with("Write: "), "{}", notice.message);
+    assert!(r.outcome.failure.is_none());
+}
+
+#[test]
+fn terminal_reasons_become_typed_failure_reasons() {
+    // 2.1.332: `terminal_reason: api_error` with `api_error_type`.
+    let r = replayed(fixture!("v332_error_400"), 0, 1, false);
+    let failure = r.outcome.failure.expect("failed");
+    assert_eq!(failure.reason, FailureReason::AgentError);
+    let details: Value = serde_json::from_str(failure.details_json.as_deref().unwrap()).unwrap();
+    assert_eq!(details["terminal_reason"], "api_error");
+    assert_eq!(details["api_error_type"], "invalid_request_error");
+    let frame = |extra: Value| {
+        let mut f = json!({"type": "result", "subtype": "success", "is_error": true});
+        f.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        f
+    };
+    for (f, subtype, reason) in [
+        (
+            json!({"terminal_reason": "max_turns"}),
+            "error_max_turns",
+            "max_turns",
+        ),
+        (
+            json!({"terminal_reason": "prompt_too_long"}),
+            "success",
+            "context_limit",
+        ),
+        (
+            json!({"terminal_reason": "budget_exhausted"}),
+            "error_max_budget_usd",
+            "budget_exhausted",
+        ),
+        (
+            json!({}),
+            "error_max_structured_output_retries",
+            "invalid_output",
+        ),
+        (
+            json!({"api_error_type": "rate_limit_error", "api_error_status": 429}),
+            "success",
+            "rate_limited",
+        ),
+        (json!({"api_error_status": 429}), "success", "rate_limited"),
+        (
+            json!({"api_error_type": "overloaded_error"}),
+            "success",
+            "overloaded",
+        ),
+        (
+            json!({"api_error_status": 401}),
+            "success",
+            "authentication_failed",
+        ),
+    ] {
+        assert_eq!(
+            crate::stream::result_failure_reason(&frame(f), subtype),
+            FailureReason::Other(reason.into()),
+            "{reason}"
+        );
+    }
+}
+
+#[test]
+fn a_gap_in_result_numbers_is_reported() {
+    let bytes = br#"{"type":"system","subtype":"init","session_id":"0b6c2a0e-54b6-4f3e-9d22-8d7a5f1c2b3a"}
+{"type":"result","subtype":"success","is_error":false,"result":"a","result_index":0,"session_id":"0b6c2a0e-54b6-4f3e-9d22-8d7a5f1c2b3a"}
+"#;
+    let r = replayed(bytes, 0, 0, false);
+    assert!(
+        !r.events()
+            .iter()
+            .any(|e| matches!(e, Event::Notice(n) if n.kind == "result-lost"))
+    );
+    let bytes = br#"{"type":"system","subtype":"init","session_id":"0b6c2a0e-54b6-4f3e-9d22-8d7a5f1c2b3a"}
+{"type":"result","subtype":"success","is_error":false,"result":"a","result_index":2,"session_id":"0b6c2a0e-54b6-4f3e-9d22-8d7a5f1c2b3a"}
+"#;
+    let r = replayed(bytes, 0, 0, false);
+    assert!(
+        r.events()
+            .iter()
+            .any(|e| matches!(e, Event::Notice(n) if n.kind == "result-lost"))
+    );
+}
+
+#[test]
+fn an_interrupted_2_1_332_turn_keeps_its_cut_text() {
+    let r = replayed(fixture!("v332_interrupted"), 0, 1, true);
+    let o = &r.outcome;
+    assert!(o.failure.is_some());
+    assert!(!o.checkpoint.as_ref().unwrap().valid);
+    assert!(o.text.starts_with("slow reply"), "{}", o.text);
 }

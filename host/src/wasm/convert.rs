@@ -310,7 +310,8 @@ pub(crate) fn failure_reason(r: wit::FailureReason) -> crate::error::FailureReas
         wit::FailureReason::PolicyViolation => F::PolicyViolation,
         wit::FailureReason::ResumeRejected => F::ResumeRejected,
         wit::FailureReason::ProtocolError => F::ProtocolError,
-        wit::FailureReason::Other(s) => F::Other(s),
+        // The typed reasons the WIT has no case for arrive by name (`other("rate_limited")`).
+        wit::FailureReason::Other(s) => F::from_name(&s),
     }
 }
 

@@ -80,6 +80,30 @@ fn served_usage(r: &RunResult, requests: u64) {
     assert!(u.cost_usd.is_some_and(|c| c > 0.0));
 }
 
+/// Two one-request turns cost the same: the second's cost is its own, not the session's
+/// running total (2.1.197 and 2.1.332 report cumulative totals in every result).
+fn same_cost(first: &RunResult, second: &RunResult) {
+    let cost = |r: &RunResult| r.usage.as_ref().and_then(|u| u.cost_usd).expect("cost");
+    assert!(
+        (cost(first) - cost(second)).abs() < 1e-9,
+        "turn costs {} and {}",
+        cost(first),
+        cost(second)
+    );
+    for r in [first, second] {
+        assert!(
+            r.metadata.contains_key("usage_source") && r.metadata.contains_key("cumulative_usage"),
+            "{:?}",
+            r.metadata
+        );
+    }
+}
+
+/// The Claude Code version under test is 2.1.332 or newer (its protocol additions).
+fn newest_protocol() -> bool {
+    claude_version() != "2.1.197"
+}
+
 fn valid_checkpoint(r: &RunResult) -> String {
     let cp = r.checkpoint.as_ref().expect("checkpoint");
     assert!(cp.is_valid(), "checkpoint should be valid");
@@ -262,6 +286,10 @@ async fn resume_carries_the_first_turn() {
         "Hello from mock-anthropic! user_msgs=2 you said: second turn"
     );
     assert_eq!(valid_checkpoint(&second), session, "same session");
+    // 2.1.332 carries the session's totals into the resumed process; the turn's usage is
+    // still its own.
+    served_usage(&second, 1);
+    same_cost(&first, &second);
     let args = second.raw().launch.as_ref().unwrap().args.clone();
     assert!(args.contains(&format!("--resume={session}")), "{args:?}");
     let sent = c.mock.requests();
@@ -522,7 +550,12 @@ async fn api_errors_400_429_500_529_fail_with_the_provider_message() {
                 &format!("MOCK_ERROR {status}"),
             );
         }
-        assert_eq!(e.reason, FailureReason::AgentError);
+        let reason = match status {
+            429 => FailureReason::RateLimited,
+            529 => FailureReason::Overloaded,
+            _ => FailureReason::AgentError,
+        };
+        assert_eq!(e.reason, reason, "{status}");
         assert!(
             e.message.starts_with("API Error") && e.message.contains(&status.to_string()),
             "{}",
@@ -660,7 +693,7 @@ async fn an_error_subtype_fails_the_run() {
             )
             .await,
     );
-    assert_eq!(e.reason, FailureReason::AgentError);
+    assert_eq!(e.reason, FailureReason::MaxTurns);
     assert_eq!(
         e.details.as_ref().unwrap()["subtype"],
         json!("error_max_turns")
@@ -693,6 +726,166 @@ async fn cancel_interrupts_a_bidirectional_turn_gracefully() {
     let terminal: Value = serde_json::from_str(&e.result.terminal().expect("result").json).unwrap();
     assert_eq!(terminal["subtype"], "error_during_execution", "{terminal}");
     assert_eq!(e.result.exit.signal, None, "{:?}", e.result.exit);
+}
+
+/// A subagent the model asks to run in the background (2.1.332 also backgrounds it unasked).
+const BACKGROUND_AGENT: &str = r#"TOOL Agent {"description":"bg helper","prompt":"helper work","subagent_type":"general-purpose","run_in_background":true}"#;
+
+/// A subagent running in the background: with stdin closed the CLI holds the turn's result
+/// until the subagent is done, runs the task notification as another turn and writes both
+/// results before `idle`. Every result, its text and every request's usage belong to the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_subagent_results_all_belong_to_the_run() {
+    let c = Claude::new().await;
+    let agent = c.agent().build();
+    let (events, r) =
+        collect(agent.stream_with(BACKGROUND_AGENT, RunOptions::new().streaming(false))).await;
+    let r = r.expect("run");
+    let results = r
+        .transcript()
+        .iter()
+        .filter(|i| i.kind == ItemKind::Result)
+        .count();
+    assert_eq!(results, 2, "the turn's result and the notification turn's");
+    assert!(r.text.contains("TOOL_RESULT_SEEN"), "{}", r.text);
+    // The notification turn's reply comes last (the subagent's own text is scoped to its
+    // tool call, not the run's).
+    let replies: Vec<&str> = r
+        .transcript()
+        .iter()
+        .filter(|i| i.kind == ItemKind::Assistant && i.parent_tool_call_id.is_none())
+        .filter_map(|i| i.text.as_deref())
+        .collect();
+    let last = replies.last().copied().unwrap_or_default();
+    assert!(
+        last.starts_with("Hello from mock-anthropic!"),
+        "{replies:?}"
+    );
+    assert!(!last.ends_with("you said: helper work"), "{replies:?}");
+    valid_checkpoint(&r);
+    // Main turn (2 requests), the subagent (1) and the notification turn (1).
+    let requests = c.mock.requests().len() as u64;
+    assert_eq!(requests, 4);
+    served_usage(&r, requests);
+    let states: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Vendor(v) if v.name == "system" => (v.json["subtype"]
+                == "session_state_changed")
+                .then(|| v.json["state"].as_str().unwrap_or_default().to_owned()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        states.last().map(String::as_str),
+        Some("idle"),
+        "{states:?}"
+    );
+}
+
+/// The same in a resident thread (stdin stays open, so the CLI writes each result as it
+/// comes): 2.1.332 stays `running` until the background subagent and its notification turn
+/// are done, so the turn ends once, after both results; the next turn starts clean. 2.1.197
+/// may say `idle` after the first result while a slow subagent still runs (its known gap,
+/// in the driver README); with this instant mock it usually does not, so only 2.1.332 is
+/// held to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resident_turn_waits_for_its_background_subagent() {
+    let c = Claude::new().await;
+    let agent = c
+        .agent_with(json!({ "transport": "stream-json" }))
+        .thread_store(adaptor::store::MemoryStore::new())
+        .build();
+    let thread = agent.thread("background");
+    let first = thread.run(BACKGROUND_AGENT).await.expect("first");
+    let results = |r: &RunResult| {
+        r.transcript()
+            .iter()
+            .filter(|i| i.kind == ItemKind::Result)
+            .count()
+    };
+    let second = thread.run("second turn").await.expect("second");
+    assert!(second.exit.kept_alive);
+    if newest_protocol() {
+        assert_eq!(results(&first), 2, "{}", first.text);
+        assert_eq!(results(&second), 1, "{}", second.text);
+        assert!(
+            second.text.ends_with("you said: second turn"),
+            "{}",
+            second.text
+        );
+    }
+    agent.close().await;
+}
+
+/// `/clear` starts a new conversation: the CLI moves to a new session, the checkpoint
+/// follows it, and the thread's next turn continues there (one user message in context).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_moves_the_thread_to_the_new_session() {
+    for transport in ["auto", "stream-json"] {
+        let c = Claude::new().await;
+        let agent = c
+            .agent_with(json!({ "transport": transport }))
+            .thread_store(adaptor::store::MemoryStore::new())
+            .build();
+        let thread = agent.thread("cleared");
+        let first = thread.run("first turn").await.expect("first");
+        let before = valid_checkpoint(&first);
+        let (events, cleared) = collect(thread.stream("/clear")).await;
+        let cleared = cleared.expect("clear");
+        let after = valid_checkpoint(&cleared);
+        assert_ne!(after, before, "{transport}: /clear starts a new session");
+        let reset_notice = events
+            .iter()
+            .any(|e| matches!(e, Event::Notice(n) if n.notice == "conversation-reset"));
+        // 2.1.197 switches sessions without saying so.
+        assert_eq!(reset_notice, newest_protocol(), "{transport}");
+        let third = thread.run("after clear").await.expect("third");
+        assert!(
+            third.text.ends_with("you said: after clear"),
+            "{transport}: {}",
+            third.text
+        );
+        assert_eq!(valid_checkpoint(&third), after, "{transport}");
+        // The new session's history: the `/clear` command's output, not the first turn.
+        let history = c.mock.requests().last().unwrap()["messages"].to_string();
+        assert!(history.contains("after clear"), "{transport}");
+        assert!(!history.contains("first turn"), "{transport}: {history}");
+        agent.close().await;
+    }
+}
+
+/// A tool the CLI refuses on its own (no approval mode asks): 2.1.332 says so in a
+/// `system/permission_denied` frame, surfaced as a notice; the tool result is an error either
+/// way and the run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_the_cli_denies_by_itself_is_a_notice() {
+    let c = Claude::new().await;
+    let agent = c.agent().build();
+    let outside = tmp();
+    let target = outside.path().join("denied.txt");
+    let prompt = format!(
+        r#"TOOL Write {{"file_path":"{}","content":"x"}}"#,
+        target.display()
+    );
+    let (events, r) = collect(agent.stream_with(&prompt, RunOptions::new().streaming(false))).await;
+    let r = r.expect("run");
+    assert!(!target.exists());
+    let results = tool_results(&r);
+    assert!(results.iter().any(|(_, is_error)| *is_error), "{results:?}");
+    let notice = events.iter().find_map(|e| match e {
+        Event::Notice(n) if n.notice == "permission-denied" => Some(n.message.clone()),
+        _ => None,
+    });
+    if newest_protocol() {
+        let notice = notice.expect("a permission-denied notice");
+        assert!(notice.starts_with("Write: "), "{notice}");
+    } else {
+        assert_eq!(
+            notice, None,
+            "2.1.197 sends no permission_denied frame here"
+        );
+    }
 }
 
 fn reused_pid(events: &[Event]) -> Option<u64> {
@@ -739,6 +932,7 @@ async fn a_thread_keeps_one_claude_process_across_turns() {
     assert_eq!(valid_checkpoint(&second), session, "same session");
     assert_eq!(second.thread.as_ref().unwrap().start, ThreadStart::Resumed);
     served_usage(&second, 1);
+    same_cost(&first, &second);
     let sent = c.mock.requests();
     assert_eq!(sent.len(), 2);
     assert!(sent[1]["messages"].to_string().contains("first turn"));
@@ -861,12 +1055,21 @@ async fn every_frame_of_the_pinned_cli_is_known() {
     });
     let plain = c.agent().build();
     let stdin_transport = c.agent_with(json!({ "transport": "stream-json" })).build();
+    let outside = tmp();
+    let denied_write = format!(
+        r#"TOOL Write {{"file_path":"{}","content":"x"}}"#,
+        outside.path().join("denied.txt").display()
+    );
     let mut raws = Vec::new();
     for (agent, prompt, options) in [
         (&plain, "THINK hello", RunOptions::new().streaming(true)),
         (&plain, TOUCH, auto.clone()),
         (&plain, "MOCK_ERROR 400", RunOptions::new()),
         (&stdin_transport, TOUCH, auto),
+        // Background work, a new conversation, a refusal without asking.
+        (&plain, BACKGROUND_AGENT, RunOptions::new()),
+        (&plain, "/clear", RunOptions::new()),
+        (&plain, &denied_write, RunOptions::new()),
     ] {
         let r = match agent.run_with(prompt, options).await {
             Ok(r) => r,
