@@ -41,6 +41,7 @@ pub struct RunOptions {
     pub(crate) identity: Option<String>,
     pub(crate) spawn: Option<Spawn>,
     pub(crate) mcp: Option<Vec<crate::mcp::Mcp>>,
+    pub(crate) steering: Option<bool>,
 }
 
 /// Whether a thread run may use the thread's resident provider process.
@@ -197,6 +198,7 @@ impl RunOptions {
             identity: nearer.identity.clone().or_else(|| self.identity.clone()),
             spawn: nearer.spawn.or(self.spawn),
             mcp: nearer.mcp.clone().or_else(|| self.mcp.clone()),
+            steering: nearer.steering.or(self.steering),
         }
     }
 
@@ -216,6 +218,16 @@ impl RunOptions {
     /// a thread run (the thread resumes its own state).
     pub fn resume(mut self, checkpoint: Checkpoint) -> Self {
         self.resume = Some(checkpoint);
+        self
+    }
+
+    /// Keep the turn open for input while it runs (per call only): the driver picks a
+    /// transport that can take it, and [`Stream::steer`] adds user input to the running
+    /// turn. Refused before anything starts ([`Error::SteeringUnsupported`]) by a driver whose
+    /// descriptor does not declare `steering`. Off by default: a steerable transport can
+    /// behave differently (Claude Code then reads its prompt as a stream-json frame).
+    pub fn steering(mut self, on: bool) -> Self {
+        self.steering = Some(on);
         self
     }
 }
@@ -289,6 +301,7 @@ impl RunOptions {
             schema: self.schema.as_ref(),
             streaming: self.streaming.unwrap_or(true),
             metadata: self.metadata.as_ref(),
+            steerable: self.steering.unwrap_or(false),
         }
     }
 }

@@ -154,6 +154,17 @@ pub struct Descriptor {
     pub skills: bool,
     /// Appended instructions.
     pub instructions: bool,
+    /// Input can be added to a running turn ([`RunOptions::steering`](crate::RunOptions::steering),
+    /// [`Stream::steer`](crate::Stream::steer)).
+    pub steering: bool,
+    /// The environment variables the driver's launches may set (exact names, or prefixes
+    /// ending in `*`); a launch setting any other is refused. `None` for a driver built
+    /// against `adaptor:driver@0.1.0`, which cannot declare them (the host's denylist alone
+    /// applies).
+    pub launch_env: Option<Vec<String>>,
+    /// The version of the `adaptor:driver` contract the driver was built against (`0.1.0`,
+    /// `0.2.0`).
+    pub wit_version: String,
 }
 
 impl Descriptor {

@@ -366,7 +366,8 @@ impl Driver {
             workspace,
             rules,
             config_paths,
-        ))
+        )
+        .with_launch_env(self.loaded.descriptor.launch_env.clone()))
     }
 
     pub(crate) fn configured_program(&self) -> String {

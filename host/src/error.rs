@@ -112,6 +112,15 @@ pub enum Error {
         /// Driver name.
         driver: String,
     },
+    /// [`RunOptions::steering`](crate::RunOptions::steering) was asked of a driver whose
+    /// descriptor does not declare `steering`. Nothing was started.
+    #[error(
+        "driver `{driver}` cannot take input while a turn runs (its descriptor does not declare `steering`)"
+    )]
+    SteeringUnsupported {
+        /// Driver name.
+        driver: String,
+    },
     /// The granted program could not be found.
     #[error("program `{program}` for driver `{driver}` was not found: {detail}")]
     ProgramNotFound {
@@ -267,6 +276,12 @@ pub enum LaunchRefusal {
         "environment variable `{0}` carries an MCP credential the host sets; a driver may not set it"
     )]
     HostEnv(String),
+    /// The driver set an environment variable its descriptor does not declare
+    /// (`driver-info.launch-env`).
+    #[error(
+        "environment variable `{0}` is not in the driver's declared launch environment (launch-env)"
+    )]
+    UndeclaredEnv(String),
     /// The driver set an environment variable the host's denylist covers
     /// ([`DRIVER_ENV_DENYLIST`](crate::DRIVER_ENV_DENYLIST)): a loader, interpreter, shell or
     /// tool-config variable, or one that moves the CLI's state.
@@ -309,12 +324,25 @@ pub enum LoadError {
         source: std::io::Error,
     },
     /// The bytes are not a component of the driver world.
-    #[error("`{driver}` is not an adaptor:driver@0.1 driver: {reason}")]
+    #[error("`{driver}` is not an adaptor:driver driver: {reason}")]
     NotADriver {
         /// File or name.
         driver: String,
         /// What is missing or wrong.
         reason: String,
+    },
+    /// The driver was built against a version of the contract this host does not load.
+    #[error(
+        "driver `{driver}` was built against adaptor:driver@{found}; this host loads {}",
+        supported.join(", ")
+    )]
+    UnsupportedWitVersion {
+        /// File or name.
+        driver: String,
+        /// The version the component exports (`adaptor:driver/driver@<found>`).
+        found: String,
+        /// The released versions this host loads, oldest first.
+        supported: Vec<String>,
     },
     /// Compilation failed.
     #[error("could not compile driver: {0}")]
@@ -351,6 +379,55 @@ pub enum LoadError {
         driver: String,
         /// What is wrong.
         reason: String,
+    },
+}
+
+/// Why a driver refused input for a running turn (see [`SteerError::Refused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum InputRefusal {
+    /// This run's transport has no channel for input while it runs.
+    Unsupported,
+    /// The turn is over.
+    TurnOver,
+    /// The input cannot be sent as given.
+    Invalid,
+}
+
+impl fmt::Display for InputRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            InputRefusal::Unsupported => "unsupported",
+            InputRefusal::TurnOver => "turn over",
+            InputRefusal::Invalid => "invalid",
+        })
+    }
+}
+
+/// Input for a running turn ([`Stream::steer`](crate::Stream::steer)) that was not delivered.
+/// Nothing reached the provider in any of these cases.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SteerError {
+    /// The run was not started with [`RunOptions::steering`](crate::RunOptions::steering).
+    #[error("this run does not take input while it runs: start it with RunOptions::steering(true)")]
+    NotSteerable,
+    /// The input is empty or longer than [`MAX_STEER_BYTES`](crate::MAX_STEER_BYTES).
+    #[error("the input is {0}")]
+    Invalid(String),
+    /// The turn is over (its end was read, the process exited, or the run ended).
+    #[error("the turn is over: {0}")]
+    TurnOver(String),
+    /// The driver refused it.
+    #[error("driver `{driver}` refused the input ({kind}): {message}")]
+    Refused {
+        /// The driver.
+        driver: String,
+        /// Why.
+        kind: InputRefusal,
+        /// The driver's message.
+        message: String,
     },
 }
 

@@ -46,6 +46,7 @@ pub struct EventMeta {
 /// The provider input that made a driver return an event (see [`EventMeta::source`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum EventSource {
     /// A chunk of provider output: `chunk` indexes [`RawStreams::chunks`](crate::RawStreams),
     /// `offset..offset + len` is its byte range in that stream's bytes.
@@ -73,6 +74,8 @@ pub enum EventSource {
     Cancel,
     /// A kept process was handed the next turn of its thread.
     NextTurn,
+    /// The caller added input to the running turn ([`Stream::steer`](crate::Stream::steer)).
+    Input,
     /// The provider process ended.
     Exit,
 }

@@ -3,7 +3,8 @@
 //! Drive local coding-agent CLIs (Claude Code, Codex, Cursor Agent, any ACP agent, or the
 //! bundled reference provider) behind one API — [`Agent`], [`Stream`], [`Event`],
 //! [`RunResult`], [`Driver`] — where every provider driver is a sandboxed WebAssembly
-//! component loaded at run time (`adaptor:driver@0.1.0`, see `wit/driver.wit`).
+//! component loaded at run time (`adaptor:driver@0.2.0`, see `wit/v0.2.0/driver.wit`; drivers
+//! built against the released `0.1.0` keep loading).
 //!
 //! The host owns all I/O: it spawns the provider process the driver asks for (after checking
 //! it against a grant), feeds its output to the driver, and turns the driver's actions into a
@@ -102,7 +103,8 @@ pub use descriptor::{
 };
 pub use driver::{Driver, LoadOptions, available_drivers, driver_dirs};
 pub use error::{
-    Error, FailureReason, LaunchRefusal, Limit, LoadError, RunError, StartRefusal, ThreadError,
+    Error, FailureReason, InputRefusal, LaunchRefusal, Limit, LoadError, RunError, StartRefusal,
+    SteerError, ThreadError,
 };
 pub use event::{
     ApprovalResolved, DropReason, Dropped, Event, EventMeta, EventSource, ItemEvent, Notice, Phase,
@@ -125,7 +127,7 @@ pub use run::{
     CHECKPOINT_INVALIDATED, CONTRACT_VIOLATION, MAX_PLAUSIBLE_COST_USD, MAX_PLAUSIBLE_TOKENS,
     SUMMARY_MAX_BYTES, SUMMARY_TRUNCATED,
 };
-pub use stream::{Canceller, Stream};
+pub use stream::{Canceller, MAX_STEER_BYTES, Steerer, Stream};
 pub use structured::{Mechanism, PROMPT_SCHEMA_MARKER, Schema, StructuredOutput};
 pub use thread::{DEFAULT_LEASE_TTL, Fork, Thread};
 #[cfg(feature = "tools")]
@@ -133,5 +135,6 @@ pub use tools::{MAX_TOOL_NAME, Tool, ToolError, ToolsError};
 pub use wasm::engine::CompileSource;
 pub use wasm::guest::GuestLimits;
 
-/// The WIT package version this host implements.
-pub const WIT_PACKAGE: &str = "adaptor:driver@0.1.0";
+/// The newest WIT package this host implements (what the SDK builds drivers against).
+pub const WIT_PACKAGE: &str = "adaptor:driver@0.2.0";
+pub use wasm::SUPPORTED_WIT_VERSIONS;

@@ -439,6 +439,18 @@ pub(crate) struct Delivery {
 }
 
 impl Delivery {
+    /// Every variable the caller gave a stdio server (name and value).
+    pub(crate) fn stdio_env(&self) -> Vec<(String, String)> {
+        self.servers
+            .iter()
+            .filter_map(|s| match &s.transport {
+                RequestTransport::Stdio { env, .. } => Some(env.iter().cloned()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
     fn secret(&mut self, value: &str) {
         // Very short values would mask unrelated text; they are not credentials anyway.
         if value.len() >= 4 && !self.secrets.iter().any(|s| s == value) {

@@ -16,7 +16,7 @@ use std::time::SystemTime;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Error;
+use crate::error::{Error, SteerError};
 pub(crate) use crate::event::blank_meta;
 use crate::event::{DropReason, Dropped, Event, RunFinished};
 use crate::result::RunResult;
@@ -234,6 +234,55 @@ impl Canceller {
     }
 }
 
+/// The most input one [`Stream::steer`] call may carry, in bytes (UTF-8).
+pub const MAX_STEER_BYTES: usize = 1 << 20;
+
+/// Input for the running turn, on its way to the supervisor (which answers on `reply`).
+pub(crate) struct SteerRequest {
+    pub text: String,
+    pub reply: oneshot::Sender<Result<(), SteerError>>,
+}
+
+/// A handle that adds input to one run's turn ([`Stream::steer`]); cheap to clone and send
+/// to other tasks.
+#[derive(Debug, Clone)]
+pub struct Steerer(Option<mpsc::UnboundedSender<SteerRequest>>);
+
+impl std::fmt::Debug for SteerRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SteerRequest")
+            .field("bytes", &self.text.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Steerer {
+    /// See [`Stream::steer`].
+    pub async fn steer(&self, text: impl Into<String>) -> Result<(), SteerError> {
+        let text = text.into();
+        if text.trim().is_empty() {
+            return Err(SteerError::Invalid("empty".into()));
+        }
+        if text.len() > MAX_STEER_BYTES {
+            return Err(SteerError::Invalid(format!(
+                "{} bytes, over the limit of {MAX_STEER_BYTES}",
+                text.len()
+            )));
+        }
+        let Some(tx) = &self.0 else {
+            return Err(SteerError::NotSteerable);
+        };
+        let (reply, answer) = oneshot::channel();
+        tx.send(SteerRequest { text, reply })
+            .map_err(|_| SteerError::TurnOver("the run has ended".into()))?;
+        answer.await.unwrap_or_else(|_| {
+            Err(SteerError::TurnOver(
+                "the run ended before the input reached the driver".into(),
+            ))
+        })
+    }
+}
+
 /// The events of one run, as a [`futures::Stream`], plus its result.
 ///
 /// Dropping a `Stream` before its result was taken cancels the run.
@@ -242,6 +291,7 @@ pub struct Stream {
     events: mpsc::Receiver<Event>,
     result: Option<oneshot::Receiver<Result<RunResult, Error>>>,
     cancel: CancellationToken,
+    steer: Steerer,
 }
 
 impl std::fmt::Debug for Stream {
@@ -258,12 +308,14 @@ impl Stream {
         events: mpsc::Receiver<Event>,
         result: oneshot::Receiver<Result<RunResult, Error>>,
         cancel: CancellationToken,
+        steer: Option<mpsc::UnboundedSender<SteerRequest>>,
     ) -> Self {
         Self {
             run_id,
             events,
             result: Some(result),
             cancel,
+            steer: Steerer(steer),
         }
     }
 
@@ -280,6 +332,25 @@ impl Stream {
     /// A cancel handle for another task.
     pub fn canceller(&self) -> Canceller {
         Canceller(self.cancel.clone())
+    }
+
+    /// Add user input to the running turn ("steering"): the driver delivers it the way its
+    /// CLI takes it — Claude Code folds it into the turn between tool calls or runs it right
+    /// after (the run then holds both replies), Codex's app-server adds it to the active turn
+    /// (`turn/steer`). Returns once the driver has handed it to the provider; what the
+    /// provider makes of it shows in the run's events and result.
+    ///
+    /// Only for runs started with [`RunOptions::steering`](crate::RunOptions::steering);
+    /// otherwise [`SteerError::NotSteerable`]. Refused with a typed [`SteerError`], nothing
+    /// written, when the input is empty or over [`MAX_STEER_BYTES`], when the turn is over,
+    /// or when the driver cannot take it now.
+    pub async fn steer(&self, text: impl Into<String>) -> Result<(), SteerError> {
+        self.steer.steer(text).await
+    }
+
+    /// A steering handle for another task ([`Stream::steer`]).
+    pub fn steerer(&self) -> Steerer {
+        self.steer.clone()
     }
 
     /// Drain the remaining events and return the run's result.

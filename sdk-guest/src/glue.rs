@@ -8,8 +8,8 @@ use std::marker::PhantomData;
 
 use crate::bindings::exports::adaptor::driver::driver::{Guest, GuestSession};
 use crate::{
-    Actions, ConfigError, Decision, Descriptor, Driver, EnvironmentReport, ExitStatus, Launch,
-    Outcome, ProbeCommand, ProbeOutput, RunRequest, Session, StartError, json,
+    Actions, ConfigError, Decision, Driver, DriverInfo, EnvironmentReport, ExitStatus, InputError,
+    Launch, Outcome, ProbeCommand, ProbeOutput, Session, StartError, TurnRequest, json,
 };
 
 /// Adapts a [`Driver`] to the generated `Guest` trait. Used by [`crate::export_driver!`].
@@ -25,8 +25,12 @@ fn parse_config(config_json: &str) -> Result<serde_json::Value, ConfigError> {
 impl<D: Driver> Guest for Adapter<D> {
     type Session = SessionAdapter<D::Session>;
 
-    fn describe() -> Descriptor {
-        D::describe()
+    fn describe() -> DriverInfo {
+        DriverInfo {
+            descriptor: D::describe(),
+            steering: D::steering(),
+            launch_env: D::launch_env(),
+        }
     }
 
     fn validate_config(config_json: String) -> Result<(), ConfigError> {
@@ -56,8 +60,8 @@ impl<S: Session> SessionAdapter<S> {
 }
 
 impl<S: Session> GuestSession for SessionAdapter<S> {
-    fn new(request: RunRequest) -> Self {
-        SessionAdapter(RefCell::new(S::new(request)))
+    fn new(request: TurnRequest) -> Self {
+        SessionAdapter(RefCell::new(S::from_turn(request)))
     }
 
     fn start(&self) -> Result<Launch, StartError> {
@@ -88,13 +92,19 @@ impl<S: Session> GuestSession for SessionAdapter<S> {
         self.with(|s, out| s.on_exit(&status, out))
     }
 
+    fn on_input(&self, text: String) -> Result<Vec<crate::Action>, InputError> {
+        let mut out = Actions::new();
+        self.0.borrow_mut().on_input(&text, &mut out)?;
+        Ok(out.into_vec())
+    }
+
     fn finish(&self) -> Outcome {
         self.0.borrow_mut().finish()
     }
 
-    fn next_turn(&self, request: RunRequest) -> Result<Vec<crate::Action>, StartError> {
+    fn next_turn(&self, request: TurnRequest) -> Result<Vec<crate::Action>, StartError> {
         let mut out = Actions::new();
-        self.0.borrow_mut().next_turn(request, &mut out)?;
+        self.0.borrow_mut().next_turn(request.request, &mut out)?;
         Ok(out.into_vec())
     }
 }

@@ -8,8 +8,8 @@
 //! ```
 
 use crate::{
-    Action, Actions, Decision, Event, ExitStatus, Launch, Outcome, Policy, RunRequest, Session,
-    StartError,
+    Action, Actions, Decision, Event, ExitStatus, InputError, Launch, Outcome, Policy, RunRequest,
+    Session, StartError, TurnRequest,
 };
 
 /// A session under test plus everything it asked the host to do.
@@ -49,9 +49,17 @@ pub fn events_of(actions: &[Action]) -> Vec<Event> {
 }
 
 impl<S: Session> Harness<S> {
-    /// Create the session and call `start`.
+    /// Create the session and call `start` (a request the caller will not steer).
     pub fn start(request: RunRequest) -> Result<(Self, Launch), StartError> {
-        let mut session = S::new(request);
+        Self::start_turn(TurnRequest {
+            request,
+            steerable: false,
+        })
+    }
+
+    /// Create the session from a turn request (e.g. a steerable one) and call `start`.
+    pub fn start_turn(turn: TurnRequest) -> Result<(Self, Launch), StartError> {
+        let mut session = S::from_turn(turn);
         let launch = session.start()?;
         Ok((
             Self {
@@ -83,6 +91,15 @@ impl<S: Session> Harness<S> {
     /// Deliver a decision.
     pub fn decide(&mut self, id: &str, decision: Decision) -> Vec<Action> {
         self.record(|s, out| s.on_decision(id, decision, out))
+    }
+
+    /// Add the caller's input to the running turn (`on-input`): its actions, or the refusal.
+    pub fn input(&mut self, text: &str) -> Result<Vec<Action>, InputError> {
+        let mut out = Actions::new();
+        self.session.on_input(text, &mut out)?;
+        let out = out.into_vec();
+        self.actions.extend(out.iter().cloned());
+        Ok(out)
     }
 
     /// Cancel the run (`on-cancel`).

@@ -1,7 +1,8 @@
 //! # adaptor-sdk — write an agent-adaptor driver in a few hundred lines
 //!
-//! A driver is a WebAssembly component implementing the `adaptor:driver@0.1.0` world (see
-//! `wit/driver.wit`, the contract). This crate owns everything that is not protocol knowledge:
+//! A driver is a WebAssembly component implementing the `adaptor:driver@0.2.0` world (see
+//! `wit/v0.2.0/driver.wit`, the contract). This crate owns everything that is not protocol
+//! knowledge:
 //!
 //! - [`bindings`]: the generated WIT types (re-exported at the crate root: [`Descriptor`],
 //!   [`RunRequest`], [`Launch`], [`Action`], [`Outcome`], …);
@@ -32,7 +33,7 @@ pub mod mcp;
 pub mod bindings {
     wit_bindgen::generate!({
         world: "driver-world",
-        path: "../wit",
+        path: "../wit/v0.2.0",
         pub_export_macro: true,
         export_macro_name: "__export_driver_world",
         default_bindings_module: "adaptor_sdk::bindings",
@@ -41,6 +42,7 @@ pub mod bindings {
 }
 
 pub use actions::{Actions, Transcript, empty_outcome, items, stopped_by_host, top_scope};
+pub use bindings::adaptor::driver::session_types::{DriverInfo, InputError, TurnRequest};
 pub use bindings::adaptor::driver::types::*;
 pub use framing::{Line, LineFramer};
 pub use glue::Adapter;
@@ -54,6 +56,19 @@ pub trait Driver: 'static {
 
     /// The capability table; must be deterministic.
     fn describe() -> Descriptor;
+
+    /// Whether the driver adds user input to a running turn ([`Session::on_input`]) when the
+    /// request is steerable. Default: no (the host refuses steerable requests).
+    fn steering() -> bool {
+        false
+    }
+
+    /// Every environment variable the driver's launches may set: exact names, or prefixes
+    /// ending in `*`. The host refuses a launch that sets anything else (besides the
+    /// variables the caller gave a stdio MCP server, passed on unchanged). Default: none.
+    fn launch_env() -> Vec<String> {
+        Vec::new()
+    }
 
     /// Check a parsed config object.
     fn validate_config(config: &serde_json::Value) -> Result<(), ConfigError>;
@@ -100,6 +115,14 @@ pub trait Session: Sized + 'static {
     /// Create the session for a resolved request (no work yet).
     fn new(request: RunRequest) -> Self;
 
+    /// Create the session for a turn request: the request and whether the caller may add
+    /// input while the turn runs (`turn.steerable`: choose a transport that can take it, or
+    /// refuse in [`start`](Self::start)). Default: [`new`](Self::new) with the request — a
+    /// driver that declares [`Driver::steering`] overrides it.
+    fn from_turn(turn: TurnRequest) -> Self {
+        Self::new(turn.request)
+    }
+
     /// The process to launch.
     fn start(&mut self) -> Result<Launch, StartError>;
 
@@ -114,6 +137,16 @@ pub trait Session: Sized + 'static {
 
     /// A timer fired. Default: ignore.
     fn on_timer(&mut self, _id: u64, _out: &mut Actions) {}
+
+    /// Input the caller adds to the running turn (steerable requests only): push the actions
+    /// that deliver it (a stdin frame), and mirror it in the transcript as a user item. Refuse
+    /// with an [`InputError`] when the transport cannot take it or the turn is over — nothing
+    /// is written then. Default: unsupported.
+    fn on_input(&mut self, _text: &str, _out: &mut Actions) -> Result<(), InputError> {
+        Err(InputError::Unsupported(
+            "this driver does not take input while a turn runs".into(),
+        ))
+    }
 
     /// The run is being cancelled (or timed out) while the process runs: push the actions
     /// that stop the turn gracefully. Default: none, so the host stops the process at once.

@@ -73,6 +73,11 @@ pub const KNOWN_FRAMES: &[(&str, Option<&str>)] = &[
     ("error", None),
 ];
 
+/// The environment variables a launch sets: `IS_SANDBOX` (with
+/// `--dangerously-skip-permissions`, which the CLI refuses as root otherwise) and the
+/// session-state frames that mark the end of a turn.
+pub const LAUNCH_ENV: &[&str] = &["IS_SANDBOX", "CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS"];
+
 /// Config fields accepted by the driver, with their JSON types.
 const CONFIG_FIELDS: &[(&str, &str)] = &[
     ("command", "non-empty-string"),
@@ -182,6 +187,10 @@ impl Driver for ClaudeDriver {
             skills: false,
             instructions: true,
         }
+    }
+
+    fn launch_env() -> Vec<String> {
+        LAUNCH_ENV.iter().map(|v| (*v).to_owned()).collect()
     }
 
     fn validate_config(config: &Value) -> Result<(), ConfigError> {

@@ -225,6 +225,10 @@ impl Driver for CodeBuddyDriver {
         }
     }
 
+    fn launch_env() -> Vec<String> {
+        vec!["DISABLE_AUTOUPDATER".to_owned()]
+    }
+
     fn validate_config(config: &Value) -> Result<(), ConfigError> {
         check_fields(config, CONFIG_FIELDS)?;
         json::check_one_of(config, "effort", EFFORTS)?;

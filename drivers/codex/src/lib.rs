@@ -147,6 +147,12 @@ impl Driver for CodexDriver {
         }
     }
 
+    fn launch_env() -> Vec<String> {
+        // Literal MCP header values, named in `env_http_headers` (a stdio server's own
+        // variables are the caller's and pass unchanged).
+        vec!["ADAPTOR_MCP_HEADER_*".to_owned()]
+    }
+
     fn validate_config(config: &Value) -> Result<(), ConfigError> {
         check_fields(config, CONFIG_FIELDS)?;
         let bad = |path: &str, message: String| ConfigError {

@@ -2,9 +2,13 @@
 //! answer to a question (`--approvals stdio|allow|deny`, see PROTOCOL.md).
 //!
 //! In `stdio` mode it writes an `approval_request` line on stdout and reads the matching
-//! `approval_response` line from stdin; `allow` and `deny` decide without asking.
+//! `approval_response` line from stdin; `allow` and `deny` decide without asking. Stdin is
+//! read by an [`Inbox`] on a thread of its own, so steering input (`{"type":"input",…}`
+//! lines) that arrives while a turn runs is collected whenever it comes.
 
+use std::collections::VecDeque;
 use std::io::{self, BufRead, Write};
+use std::sync::mpsc;
 
 use serde_json::{Value, json};
 
@@ -57,21 +61,179 @@ pub enum Decision {
     Broken(String),
 }
 
+/// Stdin in `stdio` mode, read line by line on a thread of its own: steering input
+/// (`{"type":"input","text":…}`) is collected whenever it arrives; every other line
+/// (approval responses, prompt frames) is handed out in order.
+pub struct Inbox {
+    lines: mpsc::Receiver<Result<String, String>>,
+    /// What was read and not handed out yet, in stdin order.
+    queue: VecDeque<Item>,
+    /// Input texts of the current turn, not taken yet.
+    inputs: Vec<String>,
+    /// The reader thread is done (end of input, or a read error).
+    done: bool,
+}
+
+/// One stdin line, sorted.
+enum Item {
+    Input(String),
+    Line(String),
+}
+
+impl Inbox {
+    /// Read `reader` on a new thread until end of input.
+    pub fn spawn<R: BufRead + Send + 'static>(mut reader: R) -> Inbox {
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            loop {
+                let mut line = String::new();
+                match reader.read_line(&mut line) {
+                    Ok(0) => break,
+                    Ok(_) => {
+                        if tx.send(Ok(line)).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(format!("cannot read stdin: {e}")));
+                        break;
+                    }
+                }
+            }
+        });
+        Inbox {
+            lines,
+            queue: VecDeque::new(),
+            inputs: Vec::new(),
+            done: false,
+        }
+    }
+
+    fn push(&mut self, line: String) {
+        self.queue.push_back(match input_text(&line) {
+            Some(text) => Item::Input(text),
+            None => Item::Line(line),
+        });
+    }
+
+    /// Move what the reader thread has read into the queue; with `wait`, wait for one line
+    /// first. `Err` on a read error.
+    fn pull(&mut self, wait: bool) -> Result<(), String> {
+        if wait && !self.done {
+            match self.lines.recv() {
+                Ok(Ok(line)) => self.push(line),
+                Ok(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                Err(_) => self.done = true,
+            }
+        }
+        loop {
+            match self.lines.try_recv() {
+                Ok(Ok(line)) => self.push(line),
+                Ok(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                Err(mpsc::TryRecvError::Empty) => return Ok(()),
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    self.done = true;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// The next line that is not input (waiting for it), taking the input before it into
+    /// the current turn; `Ok(None)` at end of input.
+    pub fn next_line(&mut self) -> Result<Option<String>, String> {
+        loop {
+            while let Some(item) = self.queue.pop_front() {
+                match item {
+                    Item::Input(text) => self.inputs.push(text),
+                    Item::Line(line) => return Ok(Some(line)),
+                }
+            }
+            if self.done {
+                return Ok(None);
+            }
+            self.pull(true)?;
+        }
+    }
+
+    /// The current turn's input received so far, taken. With `wait`, first wait until there
+    /// is some (or stdin ends).
+    pub fn take_inputs(&mut self, wait: bool) -> Vec<String> {
+        loop {
+            let _ = self.pull(false);
+            // Input up to the next turn's prompt frame is this turn's (approval answers in
+            // between stay queued).
+            let mut rest = VecDeque::new();
+            let mut next_turn = false;
+            for item in self.queue.drain(..) {
+                match item {
+                    Item::Input(text) if !next_turn => self.inputs.push(text),
+                    Item::Line(line) if !next_turn && parse_prompt_frame(&line).is_ok() => {
+                        next_turn = true;
+                        rest.push_back(Item::Line(line));
+                    }
+                    item => rest.push_back(item),
+                }
+            }
+            self.queue = rest;
+            if !wait || !self.inputs.is_empty() || self.done {
+                break;
+            }
+            if self.pull(true).is_err() {
+                break;
+            }
+        }
+        std::mem::take(&mut self.inputs)
+    }
+
+    /// The next prompt line; input that came before it is the previous turn's and too late
+    /// for it (put in `late`), input after it is the new turn's.
+    fn next_prompt_line(&mut self, late: &mut Vec<String>) -> Result<Option<String>, String> {
+        late.append(&mut self.inputs);
+        let line = self.next_line();
+        late.append(&mut self.inputs);
+        line
+    }
+}
+
+/// The text of a steering input frame `{"type":"input","text":…}`, if `line` is one.
+fn input_text(line: &str) -> Option<String> {
+    let frame: Value = serde_json::from_str(line.trim()).ok()?;
+    if frame.get("type").and_then(Value::as_str) != Some("input") {
+        return None;
+    }
+    frame.get("text").and_then(Value::as_str).map(str::to_owned)
+}
+
 /// Decides requests for one turn.
-pub struct Approver<'a> {
+pub struct Approver {
     mode: Mode,
-    input: Option<&'a mut dyn BufRead>,
+    input: Option<Inbox>,
     next_id: u32,
 }
 
-impl<'a> Approver<'a> {
+impl Approver {
     /// An approver in `mode`; `input` is stdin after the prompt frame (needed for `stdio`).
-    pub fn new(mode: Mode, input: Option<&'a mut dyn BufRead>) -> Self {
+    pub fn new(mode: Mode, input: Option<Inbox>) -> Self {
         Self {
             mode,
             input,
             next_id: 0,
         }
+    }
+
+    /// Steering input received so far (see [`Inbox::take_inputs`]); none without stdin.
+    pub fn take_inputs(&mut self, wait: bool) -> Vec<String> {
+        self.input
+            .as_mut()
+            .map(|i| i.take_inputs(wait))
+            .unwrap_or_default()
     }
 
     /// Decide `request` (the fields of an `approval_request` line after `type` and `id`).
@@ -112,24 +274,25 @@ impl<'a> Approver<'a> {
         let Some(input) = self.input.as_mut() else {
             return Ok(Decision::Broken("no stdin to read approvals from".into()));
         };
-        let mut text = String::new();
-        if input.read_line(&mut text)? == 0 {
-            return Ok(Decision::Broken(format!(
+        match input.next_line() {
+            Ok(Some(text)) => Ok(parse_response(&id, &text)),
+            Ok(None) => Ok(Decision::Broken(format!(
                 "stdin closed while waiting for the answer to {id}"
-            )));
+            ))),
+            Err(e) => Err(io::Error::other(e)),
         }
-        Ok(parse_response(&id, &text))
     }
 
-    /// `stdio` mode: the next turn's prompt frame, or `None` at end of input.
-    pub fn next_prompt(&mut self) -> Result<Option<String>, String> {
+    /// `stdio` mode: the first (or next) turn's prompt frame, or `None` at end of input.
+    /// Input that arrived after the previous turn ended is too late for it: each is noted in
+    /// `late` (the caller reports it on stderr) and not taken into the next turn.
+    pub fn next_prompt(&mut self, late: &mut Vec<String>) -> Result<Option<String>, String> {
         let Some(input) = self.input.as_mut() else {
             return Ok(None);
         };
-        let mut line = String::new();
-        match input.read_line(&mut line) {
-            Ok(0) => Ok(None),
-            Ok(_) => parse_prompt_frame(&line).map(Some),
+        match input.next_prompt_line(late) {
+            Ok(None) => Ok(None),
+            Ok(Some(line)) => parse_prompt_frame(&line).map(Some),
             Err(e) => Err(format!("cannot read the next prompt frame from stdin: {e}")),
         }
     }
@@ -168,15 +331,6 @@ pub fn parse_response(id: &str, line: &str) -> Decision {
         },
         _ => bad("`behavior` must be allow or deny"),
     }
-}
-
-/// Reads the `{"type":"user","text":…}` frame that carries the prompt in `stdio` mode.
-pub fn read_prompt_frame(input: &mut dyn BufRead) -> Result<String, String> {
-    let mut line = String::new();
-    input
-        .read_line(&mut line)
-        .map_err(|e| format!("cannot read the prompt frame from stdin: {e}"))?;
-    parse_prompt_frame(&line)
 }
 
 /// Parses one `{"type":"user","text":…}` line.
@@ -234,10 +388,11 @@ mod tests {
 
     #[test]
     fn stdio_asks_and_reads_the_answer() {
-        let mut input: &[u8] =
+        let input =
             b"{\"type\":\"approval_response\",\"id\":\"approval-1\",\"behavior\":\"allow\"}\n";
         let mut out = Emitter::new(Vec::new(), Duration::ZERO);
-        let mut approver = Approver::new(Mode::Stdio, Some(&mut input));
+        let inbox = Inbox::spawn(std::io::Cursor::new(input.to_vec()));
+        let mut approver = Approver::new(Mode::Stdio, Some(inbox));
         let mut req = serde_json::Map::new();
         req.insert("kind".into(), json!("plan"));
         let d = approver.decide(&mut out, req, None).unwrap();
@@ -265,9 +420,51 @@ mod tests {
 
     #[test]
     fn prompt_frame() {
-        let mut input: &[u8] = b"{\"type\":\"user\",\"text\":\"hi\"}\nrest";
-        assert_eq!(read_prompt_frame(&mut input).unwrap(), "hi");
-        let mut bad: &[u8] = b"hi\n";
-        assert!(read_prompt_frame(&mut bad).is_err());
+        assert_eq!(
+            parse_prompt_frame("{\"type\":\"user\",\"text\":\"hi\"}\n").unwrap(),
+            "hi"
+        );
+        assert!(parse_prompt_frame("hi\n").is_err());
+    }
+
+    #[test]
+    fn input_is_set_aside_wherever_it_arrives() {
+        let lines = concat!(
+            "{\"type\":\"user\",\"text\":\"first\"}\n",
+            "{\"type\":\"input\",\"text\":\"steer one\"}\n",
+            "{\"type\":\"approval_response\",\"id\":\"approval-1\",\"behavior\":\"allow\"}\n",
+            "{\"type\":\"input\",\"text\":\"steer two\"}\n",
+            "{\"type\":\"user\",\"text\":\"second\"}\n",
+            "{\"type\":\"input\",\"text\":\"never taken\"}\n",
+            "{\"type\":\"user\",\"text\":\"third\"}\n",
+        );
+        let inbox = Inbox::spawn(std::io::Cursor::new(lines.as_bytes().to_vec()));
+        let mut approver = Approver::new(Mode::Stdio, Some(inbox));
+        let mut late = Vec::new();
+        assert_eq!(
+            approver.next_prompt(&mut late).unwrap().as_deref(),
+            Some("first")
+        );
+        // The approval answer comes through although input was sent before it.
+        let mut out = Emitter::new(Vec::new(), Duration::ZERO);
+        let d = approver
+            .decide(&mut out, serde_json::Map::new(), None)
+            .unwrap();
+        assert!(matches!(d, Decision::Allow { .. }), "{d:?}");
+        assert_eq!(approver.take_inputs(true), ["steer one", "steer two"]);
+        assert_eq!(
+            approver.next_prompt(&mut late).unwrap().as_deref(),
+            Some("second")
+        );
+        assert!(late.is_empty());
+        // Input the turn never took is too late for it, and not the next turn's.
+        assert_eq!(
+            approver.next_prompt(&mut late).unwrap().as_deref(),
+            Some("third")
+        );
+        assert_eq!(late, ["never taken"]);
+        assert_eq!(approver.next_prompt(&mut late).unwrap(), None);
+        // Waiting for input at end of input returns at once.
+        assert!(approver.take_inputs(true).is_empty());
     }
 }

@@ -21,6 +21,7 @@ const KNOWN: &[&str] = &[
     "ask-question",
     "mcp-call",
     "mcp-bench",
+    "await-input",
 ];
 
 /// One `[[mcp-bench S1,S2:TOOL:N]]`: `N` interleaved rounds of `TOOL` (arguments `{}`) on
@@ -85,6 +86,9 @@ pub struct Script {
     pub mcp_calls: Vec<McpCall>,
     /// `[[mcp-bench S1,S2:TOOL:N]]`, after the calls.
     pub mcp_benches: Vec<McpBench>,
+    /// `[[await-input]]` (with `--approvals stdio`): after the session line, wait until
+    /// steering input (`{"type":"input",…}`) arrives on stdin, or stdin ends.
+    pub await_input: bool,
 }
 
 /// A prompt with its directives separated out.
@@ -200,6 +204,7 @@ fn apply(script: &mut Script, name: &str, arg: Option<&str>) -> Result<(), Strin
         "ask-permission" => no_arg(&mut script.ask_permission),
         "ask-plan" => no_arg(&mut script.ask_plan),
         "ask-question" => no_arg(&mut script.ask_question),
+        "await-input" => no_arg(&mut script.await_input),
         "exit" => {
             let code = number("an exit code 0-255")?;
             script.exit_code = u8::try_from(code)
@@ -328,7 +333,7 @@ mod tests {
         let raw = "[[fail]] [[exit 7]] [[crash]] [[sleep 10]] [[sleep 5]] [[hang]] [[grandchild]] \
                    [[ignore-term]] [[noise]] [[stderr one]] [[stderr two]] [[spam 3]] [[malformed]] \
                    [[ask-permission]] [[ask-plan]] [[ask-question]] \
-                   [[mcp-call srv:tool:{\"a\":1}]] [[mcp-bench a,b:echo:5]] hi";
+                   [[mcp-call srv:tool:{\"a\":1}]] [[mcp-bench a,b:echo:5]] [[await-input]] hi";
         let parsed = parse(raw).unwrap();
         assert_eq!(parsed.prompt, "hi");
         assert_eq!(
@@ -359,6 +364,7 @@ mod tests {
                     tool: "echo".into(),
                     rounds: 5,
                 }],
+                await_input: true,
             }
         );
     }

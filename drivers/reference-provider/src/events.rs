@@ -71,6 +71,11 @@ pub enum Event<'a> {
         /// Id of the message.
         id: &'a str,
     },
+    /// Steering input (`{"type":"input","text":…}` on stdin) taken into the running turn.
+    InputReceived {
+        /// The input, as received.
+        text: &'a str,
+    },
     /// Out-of-band information (`kind` says which); only `pids` exists.
     Notice {
         /// Notice kind: `pids`.

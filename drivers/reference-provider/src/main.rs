@@ -12,7 +12,7 @@ mod process;
 mod session;
 mod turn;
 
-use std::io::{self, BufRead, Read};
+use std::io::{self, Read};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -45,28 +45,26 @@ fn main() -> ExitCode {
         }
         Ok(Command::Grandchild) => process::run_grandchild(),
         Ok(Command::Turn(args)) => {
-            let mut stdin = io::stdin().lock();
-            let prompt = if args.approvals == approvals::Mode::Stdio {
-                match approvals::read_prompt_frame(&mut stdin) {
-                    Ok(prompt) => prompt,
+            let stdio = args.approvals == approvals::Mode::Stdio;
+            let (mut approver, prompt) = if stdio {
+                let inbox = approvals::Inbox::spawn(io::BufReader::new(io::stdin()));
+                let mut approver = approvals::Approver::new(args.approvals, Some(inbox));
+                let mut late = Vec::new();
+                match approver.next_prompt(&mut late) {
+                    Ok(Some(prompt)) => (approver, prompt),
+                    Ok(None) => return usage_error("stdin ended before the prompt frame"),
                     Err(message) => return usage_error(&message),
                 }
             } else {
                 let mut raw = Vec::new();
-                if let Err(error) = stdin.read_to_end(&mut raw) {
+                if let Err(error) = io::stdin().lock().read_to_end(&mut raw) {
                     return usage_error(&format!("cannot read the prompt from stdin: {error}"));
                 }
                 let Ok(prompt) = String::from_utf8(raw) else {
                     return usage_error("the prompt on stdin is not valid UTF-8");
                 };
-                prompt
+                (approvals::Approver::new(args.approvals, None), prompt)
             };
-            let input: Option<&mut dyn BufRead> = match args.approvals {
-                approvals::Mode::Stdio => Some(&mut stdin),
-                _ => None,
-            };
-            let stdio = args.approvals == approvals::Mode::Stdio;
-            let mut approver = approvals::Approver::new(args.approvals, input);
             let mut config = TurnConfig {
                 model: args
                     .model
@@ -95,7 +93,14 @@ fn main() -> ExitCode {
                 if !stdio || code != 0 {
                     return ExitCode::from(code);
                 }
-                prompt = match approver.next_prompt() {
+                let mut late = Vec::new();
+                let next = approver.next_prompt(&mut late);
+                for input in late {
+                    eprintln!(
+                        "reference-provider: input arrived after the turn ended and was not taken: {input:?}"
+                    );
+                }
+                prompt = match next {
                     Ok(Some(next)) => next,
                     Ok(None) => return ExitCode::from(code),
                     Err(message) => return usage_error(&message),

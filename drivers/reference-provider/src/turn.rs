@@ -70,7 +70,7 @@ pub fn run<W: Write, E: Write>(
     raw_prompt: &str,
     out: &mut Emitter<W>,
     err: &mut E,
-    approver: &mut Approver<'_>,
+    approver: &mut Approver,
 ) -> u8 {
     match turn(cfg, raw_prompt, out, err, approver) {
         Ok(code) => code,
@@ -181,7 +181,7 @@ fn turn<W: Write, E: Write>(
     raw_prompt: &str,
     out: &mut Emitter<W>,
     err: &mut E,
-    approver: &mut Approver<'_>,
+    approver: &mut Approver,
 ) -> io::Result<u8> {
     let parsed = match directives::parse(trim_trailing_newline(raw_prompt)) {
         Ok(parsed) => parsed,
@@ -245,6 +245,13 @@ fn turn<W: Write, E: Write>(
         web_search: cfg.web_search.as_deref(),
         instructions: cfg.instructions.as_deref(),
     })?;
+
+    // Steering input that arrived since the turn began (with `[[await-input]]`: wait for
+    // it): acknowledged, and answered in the reply.
+    let inputs = approver.take_inputs(script.await_input);
+    for text in &inputs {
+        out.event(&Event::InputReceived { text })?;
+    }
 
     if script.grandchild {
         match process::spawn_grandchild() {
@@ -333,7 +340,7 @@ fn turn<W: Write, E: Write>(
         (Some(value), _) => value.to_string(),
         (None, Some(_)) if script.invalid_json => r#"{"unexpected":true}"#.to_owned(),
         (None, Some(schema)) => sample_for_schema(&schema).to_string(),
-        (None, None) => reply_text(prompt, &history),
+        (None, None) => with_inputs(reply_text(prompt, &history), &inputs),
     };
     let deltas = reply_deltas(&reply, script.spam);
     if script.crash {
@@ -392,6 +399,13 @@ fn turn<W: Write, E: Write>(
     Ok(script.exit_code)
 }
 
+/// `reply` answering the steering `inputs` too: `<reply> + <input> + …`.
+pub fn with_inputs(reply: String, inputs: &[String]) -> String {
+    inputs
+        .iter()
+        .fold(reply, |reply, input| format!("{reply} + {input}"))
+}
+
 /// Strips one trailing newline (`\n` or `\r\n`) from the stdin prompt.
 pub fn trim_trailing_newline(raw: &str) -> &str {
     raw.strip_suffix('\n')
@@ -434,7 +448,7 @@ fn write_answer<W: Write>(
     prompt: &str,
     deltas: &[&str],
     script: &Script,
-    approver: &mut Approver<'_>,
+    approver: &mut Approver,
     ended: &Ended<'_>,
 ) -> io::Result<Option<u8>> {
     if script.ask_plan {
@@ -609,11 +623,12 @@ mod tests {
         cfg: &TurnConfig,
         prompt: &str,
         mode: crate::approvals::Mode,
-        mut answers: &[u8],
+        answers: &[u8],
     ) -> (u8, Vec<String>, String) {
         let mut out = Emitter::new(Vec::new(), Duration::ZERO);
         let mut err = Vec::new();
-        let mut approver = Approver::new(mode, Some(&mut answers));
+        let inbox = crate::approvals::Inbox::spawn(std::io::Cursor::new(answers.to_vec()));
+        let mut approver = Approver::new(mode, Some(inbox));
         let code = run(cfg, prompt, &mut out, &mut err, &mut approver);
         let stdout = String::from_utf8(out.into_inner()).unwrap();
         let lines = stdout.lines().map(str::to_string).collect();

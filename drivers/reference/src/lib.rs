@@ -11,10 +11,11 @@ use adaptor_sdk::json::{self, JsonLine, check_fields, describe_exit, str_field, 
 use adaptor_sdk::{
     Actions, ApprovalCaps, ApprovalKind, ApprovalRequest, Checkpoint, Choice, ConfigError,
     Decision, DecisionMode, DecisionModes, Descriptor, Driver, ExitStatus, Failure, FailureReason,
-    Fallback, ItemKind, Launch, Line, LineFramer, McpCaps, ModelInfo, Outcome, PolicyCaps,
-    PrivateFile, RunRequest, Sandbox, SandboxLevels, SchemaMechanism, Session, SessionCaps,
-    SessionMode, SessionState, StartError, StreamingCaps, StructuredOutputCaps, TerminalPayload,
-    Toggle, Transcript, Usage, VersionRange, empty_outcome, items, top_scope,
+    Fallback, InputError, ItemKind, Launch, Line, LineFramer, McpCaps, ModelInfo, Outcome,
+    PolicyCaps, PrivateFile, RunRequest, Sandbox, SandboxLevels, SchemaMechanism, Session,
+    SessionCaps, SessionMode, SessionState, StartError, StreamingCaps, StructuredOutputCaps,
+    TerminalPayload, Toggle, Transcript, TurnRequest, Usage, VersionRange, empty_outcome, items,
+    top_scope,
 };
 use serde_json::{Value, json};
 
@@ -99,6 +100,12 @@ impl Driver for ReferenceDriver {
         }
     }
 
+    /// Steering: with a steerable request the provider runs with `--approvals stdio` and
+    /// takes `{"type":"input"}` frames while the turn runs.
+    fn steering() -> bool {
+        true
+    }
+
     fn validate_config(config: &Value) -> Result<(), ConfigError> {
         check_fields(config, CONFIG_FIELDS)?;
         json::check_one_of(config, "transport", &["one-shot", "stdio"])
@@ -172,6 +179,9 @@ pub struct ReferenceSession {
     stdio: bool,
     /// Why the last interrupting refusal was sent (names the failure if the turn ends on it).
     refusal: Option<FailureReason>,
+    /// The caller may add input while the turn runs: the stdio transport, whose stdin stays
+    /// open for `{"type":"input"}` frames.
+    steerable: bool,
 }
 
 impl ReferenceSession {
@@ -217,6 +227,11 @@ impl ReferenceSession {
             }
             "error" => self.on_error(&frame, out),
             "approval_request" => self.on_approval_request(&frame, out),
+            // The provider took the caller's input into the turn: it is the user's.
+            "input_received" => {
+                let text = str_field(&frame, "text").unwrap_or_default();
+                self.transcript.push(items::text(ItemKind::User, text), out);
+            }
             "result" => self.on_result(&frame, &text, out),
             _ => {
                 out.vendor(&kind, &text);
@@ -578,7 +593,32 @@ impl Session for ReferenceSession {
             asks: false,
             stdio: false,
             refusal: None,
+            steerable: false,
         }
+    }
+
+    fn from_turn(turn: TurnRequest) -> Self {
+        let mut session = Self::new(turn.request);
+        session.steerable = turn.steerable;
+        session
+    }
+
+    fn on_input(&mut self, text: &str, out: &mut Actions) -> Result<(), InputError> {
+        if !self.stdio {
+            return Err(InputError::Unsupported(
+                "the provider was started with the one-shot transport (stdin closed after the prompt)"
+                    .into(),
+            ));
+        }
+        if self.terminal.is_some() || self.status.is_some() {
+            return Err(InputError::TurnOver(
+                "the provider has written this turn's result".into(),
+            ));
+        }
+        let mut frame = json!({"type": "input", "text": text}).to_string();
+        frame.push('\n');
+        out.write_stdin(frame.into_bytes());
+        Ok(())
     }
 
     fn next_turn(&mut self, request: RunRequest, out: &mut Actions) -> Result<(), StartError> {
@@ -693,7 +733,7 @@ impl Session for ReferenceSession {
         self.asks = [policy.permission, policy.plan_review, policy.question]
             .iter()
             .any(|m| *m != DecisionMode::Inherit);
-        let stdio = self.asks || str_field(cfg, "transport") == Some("stdio");
+        let stdio = self.asks || self.steerable || str_field(cfg, "transport") == Some("stdio");
         self.stdio = stdio;
         let stdin = if stdio {
             // The provider asks over stdin; the prompt travels as the first frame.

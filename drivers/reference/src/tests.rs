@@ -335,3 +335,41 @@ fn the_stdio_transport_serves_further_turns_on_one_process() {
         Err(StartError::Unsupported(_))
     ));
 }
+
+#[test]
+fn a_steerable_turn_takes_input_until_its_result() {
+    use adaptor_sdk::harness::Harness;
+    use adaptor_sdk::{Action, InputError, TurnRequest};
+    // Not steerable: the one-shot transport has no channel for input.
+    let (mut h, launch) = Harness::<ReferenceSession>::start(request("hello")).unwrap();
+    assert!(!launch.keep_stdin_open);
+    assert!(matches!(h.input("more"), Err(InputError::Unsupported(_))));
+    // Steerable: the stdio transport, input as `{"type":"input"}` frames.
+    let (mut h, launch) = Harness::<ReferenceSession>::start_turn(TurnRequest {
+        request: request("hello"),
+        steerable: true,
+    })
+    .unwrap();
+    assert!(launch.keep_stdin_open);
+    assert!(
+        launch
+            .args
+            .windows(2)
+            .any(|w| w == ["--approvals", "stdio"])
+    );
+    let written = h.input("and more").unwrap();
+    assert_eq!(
+        written,
+        [Action::WriteStdin(
+            b"{\"text\":\"and more\",\"type\":\"input\"}\n".to_vec()
+        )]
+    );
+    h.stdout(b"{\"type\":\"session\",\"session_id\":\"ref-00000000000000ab\",\"model\":\"reference-1\",\"resumed\":false}\n");
+    let acted = h.stdout(b"{\"type\":\"input_received\",\"text\":\"and more\"}\n");
+    assert!(acted.iter().any(|a| matches!(
+        a,
+        Action::Emit(Event::Item(i)) if i.kind == ItemKind::User && i.text.as_deref() == Some("and more")
+    )));
+    h.stdout(b"{\"type\":\"result\",\"status\":\"success\",\"session_id\":\"ref-00000000000000ab\",\"model\":\"reference-1\",\"text\":\"Reference reply: hello + and more\",\"summary\":\"s\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}\n");
+    assert!(matches!(h.input("late"), Err(InputError::TurnOver(_))));
+}

@@ -142,6 +142,15 @@ fn matches(rule: &str, name: &str) -> bool {
     }
 }
 
+/// Whether the driver's `launch-env` declaration covers `name` (an exact entry, or a prefix
+/// entry ending in `*`).
+pub(crate) fn declared(name: &str, declared: &[String]) -> bool {
+    declared.iter().any(|entry| match entry.strip_suffix('*') {
+        Some(prefix) => !prefix.is_empty() && name.starts_with(prefix),
+        None => entry == name,
+    })
+}
+
 /// The denylist entry that covers `name`, if any.
 pub(crate) fn denied_by(name: &str) -> Option<&'static str> {
     DRIVER_ENV_DENYLIST
@@ -187,6 +196,17 @@ pub(crate) fn check_driver_var(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_launch_env_declaration_covers_exact_names_and_prefixes() {
+        let declared = vec!["IS_SANDBOX".to_owned(), "ADAPTOR_MCP_HEADER_*".to_owned()];
+        assert!(super::declared("IS_SANDBOX", &declared));
+        assert!(super::declared("ADAPTOR_MCP_HEADER_0", &declared));
+        assert!(!super::declared("IS_SANDBOX2", &declared));
+        assert!(!super::declared("ADAPTOR_MCP", &declared));
+        assert!(!super::declared("ANY", &["*".to_owned()]));
+        assert!(!super::declared("ANY", &[]));
+    }
+
     use super::*;
 
     #[test]

@@ -58,6 +58,10 @@ pub(crate) struct LaunchAsk<'a> {
     pub cwd: Option<&'a str>,
     /// Names of the private files it wants written.
     pub file_names: &'a [&'a str],
+    /// Variables the caller gave the run's stdio MCP servers (`Mcp::stdio(…).env(k, v)`): a
+    /// launch may pass exactly these pairs on (for a CLI that hands its own environment to
+    /// the servers) without declaring the caller's names.
+    pub mcp_env: &'a [(String, String)],
 }
 
 /// What the embedder decided about the processes of its runs (the agent's settings).
@@ -133,9 +137,18 @@ pub(crate) struct ProcessGrant {
     containment: Containment,
     grace: std::time::Duration,
     config_paths: Vec<confine::ConfigPath>,
+    /// The variables the driver declared its launches may set (`None`: a driver of
+    /// `adaptor:driver@0.1.0`, which cannot declare them).
+    launch_env: Option<Vec<String>>,
 }
 
 impl ProcessGrant {
+    /// The driver's declared launch environment (`driver-info.launch-env`).
+    pub(crate) fn with_launch_env(mut self, declared: Option<Vec<String>>) -> Self {
+        self.launch_env = declared;
+        self
+    }
+
     /// Decide the grant: `configured` (the driver config's `command`, else its default
     /// program) resolved against PATH outside the workspace, then the host's program
     /// directories; the environment from the allowlist and the embedder's rules; the paths
@@ -185,6 +198,7 @@ impl ProcessGrant {
             containment: rules.containment.clone(),
             grace: rules.grace,
             config_paths,
+            launch_env: None,
         }
     }
 
@@ -245,6 +259,12 @@ impl ProcessGrant {
             let caller_set = self.caller_names.iter().any(|c| c == name);
             let secret = secret.filter(|_| !caller_set);
             env::check_driver_var(name, &self.containment.allow_env, secret)?;
+            if let Some(declared) = &self.launch_env
+                && !env::declared(name, declared)
+                && !launch.mcp_env.iter().any(|(k, v)| k == name && v == value)
+            {
+                return Err(LaunchRefusal::UndeclaredEnv(name.clone()));
+            }
         }
         for file in launch.file_names {
             if !is_plain_file_name(file) {
@@ -373,6 +393,7 @@ mod tests {
             containment: Containment::new().best_effort(),
             grace: std::time::Duration::from_millis(100),
             config_paths: Vec::new(),
+            launch_env: None,
         }
     }
 
@@ -393,7 +414,59 @@ mod tests {
             env: &[],
             cwd,
             file_names: &[],
+            mcp_env: &[],
         }
+    }
+
+    #[test]
+    fn a_launch_sets_only_what_its_driver_declared_or_the_caller_gave_an_mcp_server() {
+        let ws = tempfile::tempdir().unwrap();
+        let grant =
+            grant(ws.path()).with_launch_env(Some(vec!["IS_SANDBOX".into(), "MCP_H_*".into()]));
+        let ok = [
+            ("IS_SANDBOX".to_owned(), "1".to_owned()),
+            ("MCP_H_1".to_owned(), "v".to_owned()),
+        ];
+        let ask = LaunchAsk {
+            env: &ok,
+            ..launch("reference-provider", None)
+        };
+        assert!(grant.check(&ask).is_ok());
+        let undeclared = [("SOMETHING_ELSE".to_owned(), "1".to_owned())];
+        let ask = LaunchAsk {
+            env: &undeclared,
+            ..launch("reference-provider", None)
+        };
+        assert_eq!(
+            grant.check(&ask),
+            Err(LaunchRefusal::UndeclaredEnv("SOMETHING_ELSE".into()))
+        );
+        // The caller's stdio server variable passes, with the caller's value only.
+        let mcp_env = [("GITHUB_TOKEN".to_owned(), "caller".to_owned())];
+        let passed = [("GITHUB_TOKEN".to_owned(), "caller".to_owned())];
+        let ask = LaunchAsk {
+            env: &passed,
+            mcp_env: &mcp_env,
+            ..launch("reference-provider", None)
+        };
+        assert!(grant.check(&ask).is_ok());
+        let changed = [("GITHUB_TOKEN".to_owned(), "driver".to_owned())];
+        let ask = LaunchAsk {
+            env: &changed,
+            mcp_env: &mcp_env,
+            ..launch("reference-provider", None)
+        };
+        assert_eq!(
+            grant.check(&ask),
+            Err(LaunchRefusal::UndeclaredEnv("GITHUB_TOKEN".into()))
+        );
+        // A 0.1.0 driver declares nothing: the denylist alone applies.
+        let legacy = grant.with_launch_env(None);
+        let ask = LaunchAsk {
+            env: &undeclared,
+            ..launch("reference-provider", None)
+        };
+        assert!(legacy.check(&ask).is_ok());
     }
 
     #[test]

@@ -97,7 +97,14 @@ fn launch(
     let (tx, rx) = mpsc::channel(inner.settings.event_buffer.max(2));
     let (result_tx, result_rx) = oneshot::channel();
     let cancel = inner.cancel.child_token();
-    let stream = Stream::new(run_id.clone(), rx, result_rx, cancel.clone());
+    let (steer_tx, steer_rx) = match options.steering {
+        Some(true) => {
+            let (tx, rx) = mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        }
+        _ => (None, None),
+    };
+    let stream = Stream::new(run_id.clone(), rx, result_rx, cancel.clone(), steer_tx);
     if inner.closed.load(Ordering::SeqCst) {
         let _ = result_tx.send(Err(Error::AgentClosed));
         return stream;
@@ -110,7 +117,8 @@ fn launch(
         cancel.clone(),
     );
     let span = tracing::info_span!("run", run_id = %run_id, driver = %inner.driver.name());
-    let run = Run::new(inner, run_id, prompt, options, emitter, cancel, thread);
+    let mut run = Run::new(inner, run_id, prompt, options, emitter, cancel, thread);
+    run.steer = steer_rx;
     inner.tracker.spawn(
         async move {
             let result = run.execute().await;
@@ -140,6 +148,8 @@ struct Run {
     kept: Option<Resident>,
     /// The MCP delivery, once resolved ([`Run::delivery`]).
     delivery: Option<Arc<crate::mcp::Delivery>>,
+    /// Input for the running turn ([`Stream::steer`]), for a steerable run.
+    steer: Option<mpsc::UnboundedReceiver<crate::stream::SteerRequest>>,
 }
 
 /// A thread run that starts a fresh session because the stored one was rejected before
@@ -202,6 +212,7 @@ impl Run {
             resident_signature: None,
             kept: None,
             delivery: None,
+            steer: None,
         }
     }
 

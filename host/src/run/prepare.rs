@@ -34,6 +34,9 @@ impl Run {
         if self.options.instructions.is_some() && !driver.loaded.descriptor.instructions {
             return Err(Error::InstructionsUnsupported { driver: name });
         }
+        if self.options.steering == Some(true) && !driver.loaded.descriptor.steering {
+            return Err(Error::SteeringUnsupported { driver: name });
+        }
         let workspace = resolve_workspace(self.options.workspace.as_deref())?;
         let mut instance = self.fresh_instance().await?;
         let config_json = driver.config.to_string();
@@ -86,12 +89,14 @@ impl Run {
             });
         }
         let file_names: Vec<&str> = launch.files.iter().map(|(name, _)| name.as_str()).collect();
+        let mcp_env = delivery.stdio_env();
         let ask = LaunchAsk {
             program: &launch.program,
             args: &launch.args,
             env: &launch.env,
             cwd: launch.cwd.as_deref(),
             file_names: &file_names,
+            mcp_env: &mcp_env,
         };
         let host_set = launch
             .env

@@ -22,7 +22,7 @@ use crate::event::*;
 use crate::process::{self, Sig};
 use crate::result::{ChunkRecord, RawStreams, StreamKind};
 use crate::session::{Action, Decision, DriverSignal};
-use crate::stream::Emitter;
+use crate::stream::{Emitter, SteerRequest};
 use crate::wasm::guest::GuestLimits;
 use crate::wasm::guest::GuestSession;
 
@@ -66,6 +66,8 @@ pub(super) struct Supervisor<'a> {
     pub(super) limits: GuestLimits,
     /// What this turn's driver used of them.
     pub(super) used: Used,
+    /// Input the caller adds to the running turn (a steerable run only).
+    pub(super) steer: Option<&'a mut mpsc::UnboundedReceiver<SteerRequest>>,
 }
 
 /// The host resources a driver's actions used in this turn (see [`GuestLimits`]).
@@ -227,6 +229,9 @@ impl Supervisor<'_> {
                         let actions = self.session.on_timer(id).await?;
                         self.apply(EventSource::Timer { id }, actions).await?;
                     }
+                }
+                Some(request) = recv_steer(&mut self.steer) => {
+                    self.on_steer(request, status.is_some() || stopping).await?;
                 }
                 n = read_opt(&mut stdout, &mut out_buf) => {
                     if self.on_read(StreamKind::Stdout, n, &out_buf).await? {
@@ -561,6 +566,32 @@ impl Supervisor<'_> {
         Ok(())
     }
 
+    /// The caller's input for the running turn: handed to the driver (`on-input`) and its
+    /// actions performed, unless the turn is over; the caller learns which.
+    async fn on_steer(&mut self, request: SteerRequest, over: bool) -> Result<(), Error> {
+        use crate::error::SteerError;
+        if over || self.turn_ended || self.stopping || self.asks.aborting() {
+            let _ = request.reply.send(Err(SteerError::TurnOver(
+                "the turn has ended or is being stopped".into(),
+            )));
+            return Ok(());
+        }
+        match self.session.on_input(&request.text).await? {
+            Ok(actions) => {
+                self.apply(EventSource::Input, actions).await?;
+                let _ = request.reply.send(Ok(()));
+            }
+            Err((kind, message)) => {
+                let _ = request.reply.send(Err(SteerError::Refused {
+                    driver: self.driver.clone(),
+                    kind,
+                    message,
+                }));
+            }
+        }
+        Ok(())
+    }
+
     /// Count one driver event against the turn's limit.
     fn count_event(&mut self) -> Result<(), Error> {
         self.used.events += 1;
@@ -700,6 +731,22 @@ async fn read_opt<R: AsyncRead + Unpin>(
 ) -> std::io::Result<usize> {
     match reader {
         Some(r) => r.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next steering request, or never (no channel, or every sender gone).
+async fn recv_steer(
+    steer: &mut Option<&mut mpsc::UnboundedReceiver<SteerRequest>>,
+) -> Option<SteerRequest> {
+    match steer {
+        Some(rx) => match rx.recv().await {
+            Some(request) => Some(request),
+            None => {
+                *steer = None;
+                std::future::pending().await
+            }
+        },
         None => std::future::pending().await,
     }
 }

@@ -185,6 +185,7 @@ impl Run {
             withheld: 0,
             limits: self.inner.settings.limits,
             used: Default::default(),
+            steer: self.steer.as_mut(),
         };
         match pipe {
             Some(StdinPipe { sender, writer }) => {

@@ -7,10 +7,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::bindings::wit_session;
 use super::wit;
 use crate::approval::{ApprovalKind, Choice};
 use crate::descriptor::*;
-use crate::error::{Error, StartRefusal};
+use crate::error::{Error, InputRefusal, StartRefusal};
 use crate::event::Phase;
 use crate::event::blank_meta;
 use crate::event::{
@@ -40,7 +41,56 @@ fn check_default_program(program: &str) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) fn descriptor(d: wit::Descriptor) -> Result<Descriptor, String> {
+/// What `describe` returned, in the version of the contract the driver was built against.
+pub(crate) enum DriverInfo {
+    /// `0.2.0`: the descriptor, steering and the launch environment.
+    V0_2(wit_session::DriverInfo),
+    /// `0.1.0`: the bare descriptor.
+    V0_1(wit::Descriptor),
+}
+
+/// A `launch-env` entry: an environment variable name, or a prefix of one ending in `*`.
+fn check_launch_env(entry: &str) -> Result<(), String> {
+    let name = entry.strip_suffix('*').unwrap_or(entry);
+    if name.is_empty() {
+        return Err(format!(
+            "launch-env entry `{entry}` names no variable (a bare `*` would allow any)"
+        ));
+    }
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        || name.starts_with(|c: char| c.is_ascii_digit())
+    {
+        return Err(format!(
+            "launch-env entry `{entry}` is not an environment variable name (letters, digits \
+             and `_`, not starting with a digit, optionally ending in `*`)"
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn descriptor(info: DriverInfo) -> Result<Descriptor, String> {
+    let (d, steering, launch_env, wit_version) = match info {
+        DriverInfo::V0_2(info) => {
+            for entry in &info.launch_env {
+                check_launch_env(entry)?;
+            }
+            (
+                info.descriptor,
+                info.steering,
+                Some(info.launch_env),
+                "0.2.0",
+            )
+        }
+        DriverInfo::V0_1(d) => (d, false, None, "0.1.0"),
+    };
+    let mut descriptor = descriptor_of(d)?;
+    descriptor.steering = steering;
+    descriptor.launch_env = launch_env;
+    descriptor.wit_version = wit_version.to_owned();
+    Ok(descriptor)
+}
+
+fn descriptor_of(d: wit::Descriptor) -> Result<Descriptor, String> {
     if d.name.is_empty()
         || d.name
             .chars()
@@ -168,6 +218,9 @@ pub(crate) fn descriptor(d: wit::Descriptor) -> Result<Descriptor, String> {
         },
         skills: d.skills,
         instructions: d.instructions,
+        steering: false,
+        launch_env: None,
+        wit_version: String::new(),
     })
 }
 
@@ -397,7 +450,7 @@ fn text_delta(meta: EventMeta, p: wit::TextPart) -> TextDelta {
 
 /// A run request in the driver's terms, opaque outside `wasm/` (built by [`build_request`],
 /// handed to `open_session` / `next_turn`).
-pub(crate) struct DriverRequest(pub(super) wit::RunRequest);
+pub(crate) struct DriverRequest(pub(super) wit_session::TurnRequest);
 
 /// The fully resolved request the driver sees.
 #[allow(clippy::too_many_arguments)]
@@ -411,7 +464,8 @@ pub(crate) fn build_request(
     private_dir: &Path,
     resume: Option<Resume>,
 ) -> DriverRequest {
-    DriverRequest(wit::RunRequest {
+    let steerable = options.steerable;
+    let request = wit::RunRequest {
         run_id: run_id.to_owned(),
         prompt: prompt.to_owned(),
         config_json,
@@ -451,7 +505,17 @@ pub(crate) fn build_request(
             .metadata
             .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
             .unwrap_or_default(),
-    })
+    };
+    DriverRequest(wit_session::TurnRequest { request, steerable })
+}
+
+/// A driver's refusal of the caller's input for a running turn.
+pub(crate) fn input_error(e: wit_session::InputError) -> (InputRefusal, String) {
+    match e {
+        wit_session::InputError::Unsupported(m) => (InputRefusal::Unsupported, m),
+        wit_session::InputError::TurnOver(m) => (InputRefusal::TurnOver, m),
+        wit_session::InputError::Invalid(m) => (InputRefusal::Invalid, m),
+    }
 }
 
 /// An MCP server in the driver's terms.
@@ -758,7 +822,7 @@ pub(crate) fn minimal_descriptor() -> wit::Descriptor {
 /// [`minimal_descriptor`] in host types, for tests elsewhere in the crate.
 #[cfg(test)]
 pub(crate) fn minimal_host_descriptor() -> Descriptor {
-    descriptor(minimal_descriptor()).expect("the minimal descriptor is valid")
+    descriptor(DriverInfo::V0_1(minimal_descriptor())).expect("the minimal descriptor is valid")
 }
 
 #[cfg(test)]
@@ -784,7 +848,7 @@ mod tests {
     fn descriptor_strings_carry_no_control_characters() {
         let mut d = minimal_descriptor();
         d.display_name = "Evil \x1b]0;pwned\x07".into();
-        let err = descriptor(d).unwrap_err();
+        let err = descriptor(DriverInfo::V0_1(d)).unwrap_err();
         assert!(
             err.contains("display-name") && err.contains("control"),
             "{err}"
@@ -795,24 +859,35 @@ mod tests {
             id: "m".into(),
             label: "bell\x07".into(),
         }];
-        assert!(descriptor(d).unwrap_err().contains("models.label"));
+        assert!(
+            descriptor(DriverInfo::V0_1(d))
+                .unwrap_err()
+                .contains("models.label")
+        );
         let mut d = minimal_descriptor();
         d.version = "1.0\r".into();
-        assert!(descriptor(d).unwrap_err().contains("version"));
+        assert!(
+            descriptor(DriverInfo::V0_1(d))
+                .unwrap_err()
+                .contains("version")
+        );
     }
 
     #[test]
     fn a_descriptor_that_resumes_names_its_codec() {
-        assert!(descriptor(minimal_descriptor()).is_ok());
+        assert!(descriptor(DriverInfo::V0_1(minimal_descriptor())).is_ok());
         let mut d = minimal_descriptor();
         d.sessions.resume = true;
         d.sessions.codec = " ".into();
-        let err = descriptor(d).unwrap_err();
+        let err = descriptor(DriverInfo::V0_1(d)).unwrap_err();
         assert!(err.contains("without a codec name"), "{err}");
         let mut d = minimal_descriptor();
         d.sessions.resume = true;
         d.sessions.codec = "minimal/v1".into();
-        assert_eq!(descriptor(d).unwrap().sessions.codec, "minimal/v1");
+        assert_eq!(
+            descriptor(DriverInfo::V0_1(d)).unwrap().sessions.codec,
+            "minimal/v1"
+        );
     }
 
     fn empty_outcome() -> wit::Outcome {
@@ -968,5 +1043,27 @@ mod tests {
                 after: std::time::Duration::from_millis(250)
             }]
         );
+    }
+
+    #[test]
+    fn a_0_2_driver_declares_steering_and_a_valid_launch_environment() {
+        let info = |launch_env: Vec<&str>| {
+            DriverInfo::V0_2(wit_session::DriverInfo {
+                descriptor: minimal_descriptor(),
+                steering: true,
+                launch_env: launch_env.into_iter().map(str::to_owned).collect(),
+            })
+        };
+        let d = descriptor(info(vec!["IS_SANDBOX", "ADAPTOR_MCP_HEADER_*"])).unwrap();
+        assert!(d.steering);
+        assert_eq!(d.wit_version, "0.2.0");
+        assert_eq!(d.launch_env.as_ref().unwrap().len(), 2);
+        for bad in ["*", "", "1ABC", "A B", "A*B"] {
+            assert!(descriptor(info(vec![bad])).is_err(), "{bad:?}");
+        }
+        let legacy = descriptor(DriverInfo::V0_1(minimal_descriptor())).unwrap();
+        assert!(!legacy.steering);
+        assert_eq!(legacy.launch_env, None);
+        assert_eq!(legacy.wit_version, "0.1.0");
     }
 }

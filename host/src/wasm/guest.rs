@@ -14,9 +14,10 @@ use wasmtime::{Store, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::{DriverWorld, DriverWorldPre, wit};
+use super::bindings::{DriverWorld, DriverWorldPre, wit, wit_session};
 use super::convert::{self, DriverRequest};
 use super::engine::engine;
+use super::since_v0_1_0 as v0_1_0;
 use crate::error::{Error, Limit, LoadError, StartRefusal};
 use crate::session::{
     Action, ConfigRejection, Decision, DriverOutcome, Launch, Probe, ProbeOutput, SessionExit,
@@ -258,6 +259,15 @@ impl WasiView for GuestState {
 
 impl wit::Host for GuestState {}
 
+impl wit_session::Host for GuestState {}
+
+/// `log` of drivers built against `0.1.0` (the same function; its level type is the newest).
+impl v0_1_0::adaptor::driver::log::Host for GuestState {
+    async fn log(&mut self, level: wit::LogLevel, message: String) {
+        crate::wasm::bindings::adaptor::driver::log::Host::log(self, level, message).await
+    }
+}
+
 impl crate::wasm::bindings::adaptor::driver::log::Host for GuestState {
     async fn log(&mut self, level: wit::LogLevel, message: String) {
         self.logs_this_call = self.logs_this_call.saturating_add(1);
@@ -298,6 +308,13 @@ pub(crate) fn linker() -> &'static Linker<GuestState> {
             |s| s,
         )
         .expect("link log import");
+        // Drivers of the released 0.1.0: their `log` import, and the type-only instance of
+        // their `types` (whose types are the newest ones).
+        v0_1_0::adaptor::driver::log::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+            .expect("link the 0.1.0 log import");
+        linker
+            .instance("adaptor:driver/types@0.1.0")
+            .expect("link the 0.1.0 types instance");
         linker
     })
 }
@@ -338,37 +355,92 @@ pub(crate) fn audit_imports(name: &str, component: &Component) -> Result<Vec<Str
     Ok(imports)
 }
 
-/// Pre-link a component against the driver world; the error says what is missing.
-/// A driver linked and ready to instantiate (one per loaded driver; opaque outside `wasm/`).
-pub(crate) struct DriverPre(DriverWorldPre<GuestState>);
-
-pub(crate) fn prepare(name: &str, component: &Component) -> Result<DriverPre, Error> {
-    audit_imports(name, component)?;
-    let pre = linker().instantiate_pre(component).map_err(|e| {
-        Error::Load(LoadError::NotADriver {
-            driver: name.to_owned(),
-            reason: format!("it imports something the host does not provide: {e:#}"),
-        })
-    })?;
-    DriverWorldPre::new(pre).map(DriverPre).map_err(|e| {
-        Error::Load(LoadError::NotADriver {
-            driver: name.to_owned(),
-            reason: format!(
-                "it does not export `adaptor:driver/driver@0.1.0` as this host expects: {e:#}"
-            ),
-        })
-    })
+/// A driver linked and ready to instantiate (one per loaded driver; opaque outside `wasm/`),
+/// in the version of the contract it was built against.
+pub(crate) enum DriverPre {
+    /// The newest contract, `0.2.0`.
+    V0_2(DriverWorldPre<GuestState>),
+    /// The released `0.1.0`.
+    V0_1(v0_1_0::DriverWorldPre<GuestState>),
 }
 
-/// Call a driver-level export with the per-call deadline, turning traps into errors.
+/// The version of `adaptor:driver` a component was built against, read from the name of its
+/// `driver` export (`adaptor:driver/driver@<version>`); `None` when it exports no such
+/// interface.
+fn wit_version(component: &Component) -> Option<String> {
+    component
+        .component_type()
+        .exports(engine())
+        .find_map(|(name, _)| {
+            name.strip_prefix("adaptor:driver/driver@")
+                .map(str::to_owned)
+        })
+}
+
+/// Pre-link a component against the driver world of its version; the error says what is
+/// missing, or which version it was built against and which ones this host loads.
+pub(crate) fn prepare(name: &str, component: &Component) -> Result<DriverPre, Error> {
+    audit_imports(name, component)?;
+    let not_a_driver = |reason: String| {
+        Error::Load(LoadError::NotADriver {
+            driver: name.to_owned(),
+            reason,
+        })
+    };
+    let version = wit_version(component).ok_or_else(|| {
+        not_a_driver(format!(
+            "it does not export the `adaptor:driver/driver` interface (of any version; this \
+             host loads {})",
+            crate::wasm::SUPPORTED_WIT_VERSIONS.join(", ")
+        ))
+    })?;
+    if !crate::wasm::SUPPORTED_WIT_VERSIONS.contains(&version.as_str()) {
+        return Err(Error::Load(LoadError::UnsupportedWitVersion {
+            driver: name.to_owned(),
+            found: version,
+            supported: crate::wasm::SUPPORTED_WIT_VERSIONS
+                .iter()
+                .map(|v| (*v).to_owned())
+                .collect(),
+        }));
+    }
+    let pre = linker().instantiate_pre(component).map_err(|e| {
+        not_a_driver(format!(
+            "it imports something the host does not provide: {e:#}"
+        ))
+    })?;
+    let mismatch = |e: wasmtime::Error| {
+        not_a_driver(format!(
+            "its `adaptor:driver/driver@{version}` export does not match the released \
+             {version} contract: {e:#}"
+        ))
+    };
+    match version.as_str() {
+        "0.1.0" => v0_1_0::DriverWorldPre::new(pre)
+            .map(DriverPre::V0_1)
+            .map_err(mismatch),
+        _ => DriverWorldPre::new(pre)
+            .map(DriverPre::V0_2)
+            .map_err(mismatch),
+    }
+}
+
+/// An instance's exports, in the version of the contract it was built against.
+enum World {
+    V0_2(DriverWorld),
+    V0_1(v0_1_0::DriverWorld),
+}
+
+/// Call a driver-level export with the per-call deadline, turning traps into errors. The
+/// function has the same types in every version (`describe` and the session's constructor,
+/// which do not, are called by hand).
 macro_rules! driver_call {
     ($self:ident, $name:literal, $method:ident $(, $arg:expr)*) => {{
         $self.before_call($name)?;
-        let r = $self
-            .world
-            .adaptor_driver_driver()
-            .$method(&mut $self.store $(, $arg)*)
-            .await;
+        let r = match &$self.world {
+            World::V0_2(w) => w.adaptor_driver_driver().$method(&mut $self.store $(, $arg)*).await,
+            World::V0_1(w) => w.adaptor_driver_driver().$method(&mut $self.store $(, $arg)*).await,
+        };
         $self.after_call($name, r)
     }};
 }
@@ -376,7 +448,7 @@ macro_rules! driver_call {
 /// One instantiated driver.
 pub(crate) struct GuestInstance {
     store: Store<GuestState>,
-    world: DriverWorld,
+    world: World,
     driver: Arc<str>,
     limits: GuestLimits,
     stderr: MemoryOutputPipe,
@@ -434,15 +506,15 @@ impl GuestInstance {
             .expect("the engine consumes fuel");
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(on_epoch_tick);
-        let world = pre
-            .0
-            .instantiate_async(&mut store)
-            .await
-            .map_err(|e| Error::DriverTrap {
-                driver: driver.to_string(),
-                call: "instantiate",
-                message: format!("{e:#}"),
-            })?;
+        let instantiated = match pre {
+            DriverPre::V0_2(pre) => pre.instantiate_async(&mut store).await.map(World::V0_2),
+            DriverPre::V0_1(pre) => pre.instantiate_async(&mut store).await.map(World::V0_1),
+        };
+        let world = instantiated.map_err(|e| Error::DriverTrap {
+            driver: driver.to_string(),
+            call: "instantiate",
+            message: format!("{e:#}"),
+        })?;
         Ok(Self {
             store,
             world,
@@ -559,12 +631,26 @@ impl GuestInstance {
         })
     }
 
-    /// The driver's descriptor, validated (`Err` names what is wrong with it).
+    /// The driver's descriptor, validated (`Err` names what is wrong with it). A `0.1.0`
+    /// driver declares no steering and no launch environment (the denylist alone applies).
     pub(crate) async fn describe(
         &mut self,
     ) -> Result<Result<crate::descriptor::Descriptor, String>, Error> {
-        let raw = driver_call!(self, "describe", call_describe)?;
-        Ok(convert::descriptor(raw))
+        self.before_call("describe")?;
+        let r = match &self.world {
+            World::V0_2(w) => w
+                .adaptor_driver_driver()
+                .call_describe(&mut self.store)
+                .await
+                .map(convert::DriverInfo::V0_2),
+            World::V0_1(w) => w
+                .adaptor_driver_driver()
+                .call_describe(&mut self.store)
+                .await
+                .map(convert::DriverInfo::V0_1),
+        };
+        let info = self.after_call("describe", r)?;
+        Ok(convert::descriptor(info))
     }
 
     pub(crate) async fn validate_config(
@@ -613,14 +699,22 @@ impl GuestInstance {
         mut self,
         request: &DriverRequest,
     ) -> Result<GuestSession, Error> {
-        let request = &request.0;
+        let turn = &request.0;
         self.before_call("session.constructor")?;
-        let r = self
-            .world
-            .adaptor_driver_driver()
-            .session()
-            .call_constructor(&mut self.store, request)
-            .await;
+        let r = match &self.world {
+            World::V0_2(w) => {
+                w.adaptor_driver_driver()
+                    .session()
+                    .call_constructor(&mut self.store, turn)
+                    .await
+            }
+            World::V0_1(w) => {
+                w.adaptor_driver_driver()
+                    .session()
+                    .call_constructor(&mut self.store, &turn.request)
+                    .await
+            }
+        };
         let handle = self.after_call("session.constructor", r)?;
         Ok(GuestSession {
             instance: self,
@@ -710,12 +804,20 @@ macro_rules! session_call {
     ($self:ident, $name:literal, $method:ident $(, $arg:expr)*) => {{
         $self.instance.before_call($name)?;
         let inst = &mut $self.instance;
-        let r = inst
-            .world
-            .adaptor_driver_driver()
-            .session()
-            .$method(&mut inst.store, $self.handle $(, $arg)*)
-            .await;
+        let r = match &inst.world {
+            World::V0_2(w) => {
+                w.adaptor_driver_driver()
+                    .session()
+                    .$method(&mut inst.store, $self.handle $(, $arg)*)
+                    .await
+            }
+            World::V0_1(w) => {
+                w.adaptor_driver_driver()
+                    .session()
+                    .$method(&mut inst.store, $self.handle $(, $arg)*)
+                    .await
+            }
+        };
         inst.after_call($name, r)
     }};
 }
@@ -788,13 +890,60 @@ impl GuestSession {
         request: &DriverRequest,
     ) -> Result<Result<Vec<Action>, (StartRefusal, String)>, Error> {
         self.instance.fuel_used = 0;
-        let request = &request.0;
-        match session_call!(self, "session.next-turn", call_next_turn, request)? {
+        let turn = &request.0;
+        self.instance.before_call("session.next-turn")?;
+        let inst = &mut self.instance;
+        let r = match &inst.world {
+            World::V0_2(w) => {
+                w.adaptor_driver_driver()
+                    .session()
+                    .call_next_turn(&mut inst.store, self.handle, turn)
+                    .await
+            }
+            World::V0_1(w) => {
+                w.adaptor_driver_driver()
+                    .session()
+                    .call_next_turn(&mut inst.store, self.handle, &turn.request)
+                    .await
+            }
+        };
+        match inst.after_call("session.next-turn", r)? {
             Ok(actions) => {
                 let actions = self.instance.check_actions("session.next-turn", actions)?;
                 Ok(Ok(convert::actions(&self.instance.driver, actions)?))
             }
             Err(e) => Ok(Err(convert::start_error(e))),
+        }
+    }
+}
+
+impl GuestSession {
+    /// `session.on-input`: the caller's input for the running turn; `Ok(Err(refusal))` when
+    /// the driver refuses it. A `0.1.0` driver declares no steering, so the host never asks
+    /// it (refused here all the same).
+    pub(crate) async fn on_input(
+        &mut self,
+        text: &str,
+    ) -> Result<Result<Vec<Action>, (crate::error::InputRefusal, String)>, Error> {
+        self.instance.before_call("session.on-input")?;
+        let inst = &mut self.instance;
+        let r = match &inst.world {
+            World::V0_2(w) => {
+                w.adaptor_driver_driver()
+                    .session()
+                    .call_on_input(&mut inst.store, self.handle, text)
+                    .await
+            }
+            World::V0_1(_) => Ok(Err(wit_session::InputError::Unsupported(
+                "the driver was built against adaptor:driver@0.1.0, which has no on-input".into(),
+            ))),
+        };
+        match inst.after_call("session.on-input", r)? {
+            Ok(actions) => {
+                let actions = self.instance.check_actions("session.on-input", actions)?;
+                Ok(Ok(convert::actions(&self.instance.driver, actions)?))
+            }
+            Err(e) => Ok(Err(convert::input_error(e))),
         }
     }
 }

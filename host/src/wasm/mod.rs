@@ -1,19 +1,26 @@
 //! `wasm/` — the only part of the host that names wasmtime or the WIT-generated types.
 //!
 //! Rooms: `engine` (the one wasmtime `Engine`, its configuration and the on-disk compiled
-//! cache), `bindings` (the `bindgen!` output for `adaptor:driver@0.1.0`), `guest` (a driver
-//! instance in its own `Store`: the WASI context written out as data, limits, every call
-//! with its deadline), `convert` (WIT ↔ host types, with the host-side validation of what a
-//! driver returns). Everything outside speaks the crate's own types, apart from the
-//! remaining knots listed in the crate docs.
+//! cache), `bindings` (the `bindgen!` output for the newest contract, `adaptor:driver@0.2.0`),
+//! `since_v0_1_0` (the bindings of the released `0.1.0`, whose types are the newest ones),
+//! `guest` (a driver instance in its own `Store`, of whichever released version it was built
+//! against: the WASI context written out as data, limits, every call with its deadline),
+//! `convert` (WIT ↔ host types, with the host-side validation of what a driver returns).
+//! Everything outside speaks the crate's own types, apart from the remaining knots listed in
+//! the crate docs.
 //!
-//! When a new major of the WIT package ships, its bindings go beside `bindings` as a
-//! `since_vX_Y_Z` module mapped onto the same host types (Zed's pattern), so every released
-//! version keeps loading.
+//! A new version of the WIT package gets its own frozen `wit/vX.Y.Z/` and bindings; every
+//! older version's module is kept and mapped onto the newest types (Zed's pattern), so every
+//! released version keeps loading. [`SUPPORTED_WIT_VERSIONS`] lists them.
 
 pub(crate) mod bindings;
 pub(crate) mod convert;
 pub(crate) mod engine;
 pub(crate) mod guest;
+pub(crate) mod since_v0_1_0;
 
 pub(crate) use bindings::wit;
+
+/// The released versions of `adaptor:driver` this host loads, oldest first; the last is the
+/// newest (what the SDK builds against).
+pub const SUPPORTED_WIT_VERSIONS: &[&str] = &["0.1.0", "0.2.0"];

@@ -72,6 +72,33 @@ async fn loader_interpreter_shell_and_config_variables_are_refused_before_spawn(
     }
 }
 
+/// A driver declares every variable its launches may set (`driver-info.launch-env`): one it
+/// did not declare is refused before anything starts, even a harmless-looking one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_variable_the_driver_did_not_declare_is_refused_before_spawn() {
+    let ws = tmp();
+    let agent = shell_agent(ws.path()).build();
+    let declared = agent.driver().descriptor().launch_env.clone().unwrap();
+    assert!(!declared.iter().any(|d| d == "SURPRISE"), "{declared:?}");
+    let marker = ws.path().join("spawned");
+    let (events, result) = collect(agent.stream(format!(
+        "[[env SURPRISE=1]] [[shell]] touch {}",
+        marker.display()
+    )))
+    .await;
+    match result {
+        Err(Error::LaunchRefused {
+            refusal: LaunchRefusal::UndeclaredEnv(name),
+            ..
+        }) => assert_eq!(name, "SURPRISE"),
+        other => panic!("expected UndeclaredEnv, got {other:?}"),
+    }
+    assert!(events.is_empty() && !marker.exists(), "nothing started");
+    // A declared prefix covers its names.
+    let (out, _) = shell(&agent, "[[env HOSTILE_MODE=on]]", "echo $HOSTILE_MODE").await;
+    assert_eq!(out.trim(), "on");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_cannot_point_the_cli_elsewhere_while_a_caller_secret_is_present() {
     let ws = tmp();

@@ -72,6 +72,22 @@ impl Driver for HostileDriver {
         d
     }
 
+    fn launch_env() -> Vec<String> {
+        // What the containment tests set through `[[env …]]` to reach the host's other
+        // environment rules (denylist, endpoints, caller precedence); anything else is
+        // refused as undeclared.
+        [
+            "ANTHROPIC_BASE_URL",
+            "CALLER_SET",
+            "MODE",
+            "NODE_OPTIONS",
+            "HOSTILE_*",
+        ]
+        .iter()
+        .map(|v| (*v).to_owned())
+        .collect()
+    }
+
     fn validate_config(config: &serde_json::Value) -> Result<(), ConfigError> {
         block_for_an_hour();
         ReferenceDriver::validate_config(config)
