@@ -457,6 +457,10 @@ pub fn render_markdown(d: &adaptor::Descriptor, report: &Report) -> String {
     out.push_str("| capability | declared |\n|---|---|\n");
     let v = &d.cli_versions;
     let mut rows: Vec<(String, String)> = vec![
+        (
+            "contract".into(),
+            format!("`adaptor:driver@{}`", d.wit_version),
+        ),
         ("default program".into(), format!("`{}`", d.default_program)),
         (
             "CLI versions".into(),
@@ -568,6 +572,19 @@ pub fn render_markdown(d: &adaptor::Descriptor, report: &Report) -> String {
     rows.push((
         "skills / instructions".into(),
         format!("{} / {}", yes_no(d.skills), yes_no(d.instructions)),
+    ));
+    rows.push(("steering".into(), yes_no(d.steering).into()));
+    rows.push((
+        "launch environment".into(),
+        match &d.launch_env {
+            None => "undeclared (0.1.0: the host's denylist alone)".into(),
+            Some(names) if names.is_empty() => "none".into(),
+            Some(names) => names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        },
     ));
     for (k, v) in rows {
         out.push_str(&format!("| {k} | {v} |\n"));

@@ -168,7 +168,7 @@ pub struct Descriptor {
 }
 
 impl Descriptor {
-    /// A one-line capability summary, e.g. `resume, streaming(token), reasoning`.
+    /// A one-line capability summary, e.g. `resume, streaming(token), reasoning, wit 0.2.0`.
     pub fn capability_summary(&self) -> String {
         let mut caps = Vec::new();
         if self.sessions.resume {
@@ -204,6 +204,12 @@ impl Descriptor {
         }
         if self.mcp.stdio || self.mcp.http || self.mcp.sse {
             caps.push("mcp".to_owned());
+        }
+        if self.steering {
+            caps.push("steering".to_owned());
+        }
+        if !self.wit_version.is_empty() {
+            caps.push(format!("wit {}", self.wit_version));
         }
         caps.join(", ")
     }

@@ -33,7 +33,8 @@
 //!   and `server`, the agent's loopback MCP server, the only module that names `rmcp` or
 //!   `axum`;
 //! - **`wasm/`** — the only place that names wasmtime (`engine`, `guest`) and the
-//!   WIT-generated types (`bindings`, `convert`);
+//!   WIT-generated types (`bindings` for the newest contract, `since_v0_1_0` for the released
+//!   `0.1.0` mapped onto it, `convert`);
 //! - **`grant/` + `process/`** — the only places that decide (`grant`: the run's
 //!   `ProcessGrant`: program, workspace, environment and its denylist, the filesystem
 //!   confinement) and perform (`process`: confine with Landlock and a PID namespace, spawn,

@@ -29,6 +29,9 @@ pub struct Transport {
     /// `--output-format json`: stdout is one JSON document (a result object, or an array of
     /// history records ending in one), read whole when the process exits.
     pub whole_json: bool,
+    /// The `initialize` request carries the MCP servers (`--await-initialize`): the CLI must
+    /// answer `mcp_servers_applied: true`, or the run fails before the prompt is sent.
+    pub mcp_in_initialize: bool,
 }
 
 /// One CLI speaking the stream-json protocol.
@@ -46,8 +49,13 @@ pub trait Dialect: 'static {
     const RESULT_USAGE_IS_SESSION_TOTAL: bool = false;
 
     /// The launch for `request` (already checked against the descriptor by the host) and
-    /// the transport it selects.
-    fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport), StartError>;
+    /// the transport it selects; `steerable`: the caller may add input while the turn runs
+    /// (only for a dialect whose driver declares steering), so stdin must stay open.
+    fn launch(
+        request: &RunRequest,
+        config: &Value,
+        steerable: bool,
+    ) -> Result<(Launch, Transport), StartError>;
 
     /// The tool a wrapper call stands for (CodeBuddy Code's `DeferExecuteTool` with input
     /// `{"toolName", "params"}`): the inner tool's name and input, shown in events,
@@ -86,8 +94,12 @@ pub struct ClaudeCode;
 impl Dialect for ClaudeCode {
     const PRODUCT: &'static str = "Claude Code";
 
-    fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport), StartError> {
-        crate::launch(request, config)
+    fn launch(
+        request: &RunRequest,
+        config: &Value,
+        steerable: bool,
+    ) -> Result<(Launch, Transport), StartError> {
+        crate::launch(request, config, steerable)
     }
 
     fn allow(input: Value, tool_use_id: Option<&str>) -> Value {

@@ -86,6 +86,7 @@ const CONFIG_FIELDS: &[(&str, &str)] = &[
     ("max_turns", "integer"),
     ("extra_args", "array-of-strings"),
     ("transport", "string"),
+    ("mcp_delivery", "string"),
 ];
 
 /// Effort levels the CLI accepts (`--effort`).
@@ -118,6 +119,7 @@ const OWNED_FLAGS: &[&str] = &[
     "--append-system-prompt-file",
     "--chrome",
     "--no-chrome",
+    "--await-initialize",
 ];
 
 /// The Claude Code driver.
@@ -193,10 +195,18 @@ impl Driver for ClaudeDriver {
         LAUNCH_ENV.iter().map(|v| (*v).to_owned()).collect()
     }
 
+    /// Steering: a steerable request runs with stream-json input (stdin open); the input is
+    /// another SDK `user` frame, which Claude Code folds into the turn between tool calls or
+    /// runs right after it (before `idle`, so its reply is the run's too).
+    fn steering() -> bool {
+        true
+    }
+
     fn validate_config(config: &Value) -> Result<(), ConfigError> {
         check_fields(config, CONFIG_FIELDS)?;
         json::check_one_of(config, "effort", EFFORTS)?;
         json::check_one_of(config, "transport", &["auto", "stream-json"])?;
+        json::check_one_of(config, "mcp_delivery", &["file", "stdin"])?;
         json::check_positive(config, "max_turns")?;
         json::check_owned_flags(config, OWNED_FLAGS)
     }
@@ -230,7 +240,8 @@ fn config_schema() -> Value {
             "effort": {"enum": EFFORTS, "description": "Reasoning effort (`--effort`)."},
             "max_turns": {"type": "integer", "minimum": 1, "description": "Agentic turn limit per run (`--max-turns`)."},
             "extra_args": {"type": "array", "items": {"type": "string"}, "description": "Arguments appended to the command line; flags the driver sets from the request are refused."},
-            "transport": {"type": "string", "enum": ["auto", "stream-json"], "description": "`stream-json`: always send the prompt as an SDK `user` frame with stdin kept open (`--input-format stream-json`), so a thread can keep the CLI for its next turns (resident process). Default `auto`: the prompt is stdin text, except when approvals are asked."}
+            "transport": {"type": "string", "enum": ["auto", "stream-json"], "description": "`stream-json`: always send the prompt as an SDK `user` frame with stdin kept open (`--input-format stream-json`), so a thread can keep the CLI for its next turns (resident process). Default `auto`: the prompt is stdin text, except when approvals are asked."},
+            "mcp_delivery": {"type": "string", "enum": ["file", "stdin"], "description": "How MCP servers reach the CLI. Default `file`: a private 0600 `--mcp-config` file (every version). `stdin`: in the `initialize` request on stdin with `--await-initialize` (Claude Code 2.1.332 and later; nothing written to disk), over stream-json input."}
         }
     })
 }
@@ -307,8 +318,14 @@ fn clean_schema(schema: &mut Value) {
     }
 }
 
-/// The launch for `request` (already checked against the descriptor by the host).
-pub fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport), StartError> {
+/// The launch for `request` (already checked against the descriptor by the host);
+/// `steerable` keeps stdin open for input added while the turn runs (the stream-json input
+/// transport).
+pub fn launch(
+    request: &RunRequest,
+    config: &Value,
+    steerable: bool,
+) -> Result<(Launch, Transport), StartError> {
     ClaudeDriver::validate_config(config)
         .map_err(|e| StartError::InvalidRequest(format!("{}: {}", e.path, e.message)))?;
     let policy = &request.policy;
@@ -326,11 +343,19 @@ pub fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport
     let bidirectional = modes
         .iter()
         .any(|m| matches!(m, DecisionMode::Ask | DecisionMode::AutoDeny));
-    let stream_input = bidirectional || str_field(config, "transport") == Some("stream-json");
+    // MCP servers on stdin: the `initialize` request, read at launch (`--await-initialize`).
+    let mcp_on_stdin =
+        !request.mcp_servers.is_empty() && str_field(config, "mcp_delivery") == Some("stdin");
+    let stream_input = bidirectional
+        || steerable
+        || mcp_on_stdin
+        || str_field(config, "transport") == Some("stream-json");
     let transport = Transport {
         bidirectional,
         stream_input,
         partial: request.streaming,
+        handshake: mcp_on_stdin,
+        mcp_in_initialize: mcp_on_stdin,
         ..Transport::default()
     };
     let mut args: Vec<String> = ["-p", "--output-format", "stream-json", "--verbose"]
@@ -419,9 +444,13 @@ pub fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport
                 )));
             }
         }
-        let (file, path) = mcp::config_file(&request.mcp_servers, &request.private_dir);
-        files.push(file);
-        args.extend(["--mcp-config".to_owned(), path]);
+        if mcp_on_stdin {
+            args.push("--await-initialize".to_owned());
+        } else {
+            let (file, path) = mcp::config_file(&request.mcp_servers, &request.private_dir);
+            files.push(file);
+            args.extend(["--mcp-config".to_owned(), path]);
+        }
     }
     if let Some(schema) = &request.output_schema
         && schema.mechanism == SchemaMechanism::Native
@@ -432,7 +461,15 @@ pub fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport
     if let Some(extra) = config.get("extra_args").and_then(Value::as_array) {
         args.extend(extra.iter().filter_map(Value::as_str).map(str::to_owned));
     }
-    let stdin = if stream_input {
+    let stdin = if mcp_on_stdin {
+        // The prompt's frame follows once the CLI has answered (`StreamJsonSession`).
+        let servers = mcp::config_json(&request.mcp_servers)["mcpServers"].take();
+        dialect::ndjson(&json!({
+            "type": "control_request",
+            "request_id": dialect::INITIALIZE_REQUEST_ID,
+            "request": { "subtype": "initialize", "mcpServers": servers },
+        }))
+    } else if stream_input {
         dialect::ndjson(&dialect::user_frame(&request.prompt))
     } else {
         request.prompt.as_bytes().to_vec()

@@ -23,9 +23,9 @@ use std::marker::PhantomData;
 
 use adaptor_sdk::json::{JsonLine, describe_exit, json_line, str_field, u64_field};
 use adaptor_sdk::{
-    Actions, Checkpoint, Decision, ExitStatus, Failure, FailureReason, ItemKind, Launch, Line,
-    LineFramer, Outcome, RunRequest, Scope, Session, SessionState, StartError, TerminalPayload,
-    Transcript, Usage, empty_outcome, items,
+    Actions, Checkpoint, Decision, ExitStatus, Failure, FailureReason, InputError, ItemKind,
+    Launch, Line, LineFramer, Outcome, RunRequest, Scope, Session, SessionState, StartError,
+    TerminalPayload, Transcript, TurnRequest, Usage, empty_outcome, items,
 };
 use serde_json::{Value, json};
 
@@ -237,6 +237,8 @@ pub struct StreamJsonSession<D: Dialect> {
     pending_prompt: Option<Value>,
     /// Stdout of a whole-document (`--output-format json`) run.
     whole: Vec<u8>,
+    /// The caller may add input while the turn runs (stream-json input, stdin open).
+    steerable: bool,
     dialect: PhantomData<D>,
 }
 
@@ -779,7 +781,27 @@ impl<D: Dialect> StreamJsonSession<D> {
         let Some(prompt) = self.pending_prompt.take() else {
             return;
         };
-        if str_field(response, "subtype") == Some("success") {
+        let applied = response
+            .get("response")
+            .and_then(|r| r.get("mcp_servers_applied"))
+            .and_then(Value::as_bool);
+        if str_field(response, "subtype") == Some("success")
+            && self.transport.mcp_in_initialize
+            && applied != Some(true)
+        {
+            self.error.get_or_insert((
+                FailureReason::AgentError,
+                format!(
+                    "{} did not apply the MCP servers sent with `initialize` (mcp_servers_applied \
+                     is {}): stdin delivery needs Claude Code 2.1.332 or later; use \
+                     `mcp_delivery: file`",
+                    D::PRODUCT,
+                    applied.map_or_else(|| "absent".to_owned(), |a| a.to_string())
+                ),
+                None,
+            ));
+            out.close_stdin();
+        } else if str_field(response, "subtype") == Some("success") {
             out.write_stdin(ndjson(&prompt));
         } else {
             let message = str_field(response, "error").unwrap_or("no reason given");
@@ -1057,8 +1079,35 @@ impl<D: Dialect> Session for StreamJsonSession<D> {
             status: None,
             pending_prompt: None,
             whole: Vec::new(),
+            steerable: false,
             dialect: PhantomData,
         }
+    }
+
+    fn from_turn(turn: TurnRequest) -> Self {
+        let mut session = Self::new(turn.request);
+        session.steerable = turn.steerable;
+        session
+    }
+
+    fn on_input(&mut self, text: &str, out: &mut Actions) -> Result<(), InputError> {
+        if !self.transport.stream_input {
+            return Err(InputError::Unsupported(format!(
+                "{} reads this run's prompt as plain stdin (ask for steering when the run starts)",
+                D::PRODUCT
+            )));
+        }
+        if self.turn_over || self.status.is_some() {
+            return Err(InputError::TurnOver(format!(
+                "{}'s turn is over",
+                D::PRODUCT
+            )));
+        }
+        // Another SDK user frame: folded into the turn between tool calls, or queued right
+        // behind it (its result then comes before `idle`, in this run).
+        write_frame(out, &user_frame(text));
+        self.transcript.push(items::text(ItemKind::User, text), out);
+        Ok(())
     }
 
     fn next_turn(&mut self, request: RunRequest, out: &mut Actions) -> Result<(), StartError> {
@@ -1091,7 +1140,7 @@ impl<D: Dialect> Session for StreamJsonSession<D> {
     }
 
     fn start(&mut self) -> Result<Launch, StartError> {
-        let (launch, transport) = D::launch(&self.request, &self.config)?;
+        let (launch, transport) = D::launch(&self.request, &self.config, self.steerable)?;
         self.transport = transport;
         if transport.handshake {
             self.pending_prompt = Some(user_frame(&self.request.prompt));

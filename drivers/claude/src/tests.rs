@@ -1047,3 +1047,79 @@ fn an_interrupted_2_1_332_turn_keeps_its_cut_text() {
     assert!(!o.checkpoint.as_ref().unwrap().valid);
     assert!(o.text.starts_with("slow reply"), "{}", o.text);
 }
+
+#[test]
+fn a_steerable_run_reads_stream_json_and_takes_user_frames_until_idle() {
+    use adaptor_sdk::{InputError, TurnRequest};
+    let (mut h, _) = Harness::<ClaudeSession>::start(request("hello")).unwrap();
+    assert!(matches!(h.input("more"), Err(InputError::Unsupported(_))));
+    let (mut h, launch) = Harness::<ClaudeSession>::start_turn(TurnRequest {
+        request: request("hello"),
+        steerable: true,
+    })
+    .unwrap();
+    assert!(launch.keep_stdin_open);
+    assert!(
+        launch
+            .args
+            .windows(2)
+            .any(|w| w == ["--input-format", "stream-json"])
+    );
+    assert!(!launch.args.iter().any(|a| a == "--permission-prompt-tool"));
+    let written = h.input("and the tests").unwrap();
+    let frame: Value = match &written[0] {
+        Action::WriteStdin(bytes) => serde_json::from_slice(bytes).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(frame["type"], "user");
+    assert_eq!(frame["message"]["content"], "and the tests");
+    assert!(written.iter().any(|a| matches!(
+        a,
+        Action::Emit(Event::Item(i)) if i.kind == ItemKind::User
+    )));
+    // After `idle` the turn is over.
+    h.stdout(fixture!("v332_permission_denied"));
+    h.stdout(br#"{"type":"system","subtype":"session_state_changed","state":"idle","uuid":"u","session_id":"s"}
+"#);
+    assert!(matches!(h.input("late"), Err(InputError::TurnOver(_))));
+}
+
+#[test]
+fn mcp_servers_can_travel_in_the_initialize_request() {
+    let mut req = request("hello");
+    req.config_json = json!({ "mcp_delivery": "stdin" }).to_string();
+    req.mcp_servers = servers();
+    let (mut h, launch) = Harness::<ClaudeSession>::start(req).unwrap();
+    assert!(launch.args.iter().any(|a| a == "--await-initialize"));
+    assert!(!launch.args.iter().any(|a| a == "--mcp-config"));
+    assert!(launch.files.is_empty(), "nothing written to disk");
+    assert!(launch.keep_stdin_open);
+    let first: Value = serde_json::from_slice(&launch.stdin).unwrap();
+    assert_eq!(first["request"]["subtype"], "initialize");
+    assert!(first["request"]["mcpServers"].is_object());
+    // Applied: the prompt follows. Not applied (an older CLI): the run fails, no prompt.
+    let ok = h.stdout(br#"{"type":"control_response","response":{"subtype":"success","request_id":"agent-adaptor-initialize","response":{"mcp_servers_applied":true}}}
+"#);
+    assert!(ok.iter().any(
+        |a| matches!(a, Action::WriteStdin(b) if String::from_utf8_lossy(b).contains("\"hello\""))
+    ));
+    let mut req = request("hello");
+    req.config_json = json!({ "mcp_delivery": "stdin" }).to_string();
+    req.mcp_servers = servers();
+    let (mut h, _) = Harness::<ClaudeSession>::start(req).unwrap();
+    let refused = h.stdout(br#"{"type":"control_response","response":{"subtype":"success","request_id":"agent-adaptor-initialize","response":{}}}
+"#);
+    assert!(refused.iter().any(|a| matches!(a, Action::CloseStdin)));
+    assert!(!refused.iter().any(|a| matches!(a, Action::WriteStdin(_))));
+    let (_, outcome) = h.exit(exited(1));
+    let failure = outcome.failure.expect("failed");
+    assert!(
+        failure.message.contains("mcp_servers_applied"),
+        "{}",
+        failure.message
+    );
+    // Without servers nothing changes.
+    let mut req = request("hello");
+    req.config_json = json!({ "mcp_delivery": "stdin" }).to_string();
+    assert!(!start(req).args.iter().any(|a| a == "--await-initialize"));
+}

@@ -125,7 +125,12 @@ impl Dialect for CodeBuddy {
     const PLAN_DIR: Option<&'static str> = Some("/.codebuddy/plans/");
     const RESULT_USAGE_IS_SESSION_TOTAL: bool = true;
 
-    fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport), StartError> {
+    /// CodeBuddy Code's driver declares no steering: `steerable` is never set.
+    fn launch(
+        request: &RunRequest,
+        config: &Value,
+        _steerable: bool,
+    ) -> Result<(Launch, Transport), StartError> {
         launch(request, config)
     }
 
@@ -312,6 +317,7 @@ pub fn launch(request: &RunRequest, config: &Value) -> Result<(Launch, Transport
         partial: request.streaming,
         handshake: stream_input,
         whole_json: native_schema.is_some(),
+        mcp_in_initialize: false,
     };
     let owned = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
     let mut args = if stream_input {

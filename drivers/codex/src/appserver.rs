@@ -9,7 +9,8 @@
 //! failed), `error`; anything else becomes a vendor event. Server-initiated requests
 //! `item/commandExecution/requestApproval` and `item/fileChange/requestApproval` become
 //! permission approvals answered with `{decision: accept | decline | cancel}`; other server
-//! requests get a JSON-RPC "method not found" error. Must not: map items.
+//! requests get a JSON-RPC "method not found" error. The caller's input for a running turn is
+//! a `turn/steer` request (`expectedTurnId` the running turn's id). Must not: map items.
 
 use std::collections::HashMap;
 
@@ -32,6 +33,8 @@ enum Call {
     ThreadFork,
     TurnStart,
     Interrupt,
+    /// `turn/steer`: the caller's input for the running turn.
+    Steer,
 }
 
 /// JSON-RPC client state of one run.
@@ -45,6 +48,10 @@ pub(crate) struct AppServer {
     approvals: HashMap<String, Value>,
     /// The failure an aborting refusal stands for, if one was sent.
     pub refusal: Option<FailureReason>,
+    /// The caller's input that came before the turn's id was known (sent once it is).
+    pending_input: Vec<String>,
+    /// `turn/steer` requests awaiting their answer: request id → the input.
+    steers: HashMap<u64, String>,
 }
 
 /// App-server usage (`tokenUsage.total` or `.last`) → the contract's usage.
@@ -71,6 +78,43 @@ impl CodexSession {
         let id = self.app.next_id;
         self.app.calls.insert(id, call);
         line(&json!({ "id": id, "method": method, "params": params }))
+    }
+
+    /// The caller's input for the running turn: `turn/steer`, at once when the turn's id is
+    /// known, else as soon as it is.
+    pub(crate) fn app_input(
+        &mut self,
+        text: &str,
+        out: &mut Actions,
+    ) -> Result<(), adaptor_sdk::InputError> {
+        if self.terminal.is_some() {
+            return Err(adaptor_sdk::InputError::TurnOver(
+                "the Codex turn has completed".into(),
+            ));
+        }
+        self.app.pending_input.push(text.to_owned());
+        self.flush_input(out);
+        Ok(())
+    }
+
+    /// Send the input held back until the turn's id was known.
+    fn flush_input(&mut self, out: &mut Actions) {
+        let (Some(thread), Some(turn)) = (self.thread_id.clone(), self.app.turn_id.clone()) else {
+            return;
+        };
+        for text in std::mem::take(&mut self.app.pending_input) {
+            let bytes = self.call(
+                Call::Steer,
+                "turn/steer",
+                json!({
+                    "threadId": thread,
+                    "expectedTurnId": turn,
+                    "input": [{ "type": "text", "text": text }],
+                }),
+            );
+            self.app.steers.insert(self.app.next_id, text);
+            out.write_stdin(bytes);
+        }
     }
 
     /// Another turn on the same app-server process and thread: `turn/start` only (the
@@ -176,6 +220,29 @@ impl CodexSession {
                 .get_or_insert(format!("a response to unknown request id {id}"));
             return;
         };
+        if call == Call::Steer {
+            // The input is the user's once the app-server took it; a refusal (the turn had
+            // just ended, …) is reported, never dropped.
+            let text = id
+                .as_u64()
+                .and_then(|id| self.app.steers.remove(&id))
+                .unwrap_or_default();
+            match frame.get("error") {
+                None => self.transcript.push(
+                    adaptor_sdk::items::text(adaptor_sdk::ItemKind::User, &text),
+                    out,
+                ),
+                Some(error) => {
+                    let message = str_field(error, "message").unwrap_or("refused");
+                    out.notice(
+                        "steer-refused",
+                        &format!("Codex did not take the input {text:?}: {message}"),
+                        Some(raw.to_owned()),
+                    );
+                }
+            }
+            return;
+        }
         if let Some(error) = frame.get("error") {
             let message = str_field(error, "message")
                 .unwrap_or("the app-server refused the request")
@@ -268,9 +335,11 @@ impl CodexSession {
                     .get("turn")
                     .and_then(|t| str_field(t, "id"))
                     .map(str::to_owned);
+                self.flush_input(out);
             }
             // `{}`; the turn then completes with status `interrupted`.
             Call::Interrupt => {}
+            Call::Steer => {}
         }
     }
 
@@ -323,6 +392,7 @@ impl CodexSession {
                 if let Some(id) = params.get("turn").and_then(|t| str_field(t, "id")) {
                     self.app.turn_id = Some(id.to_owned());
                 }
+                self.flush_input(out);
             }
             "turn/completed" => {
                 let turn = params.get("turn").unwrap_or(&Value::Null);

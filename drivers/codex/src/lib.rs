@@ -147,6 +147,12 @@ impl Driver for CodexDriver {
         }
     }
 
+    /// Steering: a steerable request runs on the app-server, and the input is a `turn/steer`
+    /// request for the running turn.
+    fn steering() -> bool {
+        true
+    }
+
     fn launch_env() -> Vec<String> {
         // Literal MCP header values, named in `env_http_headers` (a stdio server's own
         // variables are the caller's and pass unchanged).

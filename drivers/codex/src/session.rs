@@ -2,7 +2,7 @@
 //! dispatch to `exec.rs` or `appserver.rs`. Must not: know wire details (the transport files
 //! do) or item shapes (`items.rs` does).
 
-use adaptor_sdk::json::{JsonLine, describe_exit, json_line};
+use adaptor_sdk::json::{JsonLine, describe_exit, json_line, str_field};
 use adaptor_sdk::{
     Actions, Checkpoint, Decision, ExitStatus, Failure, FailureReason, ItemKind, Launch,
     LineFramer, Outcome, RunRequest, Session, SessionState, StartError, TerminalPayload,
@@ -70,6 +70,8 @@ pub struct CodexSession {
     pub(crate) structured: Option<String>,
     pub(crate) app: AppServer,
     status: Option<ExitStatus>,
+    /// The caller may add input while the turn runs (the app-server's `turn/steer`).
+    steerable: bool,
 }
 
 impl CodexSession {
@@ -244,7 +246,32 @@ impl Session for CodexSession {
             structured: None,
             app: AppServer::default(),
             status: None,
+            steerable: false,
         }
+    }
+
+    fn from_turn(turn: adaptor_sdk::TurnRequest) -> Self {
+        let mut session = Self::new(turn.request);
+        session.steerable = turn.steerable;
+        // Only the app-server takes input while a turn runs; exec reads one prompt.
+        if turn.steerable && str_field(&session.config, "transport") != Some("exec") {
+            session.transport = Transport::AppServer;
+        }
+        session
+    }
+
+    fn on_input(&mut self, text: &str, out: &mut Actions) -> Result<(), adaptor_sdk::InputError> {
+        if self.transport != Transport::AppServer {
+            return Err(adaptor_sdk::InputError::Unsupported(
+                "Codex exec reads one prompt; input while a turn runs needs the app-server".into(),
+            ));
+        }
+        if self.status.is_some() {
+            return Err(adaptor_sdk::InputError::TurnOver(
+                "the app-server has exited".into(),
+            ));
+        }
+        self.app_input(text, out)
     }
 
     fn next_turn(&mut self, request: RunRequest, out: &mut Actions) -> Result<(), StartError> {
@@ -283,6 +310,12 @@ impl Session for CodexSession {
         use adaptor_sdk::Driver;
         crate::CodexDriver::validate_config(&self.config)
             .map_err(|e| StartError::InvalidRequest(format!("{}: {}", e.path, e.message)))?;
+        if self.steerable && self.transport == Transport::Exec {
+            return Err(StartError::Unsupported(
+                "input while a turn runs needs the app-server transport; the config pins `exec`"
+                    .into(),
+            ));
+        }
         if let Some(resume) = &self.request.resume {
             if resume.mode == adaptor_sdk::SessionMode::Fork && self.transport == Transport::Exec {
                 return Err(StartError::Unsupported(

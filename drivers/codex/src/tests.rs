@@ -696,3 +696,77 @@ fn mcp_servers_become_overrides_with_credentials_in_the_environment() {
         Err(StartError::Unsupported(_))
     ));
 }
+
+#[test]
+fn steering_takes_the_app_server_and_steers_the_running_turn() {
+    use adaptor_sdk::{InputError, TurnRequest};
+    let steerable = |config: Value| {
+        let mut r = request("hello");
+        r.streaming = false;
+        r.config_json = config.to_string();
+        TurnRequest {
+            request: r,
+            steerable: true,
+        }
+    };
+    // Exec otherwise (not streaming, not asking); a steerable request takes the app-server.
+    let (mut h, launch) = Harness::<CodexSession>::start_turn(steerable(json!({}))).unwrap();
+    assert_eq!(launch.args[0], "app-server");
+    // Pinned to exec: refused before launch.
+    let err = Harness::<CodexSession>::start_turn(steerable(json!({"transport": "exec"})))
+        .err()
+        .expect("refused");
+    assert!(matches!(err, StartError::Unsupported(m) if m.contains("app-server")));
+    // Input before the turn's id is known is held, then sent as `turn/steer` for that turn.
+    assert!(h.input("early").unwrap().is_empty());
+    h.stdout(b"{\"id\":1,\"result\":{\"userAgent\":\"codex\"}}\n");
+    h.stdout(
+        b"{\"id\":2,\"result\":{\"thread\":{\"id\":\"019b0f8e-3a6d-7c41-9d2e-5f8a1b2c3d4e\"}}}\n",
+    );
+    let out = h.stdout(
+        b"{\"id\":3,\"result\":{\"turn\":{\"id\":\"turn-7\",\"status\":\"inProgress\"}}}\n",
+    );
+    let steer: Value = out
+        .iter()
+        .find_map(|a| match a {
+            Action::WriteStdin(b) => serde_json::from_slice(b).ok(),
+            _ => None,
+        })
+        .expect("turn/steer written");
+    assert_eq!(steer["method"], "turn/steer");
+    assert_eq!(steer["params"]["expectedTurnId"], "turn-7");
+    assert_eq!(steer["params"]["input"][0]["text"], "early");
+    // Accepted: the input is the user's. Later input goes out at once.
+    let id = steer["id"].as_u64().unwrap();
+    let out =
+        h.stdout(format!("{{\"id\":{id},\"result\":{{\"turnId\":\"turn-7\"}}}}\n").as_bytes());
+    assert!(out.iter().any(|a| matches!(
+        a,
+        Action::Emit(Event::Item(i)) if i.kind == ItemKind::User && i.text.as_deref() == Some("early")
+    )));
+    let written = h.input("later").unwrap();
+    assert!(matches!(&written[0], Action::WriteStdin(_)));
+    // A refused steer is a notice, never dropped.
+    let out = h.stdout(
+        format!(
+            "{{\"id\":{},\"error\":{{\"code\":-32600,\"message\":\"no active turn\"}}}}\n",
+            id + 1
+        )
+        .as_bytes(),
+    );
+    assert!(out.iter().any(|a| matches!(
+        a,
+        Action::Emit(Event::Notice(n)) if n.kind == "steer-refused" && n.message.contains("later")
+    )));
+    // Exec runs refuse input.
+    let (mut exec, _) = Harness::<CodexSession>::start({
+        let mut r = request("hello");
+        r.streaming = false;
+        r
+    })
+    .unwrap();
+    assert!(matches!(
+        exec.input("more"),
+        Err(InputError::Unsupported(_))
+    ));
+}

@@ -818,6 +818,54 @@ async fn a_resident_turn_waits_for_its_background_subagent() {
     agent.close().await;
 }
 
+/// Steering: input added while Claude Code streams a slow reply is another SDK `user` frame;
+/// the CLI runs it right after the reply (no `idle` in between), so the run holds both
+/// replies and both results, and the mock sees the added input with the first turn's
+/// history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_added_while_a_turn_runs_is_answered_in_the_same_run() {
+    let c = Claude::new().await;
+    let agent = c.agent().build();
+    let mut stream = agent.stream_with(
+        "MOCK_SLOW please",
+        RunOptions::new().steering(true).streaming(true),
+    );
+    while let Some(event) = stream.next().await {
+        if matches!(&event, Event::TextDelta(t) if t.phase == Phase::Delta) {
+            stream.steer("and one more thing").await.expect("delivered");
+            break;
+        }
+    }
+    let r = stream.result().await.expect("run");
+    assert!(
+        r.text.ends_with("you said: and one more thing"),
+        "{}",
+        r.text
+    );
+    let results = r
+        .transcript()
+        .iter()
+        .filter(|i| i.kind == ItemKind::Result)
+        .count();
+    assert_eq!(results, 2, "the reply's result and the added input's");
+    assert!(
+        r.transcript()
+            .iter()
+            .any(|i| i.kind == ItemKind::User && i.text.as_deref() == Some("and one more thing"))
+    );
+    let last = c.mock.requests().last().unwrap()["messages"].to_string();
+    assert!(
+        last.contains("MOCK_SLOW please") && last.contains("and one more thing"),
+        "{last}"
+    );
+    valid_checkpoint(&r);
+    let args = r.raw().launch.as_ref().unwrap().args.clone();
+    assert!(
+        args.windows(2)
+            .any(|w| w == ["--input-format", "stream-json"])
+    );
+}
+
 /// `/clear` starts a new conversation: the CLI moves to a new session, the checkpoint
 /// follows it, and the thread's next turn continues there (one user message in context).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1157,6 +1205,53 @@ mod host_tools {
             !launch.args.iter().any(|a| a.contains("Bearer")),
             "{launch:?}"
         );
+        agent.close().await;
+    }
+
+    /// `mcp_delivery: stdin`: the servers travel in the `initialize` request on stdin
+    /// (`--await-initialize`), no file and nothing on argv; the CLI expands the host's
+    /// `${…}` token reference as for `--mcp-config` (2.1.332). 2.1.197 has no such flag: the
+    /// run fails before any prompt is sent, saying why.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mcp_servers_delivered_on_stdin_where_the_cli_takes_them() {
+        let c = Claude::new().await;
+        let calls = Arc::new(AtomicUsize::new(0));
+        let agent = c
+            .agent_with(json!({ "mcp_delivery": "stdin" }))
+            .tools([lookup_tool(calls.clone())])
+            .build();
+        let prompt = r#"TOOL mcp__host__lookup_issue {"number":7}"#;
+        let result = agent.run_with(prompt, auto_approve(false)).await;
+        if !newest_protocol() {
+            let e = run_error(result);
+            assert_eq!(e.reason, FailureReason::AgentError, "{}", e.message);
+            assert_eq!(calls.load(Ordering::SeqCst), 0);
+            assert!(c.mock.requests().is_empty(), "no prompt reached the model");
+            agent.close().await;
+            return;
+        }
+        let r = result.expect("run");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        let seen = seen_results(&c);
+        assert!(
+            seen.iter().any(|(t, e)| t.contains("Issue number 7") && !e),
+            "{seen:?}"
+        );
+        let launch = r.raw().launch.clone().unwrap();
+        assert!(launch.args.iter().any(|a| a == "--await-initialize"));
+        assert!(
+            !launch.args.iter().any(|a| a == "--mcp-config"),
+            "{launch:?}"
+        );
+        let stdin = String::from_utf8_lossy(&r.raw().stdin).into_owned();
+        let first: Value = serde_json::from_str(stdin.lines().next().unwrap()).unwrap();
+        assert_eq!(first["request"]["subtype"], "initialize");
+        assert!(
+            first["request"]["mcpServers"]["host"]["url"].is_string(),
+            "{first}"
+        );
+        // The token stays a reference the CLI expands; its value is on no wire we write.
+        assert!(stdin.contains("${ADAPTOR_TOOLS_TOKEN_"), "{stdin}");
         agent.close().await;
     }
 

@@ -572,6 +572,40 @@ async fn cancel_interrupts_a_streaming_turn() {
     assert!(e.result.exit.cancelled);
 }
 
+/// Steering on the real app-server: input added while the model streams a slow reply is a
+/// `turn/steer` for the running turn; Codex takes it into the same turn (a second model
+/// request carrying it, with the first reply in its history), and the run holds both replies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_added_while_a_turn_runs_is_steered_into_it() {
+    let c = Codex::new().await;
+    let agent = c.agent().build();
+    let mut stream = agent.stream_with(
+        "MOCK_SLOW please",
+        RunOptions::new().steering(true).streaming(true),
+    );
+    while let Some(ev) = stream.next().await {
+        if matches!(&ev, Event::TextDelta(t) if t.phase == Phase::Delta) {
+            stream.steer("and one more thing").await.expect("delivered");
+            break;
+        }
+    }
+    let r = stream.result().await.expect("run");
+    assert_eq!(transport_of(&r), "app-server");
+    let stdin = String::from_utf8_lossy(&r.raw().stdin).into_owned();
+    assert!(stdin.contains(r#""method":"turn/steer""#), "{stdin}");
+    assert!(
+        r.transcript()
+            .iter()
+            .any(|i| i.kind == ItemKind::User && i.text.as_deref() == Some("and one more thing")),
+        "the app-server took the input"
+    );
+    let sent = c.mock.requests();
+    let last = sent.last().unwrap().to_string();
+    assert!(last.contains("and one more thing"), "{last}");
+    assert!(r.text.contains("and one more thing"), "{}", r.text);
+    valid_checkpoint(&r);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cli_killed_mid_turn_keeps_the_partial_text() {
     let c = Codex::new().await;
