@@ -219,6 +219,13 @@ fn killed() -> ExitStatus {
     }
 }
 
+/// Whether the replay emitted a notice of `kind`.
+fn has_notice(r: &Replay, kind: &str) -> bool {
+    r.events()
+        .iter()
+        .any(|e| matches!(e, Event::Notice(n) if n.kind == kind))
+}
+
 fn last_line(bytes: &[u8]) -> &str {
     std::str::from_utf8(bytes).unwrap().lines().last().unwrap()
 }
@@ -384,11 +391,7 @@ fn api_errors_fail_with_the_provider_message_and_no_valid_checkpoint() {
         assert!(!r.outcome.checkpoint.unwrap().valid);
     }
     let r = replayed(fixture!("error_529"), 0, 1, false);
-    assert!(
-        r.events()
-            .iter()
-            .any(|e| matches!(e, Event::Notice(n) if n.kind == "api-retry"))
-    );
+    assert!(has_notice(&r, "api-retry"));
 }
 
 #[test]
@@ -933,11 +936,7 @@ fn a_conversation_reset_moves_the_checkpoint_to_the_new_session() {
     let cp = r.outcome.checkpoint.clone().unwrap();
     assert!(cp.valid);
     assert!(cp.state.resume_id.starts_with("2e3287ce"), "{cp:?}");
-    assert!(
-        r.events()
-            .iter()
-            .any(|e| matches!(e, Event::Notice(n) if n.kind == "conversation-reset"))
-    );
+    assert!(has_notice(&r, "conversation-reset"));
 }
 
 #[test]
@@ -1023,20 +1022,12 @@ fn a_gap_in_result_numbers_is_reported() {
 {"type":"result","subtype":"success","is_error":false,"result":"a","result_index":0,"session_id":"0b6c2a0e-54b6-4f3e-9d22-8d7a5f1c2b3a"}
 "#;
     let r = replayed(bytes, 0, 0, false);
-    assert!(
-        !r.events()
-            .iter()
-            .any(|e| matches!(e, Event::Notice(n) if n.kind == "result-lost"))
-    );
+    assert!(!has_notice(&r, "result-lost"));
     let bytes = br#"{"type":"system","subtype":"init","session_id":"0b6c2a0e-54b6-4f3e-9d22-8d7a5f1c2b3a"}
 {"type":"result","subtype":"success","is_error":false,"result":"a","result_index":2,"session_id":"0b6c2a0e-54b6-4f3e-9d22-8d7a5f1c2b3a"}
 "#;
     let r = replayed(bytes, 0, 0, false);
-    assert!(
-        r.events()
-            .iter()
-            .any(|e| matches!(e, Event::Notice(n) if n.kind == "result-lost"))
-    );
+    assert!(has_notice(&r, "result-lost"));
 }
 
 #[test]

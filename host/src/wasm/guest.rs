@@ -915,9 +915,7 @@ impl GuestSession {
             Err(e) => Ok(Err(convert::start_error(e))),
         }
     }
-}
 
-impl GuestSession {
     /// `session.on-input`: the caller's input for the running turn; `Ok(Err(refusal))` when
     /// the driver refuses it. A `0.1.0` driver declares no steering, so the host never asks
     /// it (refused here all the same).
