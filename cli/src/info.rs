@@ -1,5 +1,4 @@
-//! `adaptor inspect` and `adaptor drivers`: what a driver and its CLI look like on this
-//! machine, read-only.
+//! `adaptor inspect`: what a driver and its CLI look like on this machine, read-only.
 //!
 //! Must not: run prompts (inspect runs only the driver's probe commands, under the grant).
 
@@ -7,10 +6,7 @@ use std::process::ExitCode;
 
 use crate::output::sanitize;
 use crate::settings::{self, DriverArgs, Flags};
-use crate::{
-    EXIT_DRIVER_FAULT, EXIT_RUN_FAILED, EXIT_USAGE, agent_builder, errln, load_driver, outln,
-    report,
-};
+use crate::{EXIT_RUN_FAILED, EXIT_USAGE, agent_builder, errln, load_driver, outln, report};
 
 /// Examples shown by `adaptor inspect --help`.
 pub const INSPECT_EXAMPLES: &str = "\
@@ -18,72 +14,6 @@ Examples:
   adaptor inspect                         # the reference driver and its provider
   adaptor inspect --driver claude         # Claude Code: version, supported range, checks
   adaptor inspect --driver codex --json";
-
-/// Examples shown by `adaptor drivers --help`.
-pub const DRIVERS_EXAMPLES: &str = "\
-Examples:
-  adaptor drivers
-  ADAPTOR_DRIVER_PATH=./my-drivers adaptor drivers --json";
-
-/// `adaptor drivers`.
-pub fn list_drivers(json: bool) -> ExitCode {
-    let drivers = adaptor::available_drivers();
-    if drivers.is_empty() {
-        errln!(
-            "adaptor: no drivers found (searched: {}); build them with `./x.sh build-drivers` or set ADAPTOR_DRIVER_PATH",
-            adaptor::driver_dirs()
-                .iter()
-                .map(|d| d.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        return ExitCode::from(EXIT_USAGE);
-    }
-    let mut failed = false;
-    for (path, loaded) in drivers {
-        match loaded {
-            Ok(d) if json => {
-                let line = serde_json::json!({
-                    "path": path.display().to_string(),
-                    "sha256": d.sha256(),
-                    "preset": d.preset(),
-                    "config": d.preset().map(|_| d.config()),
-                    "descriptor": d.descriptor(),
-                });
-                outln!("{line}");
-            }
-            Ok(d) => {
-                let desc = d.descriptor();
-                let (name, display) = match d.preset() {
-                    Some(preset) => (
-                        preset.to_owned(),
-                        d.preset_description()
-                            .map(str::to_owned)
-                            .unwrap_or_else(|| format!("preset of {}", desc.name)),
-                    ),
-                    None => (desc.name.clone(), desc.display_name.clone()),
-                };
-                outln!(
-                    "{:<12} {:<8} {:<24} {}  [{}]",
-                    sanitize(&name),
-                    sanitize(&desc.version),
-                    sanitize(&display),
-                    desc.capability_summary(),
-                    sanitize(&path.display().to_string())
-                );
-            }
-            Err(e) => {
-                failed = true;
-                errln!("{}: {}", path.display(), sanitize(&e.to_string()));
-            }
-        }
-    }
-    if failed {
-        ExitCode::from(EXIT_DRIVER_FAULT)
-    } else {
-        ExitCode::SUCCESS
-    }
-}
 
 /// `adaptor inspect`.
 pub async fn inspect(

@@ -5,7 +5,7 @@
 //! settings name, the agent builder) and the exit codes. Modules: `run` (`adaptor run`),
 //! `view` (what a run prints), `status` (the live status line), `output` (stdout/stderr
 //! manners, colour, sanitising), `settings` (config file + flags), `info` (`inspect`,
-//! `drivers`), `threads`, `approve` (`--approve`). Everything else is the library's single
+//! `drivers` lists, installs, verifies), `threads`, `approve` (`--approve`). Everything else is the library's single
 //! pipeline; the CLI uses only the public `adaptor` API.
 //!
 //! Exit codes: 0 success · 1 the run failed · 2 usage, config or setup error · 3 driver fault
@@ -14,6 +14,7 @@
 
 mod approve;
 mod confine;
+mod drivers;
 mod info;
 mod output;
 mod run;
@@ -70,10 +71,12 @@ enum Command {
     /// Inspect and manage stored threads (`run --thread KEY` creates and continues them).
     #[command(subcommand, after_help = threads::EXAMPLES)]
     Threads(threads::ThreadsCommand),
-    /// List the drivers found in the driver directories.
-    #[command(after_help = info::DRIVERS_EXAMPLES)]
+    /// List, install, verify and remove drivers (without a subcommand: list them).
+    #[command(after_help = drivers::EXAMPLES, args_conflicts_with_subcommands = true)]
     Drivers {
-        /// Print descriptors as JSON Lines.
+        #[command(subcommand)]
+        command: Option<drivers::DriversCommand>,
+        /// Print the list as JSON Lines.
         #[arg(long)]
         json: bool,
     },
@@ -150,7 +153,7 @@ fn main() -> ExitCode {
         }
     };
     let code = match cli.command {
-        Command::Drivers { json } => info::list_drivers(json),
+        Command::Drivers { command, json } => drivers::main(command, json),
         Command::Run(args) => runtime.block_on(run::run(*args, None, color)),
         Command::Threads(cmd) => runtime.block_on(threads::main(cmd, color)),
         Command::Inspect {

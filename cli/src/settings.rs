@@ -15,8 +15,13 @@
 //! policy = "workspace-write"   # --policy
 //! store = "postgres://u@127.0.0.1/threads"   # --store
 //!
+//! require-signatures = false  # `drivers install` refuses unsigned drivers when true
+//!
 //! [drivers.claude]             # the driver config (--config) used when the driver is `claude`
 //! command = "/opt/claude/bin/claude"
+//!
+//! [trusted-keys]               # publishers whose driver signatures `drivers install` accepts
+//! acme = "ed25519:3b6a27bc…"
 //! ```
 //!
 //! `--config` replaces the file's table for that driver whole (like `--policy` replaces a
@@ -78,6 +83,12 @@ struct FileSettings {
     store: Option<String>,
     #[serde(default)]
     drivers: BTreeMap<String, toml::Table>,
+    /// Publisher keys `adaptor drivers install` accepts signatures from: name → `ed25519:HEX`.
+    #[serde(default, rename = "trusted-keys")]
+    trusted_keys: BTreeMap<String, String>,
+    /// Refuse unsigned drivers at install.
+    #[serde(default, rename = "require-signatures")]
+    require_signatures: bool,
 }
 
 /// Where the config file is and whether it was read.
@@ -148,6 +159,10 @@ pub struct Settings {
     pub policy: Setting<Option<PolicyPreset>>,
     /// The thread store (SQLite path or `postgres://` URL).
     pub store: Setting<Option<String>>,
+    /// `[trusted-keys]`: name → `ed25519:HEX`.
+    pub trusted_keys: Vec<(String, String)>,
+    /// `require-signatures`.
+    pub require_signatures: bool,
 }
 
 /// A config file or `--config` value that cannot be used (exit code 2).
@@ -257,6 +272,8 @@ fn merge(
     };
     Ok(Settings {
         file: file_info,
+        trusted_keys: file.trusted_keys.into_iter().collect(),
+        require_signatures: file.require_signatures,
         driver,
         driver_config,
         model: pick(

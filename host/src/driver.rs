@@ -50,6 +50,28 @@ pub struct Driver {
     pub(crate) config: serde_json::Value,
     /// The preset this driver was loaded through, if any.
     preset: Option<Arc<Preset>>,
+    /// Where it came from, for [`Driver::reload`].
+    origin: Origin,
+    /// The config as the caller gave it (before a preset's base was laid under it).
+    given: serde_json::Value,
+}
+
+/// Where a [`Driver`] was loaded from: what [`Driver::reload`] reads again.
+#[derive(Debug, Clone)]
+pub(crate) enum Origin {
+    /// Bytes the caller passed: nothing to re-read.
+    Bytes,
+    /// A `.wasm` file.
+    File(PathBuf),
+    /// A built-in name (a `.wasm` or a preset in the driver directories).
+    Builtin(String),
+    /// An installed driver: `name` (the highest version when reloaded) or `name@version`.
+    Installed {
+        /// The store.
+        store: crate::packages::DriverStore,
+        /// What was asked for.
+        spec: String,
+    },
 }
 
 /// A driver preset: a name for another driver with a base config.
@@ -107,10 +129,36 @@ impl Driver {
             source,
         })?;
         let mut driver = Self::load(&path.display().to_string(), &bytes, options)?;
-        if let Some(loaded) = Arc::get_mut(&mut driver.loaded) {
-            loaded.path = Some(path.to_path_buf());
+        driver.origin = Origin::File(path.to_path_buf());
+        Ok(driver.with_path(path.to_path_buf()))
+    }
+
+    /// Record the file the driver was read from.
+    pub(crate) fn with_path(mut self, path: PathBuf) -> Driver {
+        if let Some(loaded) = Arc::get_mut(&mut self.loaded) {
+            loaded.path = Some(path);
         }
-        Ok(driver)
+        self
+    }
+
+    pub(crate) fn set_origin(&mut self, origin: Origin) {
+        self.origin = origin;
+    }
+
+    /// Load this driver again from where it came from — the same file, the same built-in
+    /// name, or the same installed name (then its highest installed version, so a newly
+    /// installed version is picked up) — with the config this handle was given. This handle,
+    /// and every agent, thread, stream and resident process started from it, keeps the
+    /// component it loaded: a reload affects only what is started from the new handle. A
+    /// driver loaded from bytes has nothing to re-read and is returned as it is.
+    pub fn reload(&self) -> Result<Driver, Error> {
+        let fresh = match &self.origin {
+            Origin::Bytes => return Ok(self.clone()),
+            Origin::File(path) => Driver::from_file(path)?,
+            Origin::Builtin(name) => Driver::builtin(name)?,
+            Origin::Installed { store, spec } => store.open(spec)?,
+        };
+        fresh.with_config(self.given.clone())
     }
 
     /// Load a driver from component bytes. `name_hint` names it in errors.
@@ -151,6 +199,8 @@ impl Driver {
             }),
             config: serde_json::Value::Object(Default::default()),
             preset: None,
+            origin: Origin::Bytes,
+            given: serde_json::Value::Object(Default::default()),
         })
     }
 
@@ -162,13 +212,17 @@ impl Driver {
         let dirs = driver_dirs();
         for dir in &dirs {
             let candidate = dir.join(format!("{name}.wasm"));
-            if candidate.is_file() {
-                return Self::from_file(candidate);
-            }
             let preset = dir.join(format!("{name}{PRESET_SUFFIX}"));
-            if preset.is_file() {
-                return Self::from_preset(name, &preset);
-            }
+            let loaded = if candidate.is_file() {
+                Self::from_file(candidate)
+            } else if preset.is_file() {
+                Self::from_preset(name, &preset)
+            } else {
+                continue;
+            };
+            let mut driver = loaded?;
+            driver.origin = Origin::Builtin(name.to_owned());
+            return Ok(driver);
         }
         Err(Self::unknown(name, &dirs))
     }
@@ -261,12 +315,36 @@ impl Driver {
         })
     }
 
-    /// Load by name or path: a value ending in `.wasm` or containing `/` is a file.
+    /// Load by name or path: a value ending in `.wasm` or containing `/` is a file;
+    /// `name@version` is that version of an installed driver (see
+    /// [`DriverStore`](crate::DriverStore), the user's store); a plain `name` is a built-in
+    /// driver, else the highest installed version of that name.
     pub fn open(name_or_path: &str) -> Result<Driver, Error> {
         if name_or_path.ends_with(".wasm") || name_or_path.contains('/') {
-            Self::from_file(name_or_path)
-        } else {
-            Self::builtin(name_or_path)
+            return Self::from_file(name_or_path);
+        }
+        if name_or_path.contains('@') {
+            return crate::packages::DriverStore::user()?.open(name_or_path);
+        }
+        match Self::builtin(name_or_path) {
+            Err(Error::Load(LoadError::UnknownDriver { name, searched })) => {
+                let Ok(store) = crate::packages::DriverStore::user() else {
+                    return Err(Error::Load(LoadError::UnknownDriver { name, searched }));
+                };
+                match store.open(name_or_path) {
+                    Err(Error::Install(crate::packages::InstallError::NotInstalled { .. })) => {
+                        Err(Error::Load(LoadError::UnknownDriver {
+                            name,
+                            searched: format!(
+                                "{searched}, and the driver store ({})",
+                                store.lock_path().display()
+                            ),
+                        }))
+                    }
+                    other => other,
+                }
+            }
+            other => other,
         }
     }
 
@@ -275,6 +353,7 @@ impl Driver {
     /// `config` replaces the preset's key of that name, the others stay (so
     /// `{"model": "…"}` on `gemini` keeps its `command` and `agent`).
     pub fn with_config(self, config: serde_json::Value) -> Result<Driver, Error> {
+        let config_given = config.clone();
         let config = match (&self.preset, config) {
             (Some(preset), serde_json::Value::Object(over)) => {
                 let mut merged = preset.config.clone();
@@ -283,6 +362,7 @@ impl Driver {
             }
             (_, config) => config,
         };
+        let given = config_given;
         let text = config.to_string();
         let mut instance = run_sync(GuestInstance::new(
             self.loaded.name.clone(),
@@ -294,6 +374,8 @@ impl Driver {
                 loaded: self.loaded,
                 config,
                 preset: self.preset,
+                origin: self.origin,
+                given,
             }),
             Err(e) => Err(e.into_error(self.loaded.name.to_string())),
         }

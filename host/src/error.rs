@@ -17,6 +17,10 @@ pub enum Error {
     /// A driver could not be loaded.
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// A driver store operation (install, remove, list, verify, or resolving an installed
+    /// driver's name) failed; the store is as it was.
+    #[error(transparent)]
+    Install(#[from] crate::packages::InstallError),
     /// An approval answer was refused (already resolved, wrong kind, expired, detached, not a
     /// choice).
     #[error(transparent)]
@@ -379,6 +383,34 @@ pub enum LoadError {
         driver: String,
         /// What is wrong.
         reason: String,
+    },
+    /// An installed driver's bytes are not the ones its lock record pins.
+    #[error(
+        "installed driver `{driver}` at `{path}` was changed: the lock file pins sha256:{expected}, the file is sha256:{found}; reinstall it"
+    )]
+    IntegrityMismatch {
+        /// `name@version`.
+        driver: String,
+        /// The component file.
+        path: String,
+        /// The lock file's sha256.
+        expected: String,
+        /// The file's sha256.
+        found: String,
+    },
+    /// An installed driver's descriptor differs from its lock record (the lock was edited).
+    #[error(
+        "installed driver `{driver}`: the lock file records {field} {locked:?}, the component declares {found:?}; the lock file was edited, reinstall the driver"
+    )]
+    LockMismatch {
+        /// `name@version`.
+        driver: String,
+        /// The field that differs.
+        field: String,
+        /// What the lock records.
+        locked: String,
+        /// What the component declares.
+        found: String,
     },
 }
 

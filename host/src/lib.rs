@@ -74,6 +74,7 @@ mod grant;
 mod inspect;
 pub mod lifecycle;
 mod mcp;
+mod packages;
 mod policy;
 mod process;
 #[cfg(feature = "replay")]
@@ -118,6 +119,11 @@ pub use inspect::{
     MAX_PROBE_ARG_BYTES, MAX_PROBE_ARGS, MAX_PROBE_TIME, MAX_PROBES,
 };
 pub use mcp::{HOST_TOOLS_SERVER, Mcp, McpError, RemoteServer, StdioServer};
+pub use packages::{
+    DRIVER_STORE_ENV, DriverStore, InstallError, Installed, InstalledDriver, LOCK_FILE,
+    MAX_COMPONENT_BYTES, Package, SIGNATURE_ALGORITHM, SignatureError, SigningKey, TrustedKey,
+    Verification, WASM_LAYER_MEDIA_TYPE,
+};
 pub use policy::{ApprovalPolicy, DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
 pub use result::{
     Checkpoint, ChunkRecord, ExitInfo, ItemKind, LaunchPlan, LaunchRecord, ProcessIdentity,

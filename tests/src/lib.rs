@@ -201,9 +201,13 @@ pub fn adaptor_cli() -> std::process::Command {
     cmd.stdin(std::process::Stdio::null())
         .env("ADAPTOR_DRIVER_PATH", target_dir().join("drivers"))
         .env("XDG_CONFIG_HOME", NO_CONFIG_DIR)
+        .env("ADAPTOR_DRIVER_STORE", NO_STORE_DIR)
         .env_remove("ADAPTOR_CONFIG");
     cmd
 }
+
+/// An `ADAPTOR_DRIVER_STORE` with no installed drivers.
+pub const NO_STORE_DIR: &str = "/nonexistent/agent-adaptor-tests/store";
 
 /// An `XDG_CONFIG_HOME` that holds no config file.
 pub const NO_CONFIG_DIR: &str = "/nonexistent/agent-adaptor-tests/config";

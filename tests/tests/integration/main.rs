@@ -16,6 +16,7 @@ mod conformance;
 mod containment;
 mod contract_rules;
 mod cursor_e2e;
+mod driver_store;
 mod fuzz_host;
 mod hostile;
 mod loading;

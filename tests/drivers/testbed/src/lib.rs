@@ -9,7 +9,8 @@
 //! - `[[driver-ignore-output]]`: ignore every stdout and stderr byte;
 //! - `[[driver-no-checkpoint]]`: succeed but report no checkpoint (a thread cannot be saved).
 //!
-//! Its descriptor declares prompt+validate structured output only (no native schema).
+//! Its descriptor declares prompt+validate structured output only (no native schema), and
+//! the version `1.0.0-testbed`.
 //!
 //! It never ships as a built-in driver; `x.sh` installs it under `test-drivers/`.
 
@@ -28,6 +29,9 @@ impl Driver for TestbedDriver {
     fn describe() -> Descriptor {
         let mut d = ReferenceDriver::describe();
         d.name = "testbed".into();
+        // A version literal found once in the component, so the driver store's tests can
+        // make a second version of this driver by patching it in place.
+        d.version = "1.0.0-testbed".into();
         d.display_name = "Testbed (reference with misbehaviour)".into();
         // Prompt+validate only, so the host's other structured-output mechanism is exercised.
         d.structured_output.native = false;
