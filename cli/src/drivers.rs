@@ -1,5 +1,5 @@
 //! `adaptor drivers …`: list the drivers this machine has (built-in and installed), and
-//! install, verify, remove and sign third-party drivers.
+//! install, verify, remove and sign third-party drivers, and scaffold new ones.
 //!
 //! Owns: the subcommands' arguments, the confirmation before an install (what the driver
 //! declares, shown to the person installing; `--yes` for scripts), and the output. The
@@ -26,7 +26,8 @@ Examples:
   adaptor drivers verify                           # every installed driver against the lock
   adaptor drivers remove my-driver@1.2.0
   adaptor drivers keygen --out acme.key            # a publisher key; sign with it:
-  adaptor drivers sign ./my-driver.wasm --key acme.key";
+  adaptor drivers sign ./my-driver.wasm --key acme.key
+  adaptor drivers new my-driver                    # a driver crate that builds and passes";
 
 /// `adaptor drivers` subcommands.
 #[derive(Subcommand)]
@@ -74,6 +75,19 @@ pub enum DriversCommand {
         #[arg(long, value_name = "FILE")]
         key: PathBuf,
     },
+    /// Scaffold a driver crate against adaptor-sdk in `./NAME` (or `--dir`): it builds,
+    /// passes its tests and `adaptortest check`, and installs, before you change a line.
+    New {
+        /// The driver's name (`a-z 0-9 - _`).
+        name: String,
+        /// Where to create it (default `./NAME`; must not exist, or be empty).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The adaptor-sdk crate to depend on (default: the `sdk-guest` of the checkout this
+        /// `adaptor` was built from).
+        #[arg(long, value_name = "PATH")]
+        sdk: Option<PathBuf>,
+    },
 }
 
 /// Run `adaptor drivers [COMMAND]`.
@@ -89,6 +103,7 @@ pub fn main(command: Option<DriversCommand>, json: bool) -> ExitCode {
         DriversCommand::Remove { spec } => remove(&spec),
         DriversCommand::Keygen { out } => keygen(&out),
         DriversCommand::Sign { component, key } => sign(&component, &key),
+        DriversCommand::New { name, dir, sdk } => crate::scaffold::new(&name, dir, sdk),
     }
 }
 

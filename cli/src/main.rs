@@ -18,6 +18,7 @@ mod drivers;
 mod info;
 mod output;
 mod run;
+mod scaffold;
 mod settings;
 mod status;
 mod threads;

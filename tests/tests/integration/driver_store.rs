@@ -700,3 +700,76 @@ fn the_cli_installs_lists_runs_verifies_and_removes() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The driver author's path, from an empty directory: `adaptor drivers new`, the crate's own
+/// tests, the component build, `adaptortest check` (no failed clause), install, run. The
+/// scaffold builds in a target directory of its own under this build's (kept between runs),
+/// with this workspace's lock file so it resolves the versions CI already has.
+#[test]
+fn a_scaffolded_driver_builds_passes_the_check_installs_and_runs() {
+    let home = tmp();
+    let crate_dir = home.path().join("acme");
+    let store = home.path().join("store");
+    let cli = || {
+        let mut c = adaptor_cli();
+        c.env("ADAPTOR_DRIVER_STORE", &store)
+            .env("ADAPTOR_CACHE_DIR", home.path().join("cache"));
+        c
+    };
+    let out = cli()
+        .current_dir(home.path())
+        .args(["drivers", "new", "acme"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    assert!(crate_dir.join("src/lib.rs").is_file());
+    let out = cli()
+        .current_dir(home.path())
+        .args(["drivers", "new", "acme"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 2);
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    std::fs::copy(workspace.join("Cargo.lock"), crate_dir.join("Cargo.lock")).unwrap();
+    let cargo = |args: &[&str]| {
+        let out = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
+            .current_dir(&crate_dir)
+            .env("CARGO_TARGET_DIR", target_dir().join("scaffold"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_exit(&out, 0);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let tested = cargo(&["test", "--quiet"]);
+    assert!(tested.contains("3 passed"), "{tested}");
+    cargo(&["build", "--release", "--target", "wasm32-wasip2"]);
+    let component = target_dir().join("scaffold/wasm32-wasip2/release/acme_driver.wasm");
+    let out = std::process::Command::new(bin_dir().join("adaptortest"))
+        .arg("check")
+        .arg(&component)
+        .arg("--cassette")
+        .arg(crate_dir.join("cassettes"))
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains(", 0 failed"), "{report}");
+    assert!(report.contains("HST-01  pass"), "{report}");
+
+    let out = cli()
+        .arg("drivers")
+        .arg("install")
+        .arg(&component)
+        .arg("--yes")
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let out = cli()
+        .env("PATH", format!("{}:/usr/bin:/bin", bin_dir().display()))
+        .args(["run", "--driver", "acme", "Say hello"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Reference reply: Say hello"));
+}
