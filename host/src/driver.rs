@@ -6,7 +6,9 @@
 //! validating the descriptor, config validation through the guest, and presets: a
 //! `NAME.preset.json` file in a driver directory (`{"driver": "acp", "config": {…}}`) makes
 //! `NAME` a built-in driver name that loads another driver with a base config, which every
-//! config given later is laid over key by key. Must not: run sessions (see `run/`).
+//! config given later is laid over key by key. Must not: run sessions (see `run/`), or know
+//! the driver store (`packages` opens installed drivers, and holds `Driver::open` and
+//! `Driver::reload`, which reach it).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -65,10 +67,13 @@ pub(crate) enum Origin {
     File(PathBuf),
     /// A built-in name (a `.wasm` or a preset in the driver directories).
     Builtin(String),
-    /// An installed driver: `name` (the highest version when reloaded) or `name@version`.
+    /// An installed driver: `name` (the highest version when reloaded) or `name@version`
+    /// in the driver store at `root` (see `packages`).
     Installed {
-        /// The store.
-        store: crate::packages::DriverStore,
+        /// The store's root.
+        root: PathBuf,
+        /// Its load options.
+        load: LoadOptions,
         /// What was asked for.
         spec: String,
     },
@@ -145,20 +150,13 @@ impl Driver {
         self.origin = origin;
     }
 
-    /// Load this driver again from where it came from — the same file, the same built-in
-    /// name, or the same installed name (then its highest installed version, so a newly
-    /// installed version is picked up) — with the config this handle was given. This handle,
-    /// and every agent, thread, stream and resident process started from it, keeps the
-    /// component it loaded: a reload affects only what is started from the new handle. A
-    /// driver loaded from bytes has nothing to re-read and is returned as it is.
-    pub fn reload(&self) -> Result<Driver, Error> {
-        let fresh = match &self.origin {
-            Origin::Bytes => return Ok(self.clone()),
-            Origin::File(path) => Driver::from_file(path)?,
-            Origin::Builtin(name) => Driver::builtin(name)?,
-            Origin::Installed { store, spec } => store.open(spec)?,
-        };
-        fresh.with_config(self.given.clone())
+    pub(crate) fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// The config as the caller gave it (a preset's base not laid under it).
+    pub(crate) fn given_config(&self) -> &serde_json::Value {
+        &self.given
     }
 
     /// Load a driver from component bytes. `name_hint` names it in errors.
@@ -313,39 +311,6 @@ impl Driver {
                     .join(", ")
             },
         })
-    }
-
-    /// Load by name or path: a value ending in `.wasm` or containing `/` is a file;
-    /// `name@version` is that version of an installed driver (see
-    /// [`DriverStore`](crate::DriverStore), the user's store); a plain `name` is a built-in
-    /// driver, else the highest installed version of that name.
-    pub fn open(name_or_path: &str) -> Result<Driver, Error> {
-        if name_or_path.ends_with(".wasm") || name_or_path.contains('/') {
-            return Self::from_file(name_or_path);
-        }
-        if name_or_path.contains('@') {
-            return crate::packages::DriverStore::user()?.open(name_or_path);
-        }
-        match Self::builtin(name_or_path) {
-            Err(Error::Load(LoadError::UnknownDriver { name, searched })) => {
-                let Ok(store) = crate::packages::DriverStore::user() else {
-                    return Err(Error::Load(LoadError::UnknownDriver { name, searched }));
-                };
-                match store.open(name_or_path) {
-                    Err(Error::Install(crate::packages::InstallError::NotInstalled { .. })) => {
-                        Err(Error::Load(LoadError::UnknownDriver {
-                            name,
-                            searched: format!(
-                                "{searched}, and the driver store ({})",
-                                store.lock_path().display()
-                            ),
-                        }))
-                    }
-                    other => other,
-                }
-            }
-            other => other,
-        }
     }
 
     /// Replace the configuration (a JSON object), validated by the driver now. A driver

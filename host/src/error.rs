@@ -20,7 +20,7 @@ pub enum Error {
     /// A driver store operation (install, remove, list, verify, or resolving an installed
     /// driver's name) failed; the store is as it was.
     #[error(transparent)]
-    Install(#[from] crate::packages::InstallError),
+    Install(#[from] InstallError),
     /// An approval answer was refused (already resolved, wrong kind, expired, detached, not a
     /// choice).
     #[error(transparent)]
@@ -873,4 +873,152 @@ mod tests {
             assert_eq!(FailureReason::from_name(reason.as_str()), reason);
         }
     }
+}
+
+/// Why an install, removal, listing or verification failed. On every error the store is as
+/// it was before the call.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InstallError {
+    /// The component is not a loadable driver (not a component, truncated, an unsupported
+    /// contract version, a forbidden import, a bad descriptor, …).
+    #[error("cannot install `{source_path}`: {error}")]
+    NotADriver {
+        /// What was being installed.
+        source_path: String,
+        /// Why it does not load.
+        error: Box<Error>,
+    },
+    /// The source is not a `.wasm`, a directory with one, or a usable OCI image layout.
+    #[error("cannot install from `{path}`: {reason}")]
+    Source {
+        /// The source.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The driver's descriptor cannot be installed as it stands.
+    #[error("driver `{name}` cannot be installed: {reason}")]
+    InvalidPackage {
+        /// The descriptor's name.
+        name: String,
+        /// What is wrong (its name or version).
+        reason: String,
+    },
+    /// Another driver already answers to this name.
+    #[error("the name `{name}` is taken by {by}; a driver cannot shadow it")]
+    NameTaken {
+        /// The name.
+        name: String,
+        /// Who holds it (a built-in driver's file).
+        by: String,
+    },
+    /// This name and version is installed with other bytes.
+    #[error(
+        "{name}@{version} is already installed with sha256:{installed}; this component is sha256:{new}. Publish it under a new version, or remove the installed one first"
+    )]
+    VersionConflict {
+        /// The name.
+        name: String,
+        /// The version.
+        version: String,
+        /// The installed component's sha256.
+        installed: String,
+        /// The new component's sha256.
+        new: String,
+    },
+    /// A publisher signature did not verify.
+    #[error(transparent)]
+    Signature(#[from] SignatureError),
+    /// The lock file cannot be read as this host writes it (edited by hand, truncated, …).
+    #[error("the driver lock file `{path}` is invalid: {reason}")]
+    LockFile {
+        /// The lock file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// No installed driver matches.
+    #[error("no installed driver {spec} (installed: {installed})")]
+    NotInstalled {
+        /// `name` or `name@version`.
+        spec: String,
+        /// What is installed, or `none`.
+        installed: String,
+    },
+    /// Several versions are installed and the request must name one.
+    #[error("{name} has several installed versions ({versions}); name one as {name}@VERSION")]
+    Ambiguous {
+        /// The name.
+        name: String,
+        /// The installed versions.
+        versions: String,
+    },
+    /// A file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// No store location: no `$ADAPTOR_DRIVER_STORE` and no user data directory.
+    #[error("no driver store: set ADAPTOR_DRIVER_STORE (no user data directory is known)")]
+    NoStore,
+}
+
+/// Why a signature did not verify. Nothing was installed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignatureError {
+    /// The signature file is not one this host reads.
+    #[error("signature file `{path}` is malformed: {reason}")]
+    Malformed {
+        /// The signature file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The signature was made by a key that is not among the trusted keys.
+    #[error(
+        "the driver is signed by ed25519:{public_key}, which is not a trusted key (trusted: {trusted})"
+    )]
+    UnknownKey {
+        /// The signer's public key (hex).
+        public_key: String,
+        /// The trusted keys' names, or `none`.
+        trusted: String,
+    },
+    /// The signature file was made for other bytes.
+    #[error("the signature is for sha256:{signed}, but the driver is sha256:{actual}")]
+    OtherComponent {
+        /// The digest the signature file names.
+        signed: String,
+        /// The component's digest.
+        actual: String,
+    },
+    /// The signature does not verify with the (trusted) key it names.
+    #[error(
+        "the signature by trusted key `{key}` does not verify: the component or the signature was altered"
+    )]
+    BadSignature {
+        /// The trusted key's name.
+        key: String,
+    },
+    /// The store requires signatures and the driver has none.
+    #[error(
+        "this driver store requires a publisher signature and none was given (expected `{expected}` or --signature)"
+    )]
+    Missing {
+        /// Where a signature file was looked for.
+        expected: String,
+    },
+    /// A key (trusted or secret) cannot be parsed.
+    #[error("key `{name}` is invalid: {reason}")]
+    InvalidKey {
+        /// The key's name or file.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
 }

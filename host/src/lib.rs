@@ -43,7 +43,9 @@
 //!   `decisions`, `resident`, `coordinator` (the thread stage);
 //! - **`store/`** — thread stores behind the `ThreadStore` trait;
 //! - **facade**: `agent` (options, builder, `Runner`), `stream`, `thread`, `driver`
-//!   (loading), `inspect`, and the tool entries `cassette` and `replay` (behind the `replay` feature: a
+//!   (loading), `packages` (the driver store: install, lock file, pinned loads, signatures,
+//!   `Driver::open` by name or `name@version`, `Driver::reload`; above `driver`, which never
+//!   names it), `inspect`, and the tool entries `cassette` and `replay` (behind the `replay` feature: a
 //!   driver session fed recorded bytes outside the pipeline, for the conformance kit).
 //!
 //! Two knots of shared nouns remain in the import graph, on purpose (a unit test,
@@ -105,8 +107,8 @@ pub use descriptor::{
 };
 pub use driver::{Driver, LoadOptions, available_drivers, driver_dirs};
 pub use error::{
-    Error, FailureReason, InputRefusal, LaunchRefusal, Limit, LoadError, RunError, StartRefusal,
-    SteerError, ThreadError,
+    Error, FailureReason, InputRefusal, InstallError, LaunchRefusal, Limit, LoadError, RunError,
+    SignatureError, StartRefusal, SteerError, ThreadError,
 };
 pub use event::{
     ApprovalResolved, DropReason, Dropped, Event, EventMeta, EventSource, ItemEvent, Notice, Phase,
@@ -120,9 +122,8 @@ pub use inspect::{
 };
 pub use mcp::{HOST_TOOLS_SERVER, Mcp, McpError, RemoteServer, StdioServer};
 pub use packages::{
-    DRIVER_STORE_ENV, DriverStore, InstallError, Installed, InstalledDriver, LOCK_FILE,
-    MAX_COMPONENT_BYTES, Package, SIGNATURE_ALGORITHM, SignatureError, SigningKey, TrustedKey,
-    Verification, WASM_LAYER_MEDIA_TYPE,
+    DRIVER_STORE_ENV, DriverStore, Installed, InstalledDriver, LOCK_FILE, MAX_COMPONENT_BYTES,
+    Package, SIGNATURE_ALGORITHM, SigningKey, TrustedKey, Verification, WASM_LAYER_MEDIA_TYPE,
 };
 pub use policy::{ApprovalPolicy, DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
 pub use result::{

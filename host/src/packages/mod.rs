@@ -19,6 +19,7 @@
 //! the first run loads it instead of compiling). Must not: run sessions, or trust either the
 //! lock or the bytes alone.
 
+mod open;
 mod signature;
 mod source;
 
@@ -27,11 +28,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use signature::{SIGNATURE_ALGORITHM, SignatureError, SigningKey, TrustedKey};
+pub use signature::{SIGNATURE_ALGORITHM, SigningKey, TrustedKey};
 pub use source::{MAX_COMPONENT_BYTES, WASM_LAYER_MEDIA_TYPE};
 
 use crate::driver::{Driver, LoadOptions, Origin};
-use crate::error::{Error, LoadError};
+use crate::error::{Error, InstallError, LoadError, SignatureError};
 use crate::wasm::engine::sha256_hex;
 
 /// The environment variable that moves the user's driver store.
@@ -42,98 +43,6 @@ pub const LOCK_FILE: &str = "drivers.lock.json";
 
 /// The lock file format this host writes and reads.
 const LOCK_FORMAT: u32 = 1;
-
-/// Why an install, removal, listing or verification failed. On every error the store is as
-/// it was before the call.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum InstallError {
-    /// The component is not a loadable driver (not a component, truncated, an unsupported
-    /// contract version, a forbidden import, a bad descriptor, …).
-    #[error("cannot install `{source_path}`: {error}")]
-    NotADriver {
-        /// What was being installed.
-        source_path: String,
-        /// Why it does not load.
-        error: Box<Error>,
-    },
-    /// The source is not a `.wasm`, a directory with one, or a usable OCI image layout.
-    #[error("cannot install from `{path}`: {reason}")]
-    Source {
-        /// The source.
-        path: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// The driver's descriptor cannot be installed as it stands.
-    #[error("driver `{name}` cannot be installed: {reason}")]
-    InvalidPackage {
-        /// The descriptor's name.
-        name: String,
-        /// What is wrong (its name or version).
-        reason: String,
-    },
-    /// Another driver already answers to this name.
-    #[error("the name `{name}` is taken by {by}; a driver cannot shadow it")]
-    NameTaken {
-        /// The name.
-        name: String,
-        /// Who holds it (a built-in driver's file).
-        by: String,
-    },
-    /// This name and version is installed with other bytes.
-    #[error(
-        "{name}@{version} is already installed with sha256:{installed}; this component is sha256:{new}. Publish it under a new version, or remove the installed one first"
-    )]
-    VersionConflict {
-        /// The name.
-        name: String,
-        /// The version.
-        version: String,
-        /// The installed component's sha256.
-        installed: String,
-        /// The new component's sha256.
-        new: String,
-    },
-    /// A publisher signature did not verify.
-    #[error(transparent)]
-    Signature(#[from] SignatureError),
-    /// The lock file cannot be read as this host writes it (edited by hand, truncated, …).
-    #[error("the driver lock file `{path}` is invalid: {reason}")]
-    LockFile {
-        /// The lock file.
-        path: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// No installed driver matches.
-    #[error("no installed driver {spec} (installed: {installed})")]
-    NotInstalled {
-        /// `name` or `name@version`.
-        spec: String,
-        /// What is installed, or `none`.
-        installed: String,
-    },
-    /// Several versions are installed and the request must name one.
-    #[error("{name} has several installed versions ({versions}); name one as {name}@VERSION")]
-    Ambiguous {
-        /// The name.
-        name: String,
-        /// The installed versions.
-        versions: String,
-    },
-    /// A file operation failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: String,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// No store location: no `$ADAPTOR_DRIVER_STORE` and no user data directory.
-    #[error("no driver store: set {DRIVER_STORE_ENV} (no user data directory is known)")]
-    NoStore,
-}
 
 /// One installed driver, as the lock file records it and `adaptor drivers install` shows it
 /// before installing.
@@ -545,7 +454,8 @@ impl DriverStore {
         let record = self.resolve(spec)?;
         let mut driver = self.load_record(&record)?;
         driver.set_origin(Origin::Installed {
-            store: self.clone(),
+            root: self.inner.root.clone(),
+            load: self.inner.load.clone(),
             spec: spec.to_owned(),
         });
         Ok(driver)

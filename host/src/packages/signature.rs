@@ -17,64 +17,10 @@ use std::path::Path;
 use ed25519_dalek::Signer;
 use serde::{Deserialize, Serialize};
 
+use crate::error::SignatureError;
+
 /// The one signature algorithm this host verifies.
 pub const SIGNATURE_ALGORITHM: &str = "ed25519";
-
-/// Why a signature did not verify. Nothing was installed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SignatureError {
-    /// The signature file is not one this host reads.
-    #[error("signature file `{path}` is malformed: {reason}")]
-    Malformed {
-        /// The signature file.
-        path: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// The signature was made by a key that is not among the trusted keys.
-    #[error(
-        "the driver is signed by ed25519:{public_key}, which is not a trusted key (trusted: {trusted})"
-    )]
-    UnknownKey {
-        /// The signer's public key (hex).
-        public_key: String,
-        /// The trusted keys' names, or `none`.
-        trusted: String,
-    },
-    /// The signature file was made for other bytes.
-    #[error("the signature is for sha256:{signed}, but the driver is sha256:{actual}")]
-    OtherComponent {
-        /// The digest the signature file names.
-        signed: String,
-        /// The component's digest.
-        actual: String,
-    },
-    /// The signature does not verify with the (trusted) key it names.
-    #[error(
-        "the signature by trusted key `{key}` does not verify: the component or the signature was altered"
-    )]
-    BadSignature {
-        /// The trusted key's name.
-        key: String,
-    },
-    /// The store requires signatures and the driver has none.
-    #[error(
-        "this driver store requires a publisher signature and none was given (expected `{expected}` or --signature)"
-    )]
-    Missing {
-        /// Where a signature file was looked for.
-        expected: String,
-    },
-    /// A key (trusted or secret) cannot be parsed.
-    #[error("key `{name}` is invalid: {reason}")]
-    InvalidKey {
-        /// The key's name or file.
-        name: String,
-        /// What is wrong.
-        reason: String,
-    },
-}
 
 /// A publisher key whose signatures this host accepts.
 #[derive(Clone, PartialEq, Eq)]
