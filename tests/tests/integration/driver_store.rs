@@ -119,6 +119,14 @@ fn sha(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// The `adaptor` CLI with its driver store at `store` and its compile cache in `home`.
+fn store_cli(home: &Path, store: &Path) -> std::process::Command {
+    let mut c = adaptor_cli();
+    c.env("ADAPTOR_DRIVER_STORE", store)
+        .env("ADAPTOR_CACHE_DIR", home.join("cache"));
+    c
+}
+
 fn configure(driver: Driver, state: &Path, stdio: bool) -> Driver {
     let mut config = serde_json::json!({
         "command": provider_path().display().to_string(),
@@ -565,12 +573,7 @@ async fn a_new_version_reaches_new_sessions_only_and_handles_reload_in_place() {
 fn the_cli_installs_lists_runs_verifies_and_removes() {
     let home = tmp();
     let store = home.path().join("store");
-    let cli = || {
-        let mut c = adaptor_cli();
-        c.env("ADAPTOR_DRIVER_STORE", &store)
-            .env("ADAPTOR_CACHE_DIR", home.path().join("cache"));
-        c
-    };
+    let cli = || store_cli(home.path(), &store);
     let src = home.path().join("testbed.wasm");
     std::fs::write(&src, testbed_bytes()).unwrap();
     let src = src.display().to_string();
@@ -710,12 +713,7 @@ fn a_scaffolded_driver_builds_passes_the_check_installs_and_runs() {
     let home = tmp();
     let crate_dir = home.path().join("acme");
     let store = home.path().join("store");
-    let cli = || {
-        let mut c = adaptor_cli();
-        c.env("ADAPTOR_DRIVER_STORE", &store)
-            .env("ADAPTOR_CACHE_DIR", home.path().join("cache"));
-        c
-    };
+    let cli = || store_cli(home.path(), &store);
     let out = cli()
         .current_dir(home.path())
         .args(["drivers", "new", "acme"])
