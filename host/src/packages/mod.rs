@@ -665,10 +665,13 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), InstallError> {
     use std::io::Write;
     let dir = path.parent().expect("store paths have a parent");
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    // Unique per process and per write, so no two writers ever share a temporary file.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let tmp = dir.join(format!(
-        ".{}.{}.tmp",
+        ".{}.{}.{}.tmp",
         path.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
+        std::process::id(),
+        WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;

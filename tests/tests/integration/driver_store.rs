@@ -226,6 +226,38 @@ async fn installed_drivers_are_recorded_compiled_selected_by_version_and_removed
     ));
 }
 
+/// Installs into one store from several threads at once (each its own `DriverStore`
+/// value, as separate processes would have): the store's file lock serializes them, so no
+/// record is lost to a concurrent rewrite of the lock file.
+#[test]
+fn concurrent_installs_lose_no_record() {
+    let f = Fixture::new();
+    let versions = ["1.0.0-testbed", "1.0.1-testbed", "1.0.2-testbed", "1.0.3-testbed"];
+    let sources: Vec<PathBuf> = versions
+        .iter()
+        .map(|v| f.file(&format!("{v}/testbed.wasm"), &testbed_version(v)))
+        .collect();
+    let packages: Vec<_> = sources
+        .iter()
+        .map(|s| f.store.prepare(s, None).unwrap())
+        .collect();
+    std::thread::scope(|scope| {
+        for package in packages {
+            let store = DriverStore::at(f.store.root()).builtin_dirs(Vec::new());
+            scope.spawn(move || store.install(package).unwrap());
+        }
+    });
+    let installed: Vec<String> = f
+        .store
+        .list()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.version)
+        .collect();
+    assert_eq!(installed, versions);
+    assert!(f.store.verify().unwrap().iter().all(|v| v.result.is_ok()));
+}
+
 #[test]
 fn a_changed_component_fails_closed_naming_both_hashes_until_reinstalled() {
     let f = Fixture::new();
