@@ -21,7 +21,7 @@ pub const EXAMPLES: &str = "\
 Examples:
   adaptor drivers                                  # built-in and installed drivers
   adaptor drivers install ./my-driver.wasm         # shows what it declares, asks, installs
-  adaptor drivers install ./image-layout --yes     # an OCI image layout (wkg, oras)
+  adaptor drivers install ./image-layout --yes     # an OCI image layout (oras, skopeo)
   adaptor run --driver my-driver@1.2.0 \"Hi\"        # one of several installed versions
   adaptor drivers verify                           # every installed driver against the lock
   adaptor drivers remove my-driver@1.2.0

@@ -1,6 +1,7 @@
 //! Reading what `install` is given: a `.wasm` file, a directory holding exactly one, or an
 //! OCI image layout on disk whose manifest has one `application/wasm` layer (the shape
-//! `wkg oci pull` / `oras` leave and the CNCF Wasm OCI artifact layout describes).
+//! `wkg oci push` publishes, following the CNCF Wasm OCI artifact layout, stored on disk by
+//! `oras copy --to-oci-layout` or `skopeo copy … oci:DIR`).
 //!
 //! Owns: the source kinds, size bounds, and checking every OCI blob against its digest and
 //! size before it is used. Must not: load, compile or install anything.

@@ -437,7 +437,7 @@ fn directories_and_oci_image_layouts_install_with_every_blob_checked() {
     let r = f.install(&dir).unwrap();
     assert!(r.record().source.ends_with("pkg/testbed.wasm"), "{r:?}");
 
-    // An OCI image layout with one application/wasm layer (as `wkg oci pull` leaves it).
+    // An OCI image layout with one application/wasm layer (the image `wkg oci push` publishes, stored as an image layout).
     let layout = |wasm: &[u8], layers: usize| -> PathBuf {
         let root = tempfile::Builder::new()
             .prefix("oci")
