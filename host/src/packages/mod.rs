@@ -85,11 +85,19 @@ struct LockFile {
 
 /// A driver read, loaded and checked, ready for [`DriverStore::install`]: nothing has been
 /// written to the store yet (its compiled code is in the engine cache).
-#[derive(Debug)]
 pub struct Package {
     record: InstalledDriver,
     bytes: Vec<u8>,
     driver: Driver,
+}
+
+impl std::fmt::Debug for Package {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Package")
+            .field("record", &self.record)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
 }
 
 impl Package {
