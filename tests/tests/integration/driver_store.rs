@@ -232,7 +232,12 @@ async fn installed_drivers_are_recorded_compiled_selected_by_version_and_removed
 #[test]
 fn concurrent_installs_lose_no_record() {
     let f = Fixture::new();
-    let versions = ["1.0.0-testbed", "1.0.1-testbed", "1.0.2-testbed", "1.0.3-testbed"];
+    let versions = [
+        "1.0.0-testbed",
+        "1.0.1-testbed",
+        "1.0.2-testbed",
+        "1.0.3-testbed",
+    ];
     let sources: Vec<PathBuf> = versions
         .iter()
         .map(|v| f.file(&format!("{v}/testbed.wasm"), &testbed_version(v)))
@@ -606,13 +611,18 @@ fn the_cli_installs_lists_runs_verifies_and_removes() {
     let home = tmp();
     let store = home.path().join("store");
     let cli = || store_cli(home.path(), &store);
+    // One CLI step with its expected exit code.
+    let step = |args: &[&str], code: i32| {
+        let out = cli().args(args).output().unwrap();
+        assert_exit(&out, code);
+        out
+    };
     let src = home.path().join("testbed.wasm");
     std::fs::write(&src, testbed_bytes()).unwrap();
     let src = src.display().to_string();
 
     // Without a terminal and without --yes: shown, not installed.
-    let out = cli().args(["drivers", "install", &src]).output().unwrap();
-    assert_exit(&out, 2);
+    let out = step(&["drivers", "install", &src], 2);
     let stderr = String::from_utf8_lossy(&out.stderr);
     for shown in [
         "testbed@1.0.0-testbed",
@@ -628,13 +638,8 @@ fn the_cli_installs_lists_runs_verifies_and_removes() {
     }
     assert!(!store.join("drivers.lock.json").exists());
 
-    let out = cli()
-        .args(["drivers", "install", &src, "--yes"])
-        .output()
-        .unwrap();
-    assert_exit(&out, 0);
-    let out = cli().args(["drivers"]).output().unwrap();
-    assert_exit(&out, 0);
+    step(&["drivers", "install", &src, "--yes"], 0);
+    let out = step(&["drivers"], 0);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("testbed@1.0.0-testbed") && stdout.contains("installed, sha256:"),
@@ -648,63 +653,49 @@ fn the_cli_installs_lists_runs_verifies_and_removes() {
     let state = tmp();
     let config = serde_json::json!({"state_dir": state.path().display().to_string()}).to_string();
     for driver in ["testbed@1.0.0-testbed", "testbed"] {
-        let out = cli()
-            .args(["run", "--driver", driver, "--config", &config, "Hi there"])
-            .output()
-            .unwrap();
-        assert_exit(&out, 0);
+        let out = step(
+            &["run", "--driver", driver, "--config", &config, "Hi there"],
+            0,
+        );
         assert!(String::from_utf8_lossy(&out.stdout).contains("Reference reply: Hi there"));
     }
-    let out = cli()
-        .args(["run", "--driver", "testbed@2.0.0", "Hi"])
-        .output()
-        .unwrap();
-    assert_exit(&out, 2);
+    let out = step(&["run", "--driver", "testbed@2.0.0", "Hi"], 2);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("no installed driver testbed@2.0.0"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let out = cli().args(["drivers", "verify"]).output().unwrap();
-    assert_exit(&out, 0);
+    let out = step(&["drivers", "verify"], 0);
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok      testbed@1.0.0-testbed"));
     // Tampered: verify and run fail closed, naming both hashes.
     let file = store.join("components/testbed/1.0.0-testbed/driver.wasm");
     std::fs::write(&file, with_custom_section(testbed_bytes(), b"x")).unwrap();
-    let out = cli().args(["drivers", "verify"]).output().unwrap();
-    assert_exit(&out, 1);
+    let out = step(&["drivers", "verify"], 1);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("FAILED") && stdout.contains(&sha(&testbed_bytes())),
         "{stdout}"
     );
-    let out = cli()
-        .args(["run", "--driver", "testbed", "--config", &config, "Hi"])
-        .output()
-        .unwrap();
-    assert_exit(&out, 2);
+    let out = step(
+        &["run", "--driver", "testbed", "--config", &config, "Hi"],
+        2,
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("was changed"));
-    let out = cli()
-        .args(["drivers", "remove", "testbed"])
-        .output()
-        .unwrap();
-    assert_exit(&out, 0);
+    step(&["drivers", "remove", "testbed"], 0);
 
     // Signed by a publisher whose key the config file trusts.
     let key = home.path().join("acme.key");
-    let out = cli()
-        .args(["drivers", "keygen", "--out", &key.display().to_string()])
-        .output()
-        .unwrap();
-    assert_exit(&out, 0);
+    let out = step(
+        &["drivers", "keygen", "--out", &key.display().to_string()],
+        0,
+    );
     let public = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     assert!(public.starts_with("ed25519:"), "{public}");
-    let out = cli()
-        .args(["drivers", "sign", &src, "--key", &key.display().to_string()])
-        .output()
-        .unwrap();
-    assert_exit(&out, 0);
+    step(
+        &["drivers", "sign", &src, "--key", &key.display().to_string()],
+        0,
+    );
     let config_file = home.path().join("config.toml");
     std::fs::write(
         &config_file,
@@ -719,16 +710,8 @@ fn the_cli_installs_lists_runs_verifies_and_removes() {
     assert_exit(&out, 0);
     assert!(String::from_utf8_lossy(&out.stderr).contains("verified, trusted key `acme`"));
     // Without the trusted key the same signature is refused.
-    let out = cli()
-        .args(["drivers", "remove", "testbed"])
-        .output()
-        .unwrap();
-    assert_exit(&out, 0);
-    let out = cli()
-        .args(["drivers", "install", &src, "--yes"])
-        .output()
-        .unwrap();
-    assert_exit(&out, 2);
+    step(&["drivers", "remove", "testbed"], 0);
+    let out = step(&["drivers", "install", &src, "--yes"], 2);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("not a trusted key"),
         "{}",
