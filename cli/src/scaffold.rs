@@ -68,13 +68,8 @@ fn type_name(name: &str) -> String {
 }
 
 fn scaffold(name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> Result<PathBuf, String> {
-    let valid = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric());
-    if !valid {
+    // The store's rule, so whatever this scaffolds can be installed under its name.
+    if !adaptor::is_installable_name(name) {
         return Err(format!(
             "driver name {name:?}: use 1-64 of a-z, 0-9, `-`, `_`, starting with a letter or digit"
         ));

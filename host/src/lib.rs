@@ -124,6 +124,7 @@ pub use mcp::{HOST_TOOLS_SERVER, Mcp, McpError, RemoteServer, StdioServer};
 pub use packages::{
     DRIVER_STORE_ENV, DriverStore, Installed, InstalledDriver, LOCK_FILE, MAX_COMPONENT_BYTES,
     Package, SIGNATURE_ALGORITHM, SigningKey, TrustedKey, Verification, WASM_LAYER_MEDIA_TYPE,
+    is_installable_name,
 };
 pub use policy::{ApprovalPolicy, DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
 pub use result::{

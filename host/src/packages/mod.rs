@@ -647,9 +647,10 @@ fn versions(records: &[InstalledDriver]) -> String {
         .join(", ")
 }
 
-/// An installable name: 1–64 of `a-z 0-9 - _`, starting with a letter or digit.
-fn check_name(name: &str) -> Result<(), InstallError> {
-    let ok = !name.is_empty()
+/// Whether `name` can be an installed driver's name: 1–64 of `a-z 0-9 - _`, starting with
+/// a letter or digit (so it is also a file name, a crate name and a `--driver` value).
+pub fn is_installable_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 64
         && name
             .bytes()
@@ -657,8 +658,11 @@ fn check_name(name: &str) -> Result<(), InstallError> {
         && name
             .bytes()
             .next()
-            .is_some_and(|b| b.is_ascii_alphanumeric());
-    if ok {
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+}
+
+fn check_name(name: &str) -> Result<(), InstallError> {
+    if is_installable_name(name) {
         Ok(())
     } else {
         Err(InstallError::InvalidPackage {

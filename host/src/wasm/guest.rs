@@ -826,12 +826,21 @@ macro_rules! session_call {
 macro_rules! session_actions {
     ($self:ident, $name:literal, $method:ident $(, $arg:expr)*) => {{
         let actions = session_call!($self, $name, $method $(, $arg)*)?;
-        let actions = $self.instance.check_actions($name, actions)?;
-        convert::actions(&$self.instance.driver, actions)
+        $self.host_actions($name, actions)
     }};
 }
 
 impl GuestSession {
+    /// A call's actions, checked against the per-call action limit and in host types.
+    fn host_actions(
+        &mut self,
+        call: &'static str,
+        actions: Vec<wit::Action>,
+    ) -> Result<Vec<Action>, Error> {
+        let actions = self.instance.check_actions(call, actions)?;
+        convert::actions(&self.instance.driver, actions)
+    }
+
     /// `session.start`: the launch, or the driver's refusal as [`Error::StartRefused`].
     pub(crate) async fn start(&mut self) -> Result<Launch, Error> {
         match session_call!(self, "session.start", call_start)? {
@@ -908,10 +917,7 @@ impl GuestSession {
             }
         };
         match inst.after_call("session.next-turn", r)? {
-            Ok(actions) => {
-                let actions = self.instance.check_actions("session.next-turn", actions)?;
-                Ok(Ok(convert::actions(&self.instance.driver, actions)?))
-            }
+            Ok(actions) => Ok(Ok(self.host_actions("session.next-turn", actions)?)),
             Err(e) => Ok(Err(convert::start_error(e))),
         }
     }
@@ -937,10 +943,7 @@ impl GuestSession {
             ))),
         };
         match inst.after_call("session.on-input", r)? {
-            Ok(actions) => {
-                let actions = self.instance.check_actions("session.on-input", actions)?;
-                Ok(Ok(convert::actions(&self.instance.driver, actions)?))
-            }
+            Ok(actions) => Ok(Ok(self.host_actions("session.on-input", actions)?)),
             Err(e) => Ok(Err(convert::input_error(e))),
         }
     }
