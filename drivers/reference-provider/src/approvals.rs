@@ -451,7 +451,17 @@ mod tests {
             .decide(&mut out, serde_json::Map::new(), None)
             .unwrap();
         assert!(matches!(d, Decision::Allow { .. }), "{d:?}");
-        assert_eq!(approver.take_inputs(true), ["steer one", "steer two"]);
+        // The reader thread may not have read the line after the answer yet: collect what
+        // has arrived until both inputs are there (bounded), never more.
+        let mut inputs = Vec::new();
+        for _ in 0..200 {
+            inputs.extend(approver.take_inputs(true));
+            if inputs.len() >= 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(inputs, ["steer one", "steer two"]);
         assert_eq!(
             approver.next_prompt(&mut late).unwrap().as_deref(),
             Some("second")
