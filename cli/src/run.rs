@@ -28,6 +28,16 @@ pub struct RunArgs {
     /// Workspace directory (default: current directory).
     #[arg(long)]
     pub(crate) cwd: Option<PathBuf>,
+    /// Work in a git worktree of the repository REPO, created from its HEAD on
+    /// `agent/<run id>` (with `--thread`: `agent/<KEY>`, kept for the thread's next turns)
+    /// and removed after the run (a branch with new commits is kept).
+    #[arg(long, value_name = "REPO", conflicts_with = "cwd")]
+    pub(crate) worktree: Option<PathBuf>,
+    /// A skill for the CLI (repeatable): a directory holding `SKILL.md` (its name is the
+    /// key), or a `.zip`, `.tar`, `.tgz` / `.tar.gz` archive (its name without the extension
+    /// is the key). Checked before anything starts.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) skill: Vec<PathBuf>,
     /// Timeout in seconds.
     #[arg(long)]
     pub(crate) timeout: Option<f64>,
@@ -178,6 +188,22 @@ pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -
     }
     if let Some(dir) = args.cwd {
         options = options.workspace(dir);
+    }
+    if let Some(repo) = args.worktree {
+        options = options.workspace(adaptor::Workspace::git_worktree(repo));
+    }
+    match args
+        .skill
+        .iter()
+        .map(|p| skill_at(p))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(skills) if !skills.is_empty() => options = options.skills(skills),
+        Ok(_) => {}
+        Err(msg) => {
+            errln!("adaptor: {}", sanitize(&msg));
+            return ExitCode::from(EXIT_USAGE);
+        }
     }
     if let Some(secs) = args.timeout {
         if !(secs.is_finite() && secs > 0.0) {
@@ -370,4 +396,29 @@ pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -
         Err(_) if interrupted => ExitCode::from(EXIT_INTERRUPTED),
         Err(e) => report(&e),
     }
+}
+
+/// `--skill PATH`: a skill directory, or an archive whose file name (without `.zip`,
+/// `.tar`, `.tgz`, `.tar.gz`) is the key.
+fn skill_at(path: &std::path::Path) -> Result<adaptor::Skill, String> {
+    if path.is_dir() {
+        return Ok(adaptor::Skill::dir(path));
+    }
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        format!(
+            "--skill {}: not a directory or an archive file",
+            path.display()
+        )
+    })?;
+    let key = [".tar.gz", ".tgz", ".zip", ".tar"]
+        .iter()
+        .find_map(|ext| name.strip_suffix(ext))
+        .ok_or_else(|| {
+            format!(
+                "--skill {}: not a directory, and not a .zip, .tar, .tgz or .tar.gz archive",
+                path.display()
+            )
+        })?;
+    let file = std::fs::File::open(path).map_err(|e| format!("--skill {}: {e}", path.display()))?;
+    adaptor::Skill::archive(key, file).map_err(|e| format!("--skill {}: {e}", path.display()))
 }

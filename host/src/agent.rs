@@ -30,7 +30,7 @@ use crate::wasm::guest::GuestLimits;
 pub struct RunOptions {
     pub(crate) model: Option<String>,
     pub(crate) timeout: Option<Duration>,
-    pub(crate) workspace: Option<PathBuf>,
+    pub(crate) workspace: Option<crate::workspace::Workspace>,
     pub(crate) instructions: Option<String>,
     pub(crate) metadata: Option<BTreeMap<String, String>>,
     pub(crate) streaming: Option<bool>,
@@ -42,6 +42,7 @@ pub struct RunOptions {
     pub(crate) spawn: Option<Spawn>,
     pub(crate) mcp: Option<Vec<crate::mcp::Mcp>>,
     pub(crate) steering: Option<bool>,
+    pub(crate) skills: Option<Vec<crate::skills::Skill>>,
 }
 
 /// Whether a thread run may use the thread's resident provider process.
@@ -74,10 +75,14 @@ macro_rules! shared_options {
                 self
             }
 
-            /// Workspace directory (default: the current directory). The provider runs here
-            /// and may not be started outside it.
-            pub fn workspace(mut self, dir: impl Into<PathBuf>) -> Self {
-                self$(.$field)?.workspace = Some(dir.into());
+            /// Where the provider works (default: the current directory): a directory
+            /// (`&Path`, `PathBuf`, `&str`, …, used as it is) or a
+            /// [`Workspace::git_worktree`](crate::Workspace::git_worktree) the host creates
+            /// before the run and releases after it (a thread's worktree is kept for its
+            /// next turns: one thread, one checkout). The provider runs there and may not be
+            /// started outside it; the resolved directory is part of the thread fingerprint.
+            pub fn workspace(mut self, workspace: impl Into<crate::workspace::Workspace>) -> Self {
+                self$(.$field)?.workspace = Some(workspace.into());
                 self
             }
 
@@ -159,6 +164,25 @@ macro_rules! shared_options {
                 self$(.$field)?.streaming = Some(on);
                 self
             }
+
+            /// Skills the CLI can load ([`Skill::dir`](crate::Skill::dir),
+            /// [`Skill::inline`](crate::Skill::inline), [`Skill::archive`](crate::Skill::archive),
+            /// [`Skill::key`](crate::Skill::key)). Appended, not replaced: a run sees the
+            /// agent's skills and its own. Two skills with one key must have the same
+            /// contents ([`SkillError::Conflict`](crate::SkillError::Conflict)). Checked and
+            /// written to the skill cache before launch (a refusal starts nothing); a driver
+            /// whose descriptor does not declare `skills` is refused
+            /// ([`Error::SkillsUnsupported`](crate::Error::SkillsUnsupported)).
+            pub fn skills<I>(mut self, skills: I) -> Self
+            where
+                I: IntoIterator<Item = crate::skills::Skill>,
+            {
+                self$(.$field)?
+                    .skills
+                    .get_or_insert_with(Vec::new)
+                    .extend(skills);
+                self
+            }
         }
     };
 }
@@ -199,6 +223,10 @@ impl RunOptions {
             spawn: nearer.spawn.or(self.spawn),
             mcp: nearer.mcp.clone().or_else(|| self.mcp.clone()),
             steering: nearer.steering.or(self.steering),
+            skills: match (&self.skills, &nearer.skills) {
+                (Some(outer), Some(near)) => Some(outer.iter().chain(near).cloned().collect()),
+                (outer, near) => near.clone().or_else(|| outer.clone()),
+            },
         }
     }
 
@@ -282,6 +310,9 @@ pub(crate) struct Settings {
     pub lease_ttl: Duration,
     pub resident_idle: Duration,
     pub containment: crate::containment::Containment,
+    pub skill_provider: Option<Arc<dyn crate::skills::SkillProvider>>,
+    pub skill_cache: Option<PathBuf>,
+    pub skill_limits: crate::skills::SkillLimits,
     /// The agent's host tools (construction only: `AgentBuilder::tools`).
     #[cfg(feature = "tools")]
     pub tools: Arc<[crate::tools::Tool]>,
@@ -292,9 +323,11 @@ impl RunOptions {
     pub(crate) fn request_options<'a>(
         &'a self,
         mcp_servers: &'a [crate::mcp::RequestServer],
+        skill_dirs: &'a [String],
     ) -> crate::session::RequestOptions<'a> {
         crate::session::RequestOptions {
             mcp_servers,
+            skill_dirs,
             model: self.model.as_deref(),
             instructions: self.instructions.as_deref(),
             policy: self.policy.unwrap_or_default(),
@@ -357,6 +390,9 @@ impl Default for Settings {
             lease_ttl: crate::thread::DEFAULT_LEASE_TTL,
             resident_idle: Duration::from_secs(300),
             containment: crate::containment::Containment::default(),
+            skill_provider: None,
+            skill_cache: None,
+            skill_limits: crate::skills::SkillLimits::default(),
             #[cfg(feature = "tools")]
             tools: Arc::from(Vec::new()),
         }
@@ -525,6 +561,29 @@ impl AgentBuilder {
         self
     }
 
+    /// Resolve [`Skill::key`](crate::Skill::key) skills with `provider` (the caller's
+    /// catalogue). Without one, a key skill stops the run
+    /// ([`SkillError::NoProvider`](crate::SkillError::NoProvider)).
+    pub fn skill_provider(mut self, provider: impl crate::skills::SkillProvider + 'static) -> Self {
+        self.settings.skill_provider = Some(Arc::new(provider));
+        self
+    }
+
+    /// Where checked skill sets are written (content-addressed, reused across runs and
+    /// host processes). Default: `$ADAPTOR_SKILL_CACHE`, else
+    /// `<user cache dir>/agent-adaptor/skills`.
+    pub fn skill_cache(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.settings.skill_cache = Some(dir.into());
+        self
+    }
+
+    /// Bounds on what one skill may contain (archive size, file size, total size, entry
+    /// count). Default: [`SkillLimits::default`](crate::SkillLimits::default).
+    pub fn skill_limits(mut self, limits: crate::skills::SkillLimits) -> Self {
+        self.settings.skill_limits = limits;
+        self
+    }
+
     /// Build the agent.
     pub fn build(self) -> Agent {
         crate::process::sweep_stale_run_dirs();
@@ -585,6 +644,25 @@ impl AgentInner {
     #[cfg(not(feature = "tools"))]
     pub(crate) async fn host_tools(&self) -> Result<Option<crate::mcp::HostToolServer>, Error> {
         Ok(None)
+    }
+
+    /// Resolve, check and write `skills` with this agent's provider, cache and limits.
+    pub(crate) async fn materialize_skills(
+        &self,
+        skills: &[crate::skills::Skill],
+    ) -> Result<Option<crate::skills::SkillSet>, crate::skills::SkillError> {
+        let settings = &self.settings;
+        let cache = settings
+            .skill_cache
+            .clone()
+            .unwrap_or_else(crate::skills::default_cache);
+        crate::skills::materialize(
+            skills,
+            settings.skill_provider.as_ref(),
+            &cache,
+            settings.skill_limits,
+        )
+        .await
     }
 
     /// The thread-fingerprint entries of the agent's tools (each needs a revision).

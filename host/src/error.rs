@@ -5,6 +5,7 @@
 //! partial [`RunResult`]. Must not: format for terminals or decide exit codes (the CLI does).
 
 use std::fmt;
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -125,6 +126,26 @@ pub enum Error {
         /// Driver name.
         driver: String,
     },
+    /// [`RunOptions::skills`](crate::RunOptions::skills) were given to a driver whose
+    /// descriptor does not declare `skills`. Nothing was started (skills are never silently
+    /// dropped).
+    #[error(
+        "driver `{driver}` cannot pass skills to its CLI (its descriptor does not declare `skills`); {count} skill(s) were asked for"
+    )]
+    SkillsUnsupported {
+        /// Driver name.
+        driver: String,
+        /// How many skills the run had.
+        count: usize,
+    },
+    /// The run's skills could not be resolved, checked or written (see
+    /// [`SkillError`](crate::SkillError)). Nothing was started.
+    #[error(transparent)]
+    Skill(#[from] crate::skills::SkillError),
+    /// The run's managed workspace (a git worktree) could not be resolved (see
+    /// [`WorkspaceError`](crate::WorkspaceError)). Nothing was started.
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
     /// The granted program could not be found.
     #[error("program `{program}` for driver `{driver}` was not found: {detail}")]
     ProgramNotFound {
@@ -1020,5 +1041,84 @@ pub enum SignatureError {
         name: String,
         /// What is wrong.
         reason: String,
+    },
+}
+
+/// Why a workspace could not be resolved or released. Each variant names what was wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkspaceError {
+    /// The workspace directory does not exist or is not a directory.
+    #[error("workspace {} does not exist or is not a directory", path.display())]
+    NotADirectory {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// The repository of a git worktree workspace is not a git repository.
+    #[error("{} is not a git repository: {message}", path.display())]
+    NotARepository {
+        /// The path as given.
+        path: PathBuf,
+        /// Why (git's message, or the file system's).
+        message: String,
+    },
+    /// `require_clean_base` is set and the repository's checkout has changes; nothing was
+    /// created.
+    #[error("the repository {} has uncommitted changes and the workspace requires a clean base:\n{status}", repo.display())]
+    DirtyBase {
+        /// The repository.
+        repo: PathBuf,
+        /// The `git status --porcelain` lines (the first 20, then how many more).
+        status: String,
+    },
+    /// The branch template cannot be expanded for this run, or does not expand to a valid
+    /// branch name.
+    #[error("branch template `{template}`: {reason}")]
+    BadTemplate {
+        /// The template.
+        template: String,
+        /// What is wrong (an unknown variable, `{thread}` without a thread, git's verdict on
+        /// the expanded name, …).
+        reason: String,
+    },
+    /// The base ref does not name a commit.
+    #[error("base ref `{reference}` does not name a commit: {message}")]
+    BadRef {
+        /// The ref as given.
+        reference: String,
+        /// Git's message.
+        message: String,
+    },
+    /// The worktree directory exists and is not this repository's worktree on the branch
+    /// (or, at release, is no longer a registered worktree); it was left alone.
+    #[error("worktree directory {} is in the way: {reason}", path.display())]
+    Occupied {
+        /// The worktree directory.
+        path: PathBuf,
+        /// What is there instead.
+        reason: String,
+    },
+    /// Release was given a workspace this manager did not resolve.
+    #[error("workspace {} was not resolved by this manager", path.display())]
+    NotManaged {
+        /// The workspace's directory.
+        path: PathBuf,
+    },
+    /// A git command failed, could not start, or overran its 60 s.
+    #[error("`{command}` failed: {message}")]
+    Git {
+        /// The command line.
+        command: String,
+        /// Git's stderr, trimmed (or why it did not run).
+        message: String,
+    },
+    /// A file system operation on `path` failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path operated on.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
     },
 }

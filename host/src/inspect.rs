@@ -109,8 +109,9 @@ pub struct Inspection {
     pub models: Vec<ModelInfo>,
     /// Quota (no driver world function reports quota yet).
     pub quota: Availability<serde_json::Value>,
-    /// Skills support.
-    pub skills: Availability<bool>,
+    /// The skills a run with the agent's defaults would see (resolved, checked and written
+    /// to the skill cache exactly as a run does it), or why the driver takes none.
+    pub skills: Availability<Vec<crate::skills::SkillInfo>>,
     /// The config JSON Schema.
     pub config_schema: serde_json::Value,
     /// How the CLI's processes are confined on this machine (the probes ran under it):
@@ -122,11 +123,32 @@ pub struct Inspection {
 impl Agent {
     /// Inspect the driver and its CLI on this machine. Read-only; a missing CLI is reported as
     /// a failed check with a hint, not as an error.
+    ///
+    /// The agent's default skills are materialized as a run would (into the skill cache), so
+    /// a skill a run would refuse fails the inspection with the same [`Error::Skill`].
     pub async fn inspect(&self) -> Result<Inspection, Error> {
         let inner = &self.inner;
         let driver = &inner.driver;
         let name = driver.name().to_owned();
         let descriptor = driver.descriptor().clone();
+        let wanted = inner.defaults.skills.as_deref().unwrap_or_default();
+        let skills = if descriptor.skills {
+            let set = inner.materialize_skills(wanted).await?;
+            Availability::Supported {
+                value: set.map(|s| s.skills).unwrap_or_default(),
+            }
+        } else {
+            Availability::Unsupported {
+                reason: if wanted.is_empty() {
+                    "the driver declares no skills support".into()
+                } else {
+                    format!(
+                        "the driver declares no skills support: runs with the agent's {} skill(s) are refused",
+                        wanted.len()
+                    )
+                },
+            }
+        };
         let config = driver.config.to_string();
         let mut instance = GuestInstance::new(
             driver.loaded.name.clone(),
@@ -153,7 +175,9 @@ impl Agent {
             check_probe(probe).map_err(contract)?;
         }
         let inspection_ends = std::time::Instant::now() + MAX_INSPECTION_TIME;
-        let workspace = crate::grant::resolve_workspace(inner.defaults.workspace.as_deref())?;
+        let workspace = crate::grant::resolve_workspace(
+            inner.defaults.workspace.as_ref().map(|w| w.base_dir()),
+        )?;
         // The same grant as a launch: the configured command, resolved once.
         let grant = driver.process_grant(workspace.clone(), &inner.settings.grant_rules())?;
         // The probes run under a launch's confinement, with a read-only workspace and a
@@ -174,6 +198,7 @@ impl Agent {
                 read_only: true,
                 state_read_only: true,
                 mcp_programs: &[],
+                skills: None,
             },
         );
         let mut outputs = Vec::new();
@@ -241,13 +266,7 @@ impl Agent {
             quota: Availability::Unsupported {
                 reason: "adaptor:driver@0.1.0 has no quota probe".into(),
             },
-            skills: if descriptor.skills {
-                Availability::Supported { value: true }
-            } else {
-                Availability::Unsupported {
-                    reason: "the driver declares no skills support".into(),
-                }
-            },
+            skills,
             config_schema: descriptor.config_schema.clone(),
             containment,
         })

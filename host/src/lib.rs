@@ -28,7 +28,10 @@
 //! - **vocabulary** (leaves, no I/O): `error`, `event`, `result`, `descriptor`, `policy`,
 //!   `approval`, `structured`, `containment` (the caller's confinement settings and the
 //!   report of what the kernel enforces), `session` (the driver session's actions and
-//!   outcome in host types), `mcp` (MCP server declarations and their delivery rules);
+//!   outcome in host types), `mcp` (MCP server declarations and their delivery rules),
+//!   `skills` (skill sources, limits, the checked content-addressed set on disk),
+//!   `workspace` (directories and git worktrees: `Workspace`, `WorkspaceManager`; its `git`
+//!   runs through `process`);
 //! - **`tools/`** (the `tools` feature) — host tools: the vocabulary (`Tool`, `ToolError`)
 //!   and `server`, the agent's loopback MCP server, the only module that names `rmcp` or
 //!   `axum`;
@@ -38,7 +41,7 @@
 //! - **`grant/` + `process/`** — the only places that decide (`grant`: the run's
 //!   `ProcessGrant`: program, workspace, environment and its denylist, the filesystem
 //!   confinement) and perform (`process`: confine with Landlock and a PID namespace, spawn,
-//!   signal, reap) process actions;
+//!   signal, reap; `process::tool` runs the host's own tools, `git`) process actions;
 //! - **`run/`** — the one pipeline: `prepare`, `turn`, `supervise`, `output`, `classify`,
 //!   `decisions`, `resident`, `coordinator` (the thread stage);
 //! - **`store/`** — thread stores behind the `ThreadStore` trait;
@@ -84,6 +87,7 @@ pub mod replay;
 mod result;
 mod run;
 mod session;
+mod skills;
 pub mod store;
 mod stream;
 mod structured;
@@ -91,6 +95,7 @@ mod thread;
 #[cfg(feature = "tools")]
 mod tools;
 mod wasm;
+mod workspace;
 
 #[cfg(test)]
 mod architecture;
@@ -136,6 +141,7 @@ pub use run::{
     CHECKPOINT_INVALIDATED, CONTRACT_VIOLATION, MAX_PLAUSIBLE_COST_USD, MAX_PLAUSIBLE_TOKENS,
     SUMMARY_MAX_BYTES, SUMMARY_TRUNCATED,
 };
+pub use skills::{MAX_ARCHIVE_READ, Skill, SkillError, SkillInfo, SkillLimits, SkillProvider};
 pub use stream::{Canceller, MAX_STEER_BYTES, Steerer, Stream};
 pub use structured::{Mechanism, PROMPT_SCHEMA_MARKER, Schema, StructuredOutput};
 pub use thread::{DEFAULT_LEASE_TTL, Fork, Thread};
@@ -143,6 +149,10 @@ pub use thread::{DEFAULT_LEASE_TTL, Fork, Thread};
 pub use tools::{MAX_TOOL_NAME, Tool, ToolError, ToolsError};
 pub use wasm::engine::CompileSource;
 pub use wasm::guest::GuestLimits;
+pub use workspace::{
+    GitWorktree, Release, ResolvedWorkspace, Workspace, WorkspaceError, WorkspaceManager,
+    WorkspaceRequest,
+};
 
 /// The newest WIT package this host implements (what the SDK builds drivers against).
 pub const WIT_PACKAGE: &str = "adaptor:driver@0.2.0";

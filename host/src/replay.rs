@@ -110,7 +110,7 @@ async fn drive(
         run_id,
         prompt,
         driver.config.to_string(),
-        options.request_options(&[]),
+        options.request_options(&[], &[]),
         None,
         workspace,
         Path::new("/adaptor-replay/private"),

@@ -36,6 +36,8 @@ pub(crate) struct RequestOptions<'a> {
     pub metadata: Option<&'a BTreeMap<String, String>>,
     /// The MCP servers delivered to the CLI (declarations and the host tool server).
     pub mcp_servers: &'a [crate::mcp::RequestServer],
+    /// The run's materialized skill directories (absolute; one shared parent).
+    pub skill_dirs: &'a [String],
     /// The caller may add input to the running turn.
     pub steerable: bool,
 }

@@ -13,6 +13,7 @@
 //! - [`Actions`], [`Transcript`], [`items`]: builders that keep item events and
 //!   the transcript mirrored by construction;
 //! - [`mcp`]: the request's MCP servers (header references, the common config JSON);
+//! - [`skills`]: the request's skill bundle (its plugin root and skills directory);
 //! - [`harness`]: a native harness that drives a [`Session`] with recorded bytes, no wasm
 //!   involved, for unit tests of a parser.
 //!
@@ -27,6 +28,7 @@ pub mod harness;
 pub mod json;
 pub mod log;
 pub mod mcp;
+pub mod skills;
 
 /// Generated bindings for the `adaptor:driver/driver-world` world.
 #[allow(missing_docs, clippy::all)]

@@ -497,3 +497,7 @@ pub fn unknown_frames(
     }
     (seen, unknown)
 }
+
+/// The skill the real-CLI skill tests hand over: the model must see its name and
+/// description (`probe-skill: Use when the user says PROBE-7`), never its body (`PROBE-OK`).
+pub const PROBE_SKILL_MD: &str = "---\nname: probe-skill\ndescription: Use when the user says PROBE-7\n---\n\nReply with PROBE-OK.\n";

@@ -186,7 +186,8 @@ impl Driver for ClaudeDriver {
                 http: true,
                 sse: true,
             },
-            skills: false,
+            // `--plugin-dir <the host's skill bundle>` (see `launch`).
+            skills: true,
             instructions: true,
         }
     }
@@ -429,6 +430,13 @@ pub fn launch(
             "--append-system-prompt-file".to_owned(),
             format!("{}/append-system-prompt.md", request.private_dir),
         ]);
+    }
+    // The host's skill bundle is a plugin dir: Claude Code loads its skills whatever
+    // `--setting-sources` says, and shows them as `adaptor:<key>`.
+    if let Some(bundle) = adaptor_sdk::skills::skill_bundle(&request.skill_dirs)
+        .map_err(StartError::InvalidRequest)?
+    {
+        args.extend(["--plugin-dir".to_owned(), bundle.root]);
     }
     if !request.mcp_servers.is_empty() {
         for server in &request.mcp_servers {

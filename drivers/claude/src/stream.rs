@@ -377,12 +377,27 @@ impl<D: Dialect> StreamJsonSession<D> {
                     "claude_code_version",
                     "apiKeySource",
                     "capabilities",
+                    "skills",
+                    "plugins",
                 ]
                 .iter()
                 .filter_map(|k| frame.get(*k).map(|v| ((*k).to_owned(), v.clone())))
                 .collect();
                 item.data_json = Some(Value::Object(data).to_string());
                 self.transcript.push(item, out);
+                // A plugin (the host's skill bundle among them) the CLI could not load is
+                // reported here only: surface it rather than run without the skills.
+                if let Some(errors) = frame
+                    .get("plugin_errors")
+                    .and_then(Value::as_array)
+                    .filter(|e| !e.is_empty())
+                {
+                    out.notice(
+                        "plugin-errors",
+                        &format!("Claude Code could not load {} plugin(s)", errors.len()),
+                        Some(Value::Array(errors.clone()).to_string()),
+                    );
+                }
             }
             Some("api_retry") => {
                 let status = frame.get("error_status").map(Value::to_string);

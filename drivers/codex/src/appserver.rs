@@ -31,6 +31,8 @@ enum Call {
     ThreadStart,
     ThreadResume,
     ThreadFork,
+    /// `skills/extraRoots/set`: the host's skill bundle, before the thread starts.
+    SkillRoots,
     TurnStart,
     Interrupt,
     /// `turn/steer`: the caller's input for the running turn.
@@ -153,6 +155,23 @@ impl CodexSession {
         })
     }
 
+    /// The call that opens the run's thread: `thread/fork` (a fork: a new thread with the
+    /// parent's history), `thread/resume` or `thread/start`.
+    fn thread_call(&mut self) -> Vec<u8> {
+        let mut params = self.thread_params();
+        match &self.request.resume {
+            Some(resume) if resume.mode == adaptor_sdk::SessionMode::Fork => {
+                params["threadId"] = json!(resume.state.resume_id);
+                self.call(Call::ThreadFork, "thread/fork", params)
+            }
+            Some(resume) => {
+                params["threadId"] = json!(resume.state.resume_id);
+                self.call(Call::ThreadResume, "thread/resume", params)
+            }
+            None => self.call(Call::ThreadStart, "thread/start", params),
+        }
+    }
+
     /// `thread/start` or `thread/resume` params common to both.
     fn thread_params(&self) -> Value {
         let mut params = json!({ "cwd": self.request.workspace });
@@ -259,25 +278,23 @@ impl CodexSession {
         match call {
             Call::Initialize => {
                 let mut bytes = line(&json!({ "method": "initialized" }));
-                let next = match &self.request.resume {
-                    // A fork: a new thread with the parent's history (`thread/fork`).
-                    Some(resume) if resume.mode == adaptor_sdk::SessionMode::Fork => {
-                        let mut params = self.thread_params();
-                        params["threadId"] = json!(resume.state.resume_id);
-                        self.call(Call::ThreadFork, "thread/fork", params)
-                    }
-                    Some(resume) => {
-                        let mut params = self.thread_params();
-                        params["threadId"] = json!(resume.state.resume_id);
-                        self.call(Call::ThreadResume, "thread/resume", params)
-                    }
-                    None => {
-                        let params = self.thread_params();
-                        self.call(Call::ThreadStart, "thread/start", params)
-                    }
+                // The skill bundle's root goes in before the thread starts (the app-server
+                // has no flag or config key for extra skill roots; a missing root would be
+                // silently empty, so `start` checked the layout).
+                let next = match adaptor_sdk::skills::skill_bundle(&self.request.skill_dirs) {
+                    Ok(Some(bundle)) => self.call(
+                        Call::SkillRoots,
+                        "skills/extraRoots/set",
+                        json!({ "extraRoots": [bundle.skills_dir] }),
+                    ),
+                    _ => self.thread_call(),
                 };
                 bytes.extend(next);
                 out.write_stdin(bytes);
+            }
+            Call::SkillRoots => {
+                let next = self.thread_call();
+                out.write_stdin(next);
             }
             Call::ThreadStart | Call::ThreadResume | Call::ThreadFork => {
                 let Some(thread_id) = result

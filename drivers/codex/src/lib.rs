@@ -142,7 +142,9 @@ impl Driver for CodexDriver {
                 http: true,
                 sse: false,
             },
-            skills: false,
+            // The host's skill bundle as an extra skill root (`skills/extraRoots/set`,
+            // app-server transport only).
+            skills: true,
             instructions: true,
         }
     }
@@ -239,12 +241,14 @@ pub(crate) enum Transport {
 }
 
 /// The transport for `request`: the app-server when streaming, when approvals are asked
-/// (or answered by the host) or for a fork (only it has `thread/fork`), unless the config
-/// pins one.
+/// (or answered by the host), for a fork (only it has `thread/fork`) or with skills (only it
+/// has extra skill roots), unless the config pins one.
 pub(crate) fn transport(request: &RunRequest, config: &Value) -> Transport {
     match str_field(config, "transport") {
         Some("exec") => Transport::Exec,
         Some("app-server") => Transport::AppServer,
+        // Only the app-server takes extra skill roots (`skills/extraRoots/set`).
+        _ if !request.skill_dirs.is_empty() => Transport::AppServer,
         _ if request
             .resume
             .as_ref()

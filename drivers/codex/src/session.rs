@@ -316,6 +316,14 @@ impl Session for CodexSession {
                     .into(),
             ));
         }
+        adaptor_sdk::skills::skill_bundle(&self.request.skill_dirs)
+            .map_err(StartError::InvalidRequest)?;
+        if !self.request.skill_dirs.is_empty() && self.transport == Transport::Exec {
+            return Err(StartError::Unsupported(
+                "skills need the app-server transport (`skills/extraRoots/set`; `codex exec` has no flag for extra skill roots); the config pins `exec`"
+                    .into(),
+            ));
+        }
         if let Some(resume) = &self.request.resume {
             if resume.mode == adaptor_sdk::SessionMode::Fork && self.transport == Transport::Exec {
                 return Err(StartError::Unsupported(

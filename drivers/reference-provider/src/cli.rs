@@ -11,7 +11,7 @@ pub const USAGE: &str = "\
 usage: reference-provider [--model M] [--resume SESSION_ID [--fork-session]] [--state-dir DIR] [--delay-ms N]
                           [--sandbox read-only|workspace-write] [--web-search allow|deny]
                           [--json-schema FILE] [--approvals stdio|allow|deny]
-                          [--append-system-prompt TEXT] [--mcp-config FILE]
+                          [--append-system-prompt TEXT] [--mcp-config FILE] [--plugin-dir DIR]...
        reference-provider --version
 The prompt is read from stdin until EOF (with --approvals stdio: the first stdin line is
 {\"type\":\"user\",\"text\":PROMPT} and approval answers follow); JSON Lines events are
@@ -60,6 +60,9 @@ pub struct TurnArgs {
     /// `--mcp-config FILE`: MCP servers (`{"mcpServers": {…}}`) the `[[mcp-call]]`
     /// directive may call.
     pub mcp_config: Option<PathBuf>,
+    /// `--plugin-dir DIR` (repeatable): skill bundles; `DIR/skills/<key>/SKILL.md` are read
+    /// at turn start and listed in the session line.
+    pub plugin_dirs: Vec<PathBuf>,
 }
 
 /// Parses the arguments (without the program name).
@@ -101,6 +104,7 @@ where
             | "--web-search"
             | "--json-schema"
             | "--mcp-config"
+            | "--plugin-dir"
             | "--approvals"
             | "--append-system-prompt" => {
                 let value = match inline_value {
@@ -113,6 +117,7 @@ where
                     "--model" => turn.model = Some(value),
                     "--json-schema" => turn.json_schema = Some(PathBuf::from(value)),
                     "--mcp-config" => turn.mcp_config = Some(PathBuf::from(value)),
+                    "--plugin-dir" => turn.plugin_dirs.push(PathBuf::from(value)),
                     "--approvals" => turn.approvals = crate::approvals::Mode::parse(&value)?,
                     "--sandbox" => {
                         if !matches!(value.as_str(), "read-only" | "workspace-write") {
@@ -195,6 +200,7 @@ mod tests {
             web_search: None,
             json_schema: None,
             mcp_config: None,
+            plugin_dirs: Vec::new(),
             approvals: crate::approvals::Mode::Stdio,
             instructions: Some("be brief".into()),
         });

@@ -28,6 +28,9 @@ pub enum Event<'a> {
         /// The instructions given with `--append-system-prompt`, if any.
         #[serde(skip_serializing_if = "Option::is_none")]
         instructions: Option<&'a str>,
+        /// The skills of the `--plugin-dir` bundles (`<key>: <description>`), if any.
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        skills: &'a [String],
     },
     /// A chunk of reasoning text.
     ThinkingDelta {
@@ -191,6 +194,7 @@ mod tests {
                 sandbox: None,
                 web_search: None,
                 instructions: None,
+                skills: &[],
             })
             .unwrap();
         emitter

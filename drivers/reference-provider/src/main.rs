@@ -77,6 +77,7 @@ fn main() -> ExitCode {
                 instructions: args.instructions,
                 json_schema: args.json_schema,
                 mcp_config: args.mcp_config,
+                plugin_dirs: args.plugin_dirs,
             };
             let mut out = Emitter::new(io::stdout().lock(), Duration::from_millis(args.delay_ms));
             let mut prompt = prompt;

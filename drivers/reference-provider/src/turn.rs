@@ -59,6 +59,36 @@ pub struct TurnConfig {
     pub json_schema: Option<PathBuf>,
     /// MCP servers from `--mcp-config`.
     pub mcp_config: Option<PathBuf>,
+    /// Skill bundles from `--plugin-dir`.
+    pub plugin_dirs: Vec<PathBuf>,
+}
+
+/// The skills of the `--plugin-dir` bundles: `<key>: <description>` for every
+/// `DIR/skills/<key>/SKILL.md` (sorted), read now — an unreadable bundle is an error.
+fn read_skills(dirs: &[PathBuf]) -> Result<Vec<String>, String> {
+    let mut skills = Vec::new();
+    for dir in dirs {
+        let skills_dir = dir.join("skills");
+        let entries = std::fs::read_dir(&skills_dir)
+            .map_err(|e| format!("cannot read skills in {}: {e}", skills_dir.display()))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("{}: {e}", skills_dir.display()))?;
+            let md = entry.path().join("SKILL.md");
+            let text = std::fs::read_to_string(&md)
+                .map_err(|e| format!("cannot read {}: {e}", md.display()))?;
+            let description = text
+                .lines()
+                .find_map(|l| l.strip_prefix("description:"))
+                .map(|d| d.trim().to_owned())
+                .unwrap_or_default();
+            skills.push(format!(
+                "{}: {description}",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    skills.sort();
+    Ok(skills)
 }
 
 /// Runs one turn for the raw stdin prompt and returns the process exit code.
@@ -237,8 +267,16 @@ fn turn<W: Write, E: Write>(
     }
     err.flush()?;
 
+    let skills = match read_skills(&cfg.plugin_dirs) {
+        Ok(skills) => skills,
+        Err(problem) => {
+            writeln!(err, "reference-provider: {problem}")?;
+            return Ok(2);
+        }
+    };
     out.event(&Event::Session {
         session_id: &session_id,
+        skills: &skills,
         model,
         resumed: cfg.resume.is_some(),
         sandbox: cfg.sandbox.as_deref(),
@@ -653,6 +691,7 @@ mod tests {
             instructions: None,
             json_schema: None,
             mcp_config: None,
+            plugin_dirs: Vec::new(),
         }
     }
 

@@ -95,7 +95,9 @@ impl Driver for ReferenceDriver {
                 http: true,
                 sse: false,
             },
-            skills: false,
+            // `--plugin-dir <the host's skill bundle>`: the provider reads every
+            // `skills/<key>/SKILL.md` at turn start and lists them in its session line.
+            skills: true,
             instructions: true,
         }
     }
@@ -255,12 +257,12 @@ impl ReferenceSession {
         let mut item = items::blank(ItemKind::Init);
         item.session_id = id;
         item.model = model;
-        let policy: serde_json::Map<String, Value> = ["sandbox", "web_search"]
+        let reported: serde_json::Map<String, Value> = ["sandbox", "web_search", "skills"]
             .iter()
             .filter_map(|k| frame.get(*k).map(|v| ((*k).to_owned(), v.clone())))
             .collect();
-        if !policy.is_empty() {
-            item.data_json = Some(Value::Object(policy).to_string());
+        if !reported.is_empty() {
+            item.data_json = Some(Value::Object(reported).to_string());
         }
         self.transcript.push(item, out);
     }
@@ -664,6 +666,11 @@ impl Session for ReferenceSession {
         }
         if let Some(text) = &self.request.instructions {
             args.extend(["--append-system-prompt".to_owned(), text.clone()]);
+        }
+        if let Some(bundle) = adaptor_sdk::skills::skill_bundle(&self.request.skill_dirs)
+            .map_err(StartError::InvalidRequest)?
+        {
+            args.extend(["--plugin-dir".to_owned(), bundle.root]);
         }
         match self.request.policy.sandbox {
             Sandbox::Inherit => {}

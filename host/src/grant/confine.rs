@@ -106,6 +106,8 @@ pub(crate) struct PlanInputs<'a> {
     pub config_paths: &'a [ConfigPath],
     /// Stdio MCP server programs the caller declared by absolute path.
     pub mcp_programs: &'a [PathBuf],
+    /// The run's materialized skill set (the host wrote it; read and execute).
+    pub skills: Option<&'a Path>,
 }
 
 /// What a config field marked with `x-adaptor-path` grants.
@@ -322,6 +324,9 @@ impl ConfinementPlan {
                 return Err(PlanError::Missing(program.clone()));
             }
             plan.add(program, PathAccess::ReadExecute, "mcp server");
+        }
+        if let Some(skills) = inputs.skills {
+            plan.add(skills, PathAccess::ReadExecute, "skills");
         }
         for (paths, access) in [
             (&inputs.containment.allow_read, PathAccess::ReadExecute),
@@ -583,6 +588,7 @@ mod tests {
             containment: &containment,
             config_paths: &[],
             mcp_programs: &[],
+            skills: None,
         };
         let plan = ConfinementPlan::decide(&inputs).unwrap();
         assert_eq!(rule(&plan, &ws).unwrap().access, PathAccess::ReadWrite);

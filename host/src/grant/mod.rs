@@ -95,6 +95,8 @@ pub(crate) struct RunPaths<'a> {
     /// Programs the caller declared as stdio MCP servers by absolute path: the CLI starts
     /// them, so they are readable and executable (the caller's choice, never the driver's).
     pub mcp_programs: &'a [PathBuf],
+    /// The run's materialized skill set (read and execute).
+    pub skills: Option<&'a Path>,
 }
 
 /// The canonical workspace: `dir`, else the current directory; it must be a directory.
@@ -313,6 +315,7 @@ impl ProcessGrant {
             containment: &self.containment,
             config_paths: &self.config_paths,
             mcp_programs: run.mcp_programs,
+            skills: run.skills,
         })
         .map_err(|e| Error::ContainmentUnavailable {
             driver: self.driver.clone(),
@@ -404,6 +407,7 @@ mod tests {
             read_only: false,
             state_read_only: false,
             mcp_programs: &[],
+            skills: None,
         }
     }
 

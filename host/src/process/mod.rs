@@ -16,8 +16,10 @@ use crate::containment::{ContainmentMode, ContainmentReport, PathRule};
 
 #[cfg(target_os = "linux")]
 mod linux;
+mod tool;
 #[cfg(unix)]
 mod unix;
+pub(crate) use tool::run_host_tool;
 #[cfg(unix)]
 pub(crate) use unix::{Spawned, exit_parts, group_alive, killed_status, signal_group, spawn};
 

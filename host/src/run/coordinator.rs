@@ -59,6 +59,8 @@ pub(crate) struct FingerprintInput<'a> {
     /// The provider environment the caller chose: `NAME=VALUE` for variables it set (only
     /// `NAME` when the name looks like a secret), `NAME` for variables it passes through.
     pub provider_env: &'a [String],
+    /// A managed workspace's fingerprint (a git worktree: repository, branch, directory).
+    pub workspace_fingerprint: Option<&'a str>,
 }
 
 /// `sha256:<hex>` over a canonical, length-prefixed encoding of the inputs: domain tag,
@@ -108,6 +110,11 @@ pub(crate) fn thread_fingerprint(input: &FingerprintInput<'_>) -> String {
     // set is count-prefixed and comes last).
     if !input.provider_env.is_empty() {
         set(&mut h, input.provider_env);
+    }
+    // Likewise only for managed workspaces (tagged, so it cannot pass for the environment).
+    if let Some(fingerprint) = input.workspace_fingerprint {
+        put(&mut h, b"workspace");
+        put(&mut h, fingerprint.as_bytes());
     }
     format!("sha256:{}", hex::encode(h.finalize()))
 }
@@ -622,6 +629,7 @@ mod tests {
             tools: &[],
             services: &[],
             provider_env: &[],
+            workspace_fingerprint: None,
         }
     }
 

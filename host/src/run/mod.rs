@@ -148,6 +148,14 @@ struct Run {
     kept: Option<Resident>,
     /// The MCP delivery, once resolved ([`Run::delivery`]).
     delivery: Option<Arc<crate::mcp::Delivery>>,
+    /// The run's managed workspace (a git worktree), once resolved: released at the end of a
+    /// run that is not on a thread.
+    managed_workspace: Option<(
+        crate::workspace::Workspace,
+        crate::workspace::ResolvedWorkspace,
+    )>,
+    /// The run's skills, once materialized ([`Run::skill_set`]).
+    skills: Option<Option<Arc<crate::skills::SkillSet>>>,
     /// Input for the running turn ([`Stream::steer`]), for a steerable run.
     steer: Option<mpsc::UnboundedReceiver<crate::stream::SteerRequest>>,
 }
@@ -212,6 +220,8 @@ impl Run {
             resident_signature: None,
             kept: None,
             delivery: None,
+            skills: None,
+            managed_workspace: None,
             steer: None,
         }
     }
@@ -243,7 +253,84 @@ impl Run {
         Ok(delivery)
     }
 
+    /// The run's skills: refused for a driver without skills support, then resolved,
+    /// checked and written to the skill cache once (`None` when the run has none).
+    async fn skill_set(&mut self) -> Result<Option<Arc<crate::skills::SkillSet>>, Error> {
+        if let Some(set) = &self.skills {
+            return Ok(set.clone());
+        }
+        let skills = self.options.skills.as_deref().unwrap_or_default();
+        if !skills.is_empty() && !self.inner.driver.loaded.descriptor.skills {
+            return Err(Error::SkillsUnsupported {
+                driver: self.driver_name(),
+                count: skills.len(),
+            });
+        }
+        let set = self.inner.materialize_skills(skills).await?.map(Arc::new);
+        self.skills = Some(set.clone());
+        Ok(set)
+    }
+
+    /// Resolve a managed workspace (a git worktree) once, before anything else: from here on
+    /// the run's workspace is its directory.
+    async fn resolve_managed_workspace(&mut self) -> Result<(), Error> {
+        use crate::workspace::{Workspace, WorkspaceManager, WorkspaceRequest};
+        let Some(workspace @ Workspace::GitWorktree(_)) = self.options.workspace.clone() else {
+            return Ok(());
+        };
+        let request = WorkspaceRequest {
+            run_id: &self.run_id,
+            thread_key: self.thread.as_ref().map(|b| b.key.as_str()),
+        };
+        let resolved = workspace.resolve(&request).await?;
+        self.options.workspace = Some(Workspace::Dir(resolved.dir().to_path_buf()));
+        self.managed_workspace = Some((workspace, resolved));
+        Ok(())
+    }
+
+    /// Release the managed workspace of a run that is not on a thread (even after a
+    /// failure); a failure to release is reported as a notice, never dropped.
+    /// `emit` is false for a run refused before `RunStarted` (no events then: the failure
+    /// is logged, and the run fails with its own error anyway).
+    async fn release_managed_workspace(&mut self, failed: bool, on_thread: bool, emit: bool) {
+        use crate::workspace::WorkspaceManager;
+        let Some((workspace, resolved)) = self.managed_workspace.take() else {
+            return;
+        };
+        if on_thread {
+            return;
+        }
+        if let Err(problem) = workspace.release(&resolved, failed).await {
+            tracing::warn!(dir = %resolved.dir().display(), %problem, "releasing the workspace failed");
+            if !emit {
+                return;
+            }
+            self.emitter
+                .emit(Event::Notice(Notice {
+                    meta: blank_meta(),
+                    notice: "workspace.release_failed".into(),
+                    message: format!(
+                        "releasing the workspace {} failed: {problem}",
+                        resolved.dir().display()
+                    ),
+                    data: None,
+                }))
+                .await;
+        }
+    }
+
     async fn execute(mut self) -> Result<RunResult, Error> {
+        let on_thread = self.thread.is_some();
+        let result = self.execute_in_workspace(on_thread).await;
+        // Refused before `RunStarted` (a finished run released it already): nothing may be
+        // emitted, but the worktree goes.
+        self.release_managed_workspace(result.is_err(), on_thread, false)
+            .await;
+        result
+    }
+
+    async fn execute_in_workspace(&mut self, on_thread: bool) -> Result<RunResult, Error> {
+        self.resolve_managed_workspace().await?;
         if let Some(binding) = self.thread.take() {
             self.begin_thread(binding).await?;
         }
@@ -338,6 +425,8 @@ impl Run {
                     .await;
             }
         }
+        self.release_managed_workspace(result.is_err(), on_thread, true)
+            .await;
         let finished = finished_event(&result);
         match &result {
             Ok(_) => tracing::info!(
@@ -361,7 +450,8 @@ impl Run {
             });
         }
         let driver = &self.inner.driver;
-        let workspace = resolve_workspace(self.options.workspace.as_deref())?;
+        let workspace =
+            resolve_workspace(self.options.workspace.as_ref().and_then(|w| w.as_dir()))?;
         let mut instance = self.fresh_instance().await?;
         let config_fingerprint = instance
             .config_fingerprint(&driver.config.to_string())
@@ -369,6 +459,11 @@ impl Run {
             .map_err(|e| e.into_error(name.clone()))?;
         let tool_entries = self.inner.tool_fingerprint()?;
         let mcp_entries = self.delivery().await?.fingerprint.clone();
+        let skill_entries = self
+            .skill_set()
+            .await?
+            .map(|set| set.fingerprint_entries())
+            .unwrap_or_default();
         let driver = &self.inner.driver;
         let sessions = &driver.loaded.descriptor.sessions;
         let fingerprint = thread_fingerprint(&FingerprintInput {
@@ -380,10 +475,14 @@ impl Run {
             workspace: &workspace,
             instructions: self.options.instructions.as_deref(),
             mcp_servers: &mcp_entries,
-            skills: &[],
+            skills: &skill_entries,
             tools: &tool_entries,
             services: &[],
             provider_env: &self.inner.settings.fingerprint_env(),
+            workspace_fingerprint: self
+                .managed_workspace
+                .as_ref()
+                .map(|(_, resolved)| resolved.fingerprint()),
         });
         let policy = self.options.policy.unwrap_or_default();
         self.resident_signature = Some(crate::wasm::engine::sha256_hex(
@@ -447,19 +546,25 @@ impl Run {
             return Ok(None);
         }
         let resume = c.resume();
-        let workspace = resolve_workspace(self.options.workspace.as_deref())?;
-        let delivery = match self.delivery().await {
-            Ok(d) => d,
+        let workspace =
+            resolve_workspace(self.options.workspace.as_ref().and_then(|w| w.as_dir()))?;
+        let resolved = match self.delivery().await {
+            Ok(d) => self.skill_set().await.map(|s| (d, s)),
+            Err(e) => Err(e),
+        };
+        let (delivery, skills) = match resolved {
+            Ok(both) => both,
             Err(e) => {
                 resident::stop(r, grace).await;
                 return Err(e);
             }
         };
+        let skill_dirs = skills.map(|s| s.dirs()).unwrap_or_default();
         let request = build_request(
             &self.run_id,
             &self.prompt,
             self.inner.driver.config.to_string(),
-            self.options.request_options(&delivery.servers),
+            self.options.request_options(&delivery.servers, &skill_dirs),
             None,
             &workspace,
             &r.private_dir.path(),

@@ -25,6 +25,8 @@ use crate::wasm::convert::build_request;
 
 impl Run {
     pub(super) async fn prepare(&mut self) -> Result<Prepared, Error> {
+        let skills = self.skill_set().await?;
+        let skill_dirs = skills.as_ref().map(|s| s.dirs()).unwrap_or_default();
         let driver = &self.inner.driver;
         let name = self.driver_name();
         self.options
@@ -37,7 +39,8 @@ impl Run {
         if self.options.steering == Some(true) && !driver.loaded.descriptor.steering {
             return Err(Error::SteeringUnsupported { driver: name });
         }
-        let workspace = resolve_workspace(self.options.workspace.as_deref())?;
+        let workspace =
+            resolve_workspace(self.options.workspace.as_ref().and_then(|w| w.as_dir()))?;
         let mut instance = self.fresh_instance().await?;
         let config_json = driver.config.to_string();
         if let Err(e) = instance.validate_config(&config_json).await? {
@@ -72,7 +75,7 @@ impl Run {
             &self.run_id,
             &prompt,
             config_json,
-            self.options.request_options(&delivery.servers),
+            self.options.request_options(&delivery.servers, &skill_dirs),
             self.mechanism,
             &workspace,
             &private_dir,
@@ -144,6 +147,7 @@ impl Run {
                 read_only,
                 state_read_only: false,
                 mcp_programs: &delivery.programs,
+                skills: skills.as_ref().map(|s| s.root.as_path()),
             },
         )?;
         Ok(Prepared {

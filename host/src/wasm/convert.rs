@@ -500,7 +500,7 @@ pub(crate) fn build_request(
         }),
         streaming: options.streaming,
         mcp_servers: options.mcp_servers.iter().map(mcp_server).collect(),
-        skill_dirs: Vec::new(),
+        skill_dirs: options.skill_dirs.to_vec(),
         metadata: options
             .metadata
             .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())

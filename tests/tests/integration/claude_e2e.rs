@@ -1370,3 +1370,42 @@ mod host_tools {
         assert!(!format!("{launch:?}").contains("s3cr3t-value"));
     }
 }
+
+/// Skills (issue 19): the host's bundle goes in as `--plugin-dir`; the model's request lists the skill as `adaptor:<key>` with its description,
+/// and the init event names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skills_reach_the_model_through_the_plugin_bundle() {
+    let c = Claude::new().await;
+    let cache = tmp();
+    let md = PROBE_SKILL_MD;
+    let agent = c
+        .agent()
+        .skill_cache(cache.path())
+        .skills([adaptor::Skill::inline("probe-skill", md)])
+        .build();
+    let r = agent.run("hello there").await.expect("run with a skill");
+    assert_eq!(
+        r.text,
+        "Hello from mock-anthropic! user_msgs=1 you said: hello there"
+    );
+    let sent = c.mock.requests();
+    assert_eq!(sent.len(), 1);
+    let body = sent[0].to_string();
+    assert!(
+        body.contains("adaptor:probe-skill: Use when the user says PROBE-7"),
+        "the skill is listed for the model: {}",
+        &body[..body.len().min(4000)]
+    );
+    assert!(
+        !body.contains("Reply with PROBE-OK"),
+        "only name and description are sent"
+    );
+    let init = &r.transcript()[0];
+    assert!(
+        init.data.as_ref().unwrap()["skills"]
+            .to_string()
+            .contains("probe-skill"),
+        "{:?}",
+        init.data
+    );
+}

@@ -1109,3 +1109,75 @@ async fn cursor_and_codebuddy_are_listed_and_run_by_name() {
         "{stdout}"
     );
 }
+
+/// `--skill` (a directory or an archive) and `--worktree` on the command line (issue 19).
+#[test]
+fn skills_and_a_worktree_from_the_command_line() {
+    let (state, cache, src, repo) = (tmp(), tmp(), tmp(), tmp());
+    let skill = src.path().join("review");
+    std::fs::create_dir(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: review\ndescription: Review diffs\n---\n",
+    )
+    .unwrap();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .arg("-C")
+            .arg(repo.path())
+            .args(args)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path().join("a.txt"), "a\n").unwrap();
+    git(&["add", "a.txt"]);
+    git(&["commit", "-q", "-m", "a"]);
+    let out = adaptor()
+        .env("ADAPTOR_SKILL_CACHE", cache.path())
+        .args([
+            "run",
+            "--json",
+            "--config",
+            &config(state.path()),
+            "--skill",
+        ])
+        .arg(&skill)
+        .arg("--worktree")
+        .arg(repo.path())
+        .arg("hello")
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("review: Review diffs"), "{stdout}");
+    assert!(
+        stdout.contains("agent-run-"),
+        "the worktree was the cwd: {stdout}"
+    );
+
+    // Not a directory and not an archive; a directory without SKILL.md: exit 2, said why.
+    let notes = src.path().join("notes.txt");
+    std::fs::write(&notes, "x").unwrap();
+    let empty = src.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    for (path, why) in [(&notes, "not a directory"), (&empty, "no SKILL.md")] {
+        let out = adaptor()
+            .env("ADAPTOR_SKILL_CACHE", cache.path())
+            .args(["run", "--config", &config(state.path()), "--skill"])
+            .arg(path)
+            .arg("hello")
+            .output()
+            .unwrap();
+        assert_exit(&out, 2);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(stderr.contains(why), "{why:?} in {stderr}");
+    }
+}

@@ -996,3 +996,55 @@ mod host_tools {
         );
     }
 }
+
+/// Skills (issue 19): the host's bundle goes in as an extra skill root on the app-server
+/// (`skills/extraRoots/set` before `thread/start`), also for a run that would otherwise use
+/// `exec`; the model's developer message lists the skill with its description. A config that
+/// pins `exec` is refused before launch, never run without the skills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skills_reach_the_model_as_an_extra_skill_root() {
+    let c = Codex::new().await;
+    let cache = tmp();
+    let md = PROBE_SKILL_MD;
+    let agent = c
+        .agent()
+        .skill_cache(cache.path())
+        .skills([adaptor::Skill::inline("probe-skill", md)])
+        .build();
+    let r = agent
+        .run_with("hello there", options(false))
+        .await
+        .expect("run with a skill");
+    assert_eq!(transport_of(&r), "app-server");
+    assert_eq!(
+        r.text,
+        "Hello from mock-openai! user_msgs=1 you said: hello there"
+    );
+    let sent = c.mock.requests();
+    assert_eq!(sent.len(), 1);
+    let body = sent[0].to_string();
+    assert!(
+        body.contains("probe-skill: Use when the user says PROBE-7"),
+        "the skill is listed for the model: {}",
+        &body[..body.len().min(4000)]
+    );
+
+    let driver = adaptor::Driver::from_file(driver_path("codex"))
+        .unwrap()
+        .with_config(json!({
+            "command": codex_path().unwrap().display().to_string(),
+            "transport": "exec",
+        }))
+        .unwrap();
+    let pinned = Agent::builder(driver)
+        .workspace(c.ws())
+        .skill_cache(cache.path())
+        .skills([adaptor::Skill::inline("probe-skill", md)])
+        .build();
+    let (events, r) = collect(pinned.stream("hello")).await;
+    assert!(events.is_empty());
+    assert!(
+        matches!(&r, Err(Error::StartRefused { message, .. }) if message.contains("skills need the app-server")),
+        "{r:?}"
+    );
+}
