@@ -273,7 +273,7 @@ impl Run {
 
     /// Resolve a managed workspace (a git worktree) once, before anything else: from here on
     /// the run's workspace is its directory.
-    async fn resolve_managed_workspace(&mut self) -> Result<(), Error> {
+    pub(super) async fn resolve_managed_workspace(&mut self) -> Result<(), Error> {
         use crate::workspace::{Workspace, WorkspaceManager, WorkspaceRequest};
         let Some(workspace @ Workspace::GitWorktree(_)) = self.options.workspace.clone() else {
             return Ok(());
@@ -288,44 +288,58 @@ impl Run {
         Ok(())
     }
 
+    /// The run's canonical workspace directory: the caller's directory (default: the
+    /// current one), or the managed workspace resolved for this run. An unresolved managed
+    /// workspace is an error, never a silent fallback to the current directory.
+    fn workspace_dir(&self) -> Result<std::path::PathBuf, Error> {
+        match &self.options.workspace {
+            None => resolve_workspace(None),
+            Some(workspace) => match workspace.as_dir() {
+                Some(dir) => resolve_workspace(Some(dir)),
+                None => Err(Error::InvalidWorkspace {
+                    path: workspace.base_dir().display().to_string(),
+                    reason: "the git worktree was not resolved before the run's preparation".into(),
+                }),
+            },
+        }
+    }
+
     /// Release the managed workspace of a run that is not on a thread (even after a
-    /// failure); a failure to release is reported as a notice, never dropped.
-    /// `emit` is false for a run refused before `RunStarted` (no events then: the failure
-    /// is logged, and the run fails with its own error anyway).
-    async fn release_managed_workspace(&mut self, failed: bool, on_thread: bool, emit: bool) {
+    /// failure). A failure to release is logged and returned: the caller reports it (a
+    /// notice in a started run, the error of a dry run), it is never dropped.
+    pub(super) async fn release_managed_workspace(
+        &mut self,
+        failed: bool,
+        on_thread: bool,
+    ) -> Result<(), crate::error::WorkspaceError> {
         use crate::workspace::WorkspaceManager;
         let Some((workspace, resolved)) = self.managed_workspace.take() else {
-            return;
+            return Ok(());
         };
         if on_thread {
-            return;
+            return Ok(());
         }
-        if let Err(problem) = workspace.release(&resolved, failed).await {
-            tracing::warn!(dir = %resolved.dir().display(), %problem, "releasing the workspace failed");
-            if !emit {
-                return;
-            }
-            self.emitter
-                .emit(Event::Notice(Notice {
-                    meta: blank_meta(),
-                    notice: "workspace.release_failed".into(),
-                    message: format!(
-                        "releasing the workspace {} failed: {problem}",
-                        resolved.dir().display()
-                    ),
-                    data: None,
-                }))
-                .await;
-        }
+        workspace
+            .release(&resolved, failed)
+            .await
+            .inspect_err(|problem| {
+                tracing::warn!(dir = %resolved.dir().display(), %problem, "releasing the workspace failed");
+            })
     }
 
     async fn execute(mut self) -> Result<RunResult, Error> {
         let on_thread = self.thread.is_some();
         let result = self.execute_in_workspace(on_thread).await;
         // Refused before `RunStarted` (a finished run released it already): nothing may be
-        // emitted, but the worktree goes.
-        self.release_managed_workspace(result.is_err(), on_thread, false)
-            .await;
+        // emitted, and the run fails with its own error; a failure to release as well is
+        // logged by the release.
+        if self
+            .release_managed_workspace(result.is_err(), on_thread)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the run was refused before it started and its worktree stays behind");
+        }
         result
     }
 
@@ -425,8 +439,19 @@ impl Run {
                     .await;
             }
         }
-        self.release_managed_workspace(result.is_err(), on_thread, true)
-            .await;
+        if let Err(problem) = self
+            .release_managed_workspace(result.is_err(), on_thread)
+            .await
+        {
+            self.emitter
+                .emit(Event::Notice(Notice {
+                    meta: blank_meta(),
+                    notice: "workspace.release_failed".into(),
+                    message: format!("releasing the run's worktree failed: {problem}"),
+                    data: None,
+                }))
+                .await;
+        }
         let finished = finished_event(&result);
         match &result {
             Ok(_) => tracing::info!(
@@ -450,8 +475,7 @@ impl Run {
             });
         }
         let driver = &self.inner.driver;
-        let workspace =
-            resolve_workspace(self.options.workspace.as_ref().and_then(|w| w.as_dir()))?;
+        let workspace = self.workspace_dir()?;
         let mut instance = self.fresh_instance().await?;
         let config_fingerprint = instance
             .config_fingerprint(&driver.config.to_string())
@@ -546,8 +570,7 @@ impl Run {
             return Ok(None);
         }
         let resume = c.resume();
-        let workspace =
-            resolve_workspace(self.options.workspace.as_ref().and_then(|w| w.as_dir()))?;
+        let workspace = self.workspace_dir()?;
         let resolved = match self.delivery().await {
             Ok(d) => self.skill_set().await.map(|s| (d, s)),
             Err(e) => Err(e),

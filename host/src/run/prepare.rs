@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use super::{Prepared, Run, new_run_id};
 use crate::agent::{AgentInner, RunOptions};
 use crate::error::Error;
-use crate::grant::{LaunchAsk, RunPaths, resolve_workspace};
+use crate::grant::{LaunchAsk, RunPaths};
 use crate::process::PrivateDir;
 use crate::session::{Resume, SessionMode};
 use crate::stream::Emitter;
@@ -39,8 +39,7 @@ impl Run {
         if self.options.steering == Some(true) && !driver.loaded.descriptor.steering {
             return Err(Error::SteeringUnsupported { driver: name });
         }
-        let workspace =
-            resolve_workspace(self.options.workspace.as_ref().and_then(|w| w.as_dir()))?;
+        let workspace = self.workspace_dir()?;
         let mut instance = self.fresh_instance().await?;
         let config_json = driver.config.to_string();
         if let Err(e) = instance.validate_config(&config_json).await? {
@@ -203,7 +202,8 @@ impl Run {
 }
 
 /// Decide what a plain run would launch — the same preparation as a run — and spawn
-/// nothing. The private files are written and removed again; no event is emitted.
+/// nothing. The private files are written and removed again; no event is emitted. A git
+/// worktree workspace is created and released again, so the plan shows its directory.
 pub(crate) async fn plan(
     inner: &Arc<AgentInner>,
     prompt: String,
@@ -223,7 +223,15 @@ pub(crate) async fn plan(
         cancel.clone(),
     );
     let mut run = Run::new(inner, run_id, prompt, options, emitter, cancel, None);
-    let prepared = run.prepare().await?;
+    // A git worktree is created for the plan (its directory is the launch's) and released
+    // again: git runs, the provider does not.
+    run.resolve_managed_workspace().await?;
+    let prepared = run.prepare().await;
+    let released = run
+        .release_managed_workspace(prepared.is_err(), false)
+        .await;
+    let prepared = prepared?;
+    released?;
     let Prepared {
         launch,
         spec,

@@ -128,3 +128,20 @@ async fn a_dirty_base_is_refused_before_anything_starts_when_asked() {
     assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0);
     assert_eq!(branches(src.path()), "");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_shows_the_worktree_and_leaves_nothing_behind() {
+    let (state, ws, src, parent) = (tmp(), tmp(), tmp(), tmp());
+    repo(src.path());
+    let agent = agent_builder(reference(state.path()), ws.path())
+        .workspace(Workspace::git_worktree(src.path()).parent_dir(parent.path()))
+        .build();
+    let plan = agent.dry_run("hello").await.expect("plan");
+    assert!(
+        plan.cwd.starts_with(parent.path().canonicalize().unwrap()),
+        "{:?}",
+        plan.cwd
+    );
+    assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0);
+    assert_eq!(branches(src.path()), "");
+}
