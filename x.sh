@@ -267,7 +267,7 @@ case "$cmd" in
     # entry inside the workspace is never trusted). They were built above with the
     # workspace's features; `cargo run -p` would rebuild wasmtime with another feature set.
     scratch="$(mktemp -d)"
-    for example in quickstart streaming approvals threads tools skills worktree; do
+    for example in quickstart streaming approvals threads tools skills worktree profiles; do
       (cd "$scratch" && PATH="$TARGET/debug:$PATH" "$TARGET/debug/examples/$example" >/dev/null)
     done
     rm -rf "$scratch"

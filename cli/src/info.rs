@@ -103,6 +103,20 @@ pub async fn inspect(
         ] {
             outln!("{what}: {a}");
         }
+        let profile = &inspection.profile;
+        match (&profile.dir, &profile.variable) {
+            (Some(dir), Some(var)) => outln!(
+                "profile: {} (the host sets {}; {})",
+                sanitize(&dir.display().to_string()),
+                sanitize(var),
+                if profile.in_sync() {
+                    "in sync"
+                } else {
+                    "not made yet or out of sync: the next run makes it"
+                }
+            ),
+            _ => outln!("profile: the user's own"),
+        }
         let fields: Vec<&str> = inspection
             .config_schema
             .get("properties")

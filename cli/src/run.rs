@@ -38,6 +38,24 @@ pub struct RunArgs {
     /// is the key). Checked before anything starts.
     #[arg(long, value_name = "PATH")]
     pub(crate) skill: Vec<PathBuf>,
+    /// Run the CLI with a profile of its own in DIR (absolute; created 0700): the host points
+    /// the CLI's config directory (`CLAUDE_CONFIG_DIR`, `CODEX_HOME`, …) at it instead of
+    /// the user's own.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) profile: Option<PathBuf>,
+    /// With --profile: share the user's login with it (linked, never copied).
+    #[arg(long, requires = "profile")]
+    pub(crate) link_auth: bool,
+    /// With --profile: copy the user's settings into it (once, when it lacks them).
+    #[arg(long, requires = "profile")]
+    pub(crate) copy_settings: bool,
+    /// With --profile: copy the user's MCP configuration into it (once).
+    #[arg(long, requires = "profile")]
+    pub(crate) copy_mcp: bool,
+    /// An instructions bundle: every file under DIR, entry `AGENTS.md`, checked and handed
+    /// to the CLI read-only (its text joins the system prompt).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) instructions_bundle: Option<PathBuf>,
     /// Timeout in seconds.
     #[arg(long)]
     pub(crate) timeout: Option<f64>,
@@ -181,8 +199,31 @@ pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -
             Err(code) => return code,
         }
     }
+    if let Some(dir) = &args.profile {
+        let dir = match std::path::absolute(dir) {
+            Ok(dir) => dir,
+            Err(e) => {
+                errln!("adaptor: --profile {}: {e}", dir.display());
+                return ExitCode::from(EXIT_USAGE);
+            }
+        };
+        let mut profile = adaptor::Profile::clone_native(dir);
+        if args.link_auth {
+            profile = profile.link_auth();
+        }
+        if args.copy_settings {
+            profile = profile.copy_settings();
+        }
+        if args.copy_mcp {
+            profile = profile.copy_mcp();
+        }
+        builder = builder.profile(profile);
+    }
     let agent = builder.build();
     let mut options = RunOptions::new();
+    if let Some(dir) = &args.instructions_bundle {
+        options = options.instructions_bundle(adaptor::InstructionsBundle::dir(dir));
+    }
     if let Some(m) = &settings.model.value {
         options = options.model(m.clone());
     }

@@ -43,6 +43,7 @@ pub struct RunOptions {
     pub(crate) mcp: Option<Vec<crate::mcp::Mcp>>,
     pub(crate) steering: Option<bool>,
     pub(crate) skills: Option<Vec<crate::skills::Skill>>,
+    pub(crate) instructions_bundle: Option<crate::instructions::InstructionsBundle>,
 }
 
 /// Whether a thread run may use the thread's resident provider process.
@@ -183,6 +184,24 @@ macro_rules! shared_options {
                     .extend(skills);
                 self
             }
+
+            /// An instructions bundle ([`InstructionsBundle::dir`](crate::InstructionsBundle::dir),
+            /// [`inline`](crate::InstructionsBundle::inline),
+            /// [`files`](crate::InstructionsBundle::files)): checked and written, read-only to
+            /// the provider, into the run's private directory before launch; the driver is
+            /// told where, and passes the entry file to its CLI (the built-in drivers append
+            /// its text to the system prompt, with a line naming the directory so the model
+            /// can read the files it refers to). Replaces the wider scope's bundle. Refused
+            /// before anything starts by a driver whose descriptor does not declare
+            /// `instructions` or that was built against a contract before
+            /// `adaptor:driver@0.3.0` ([`Error::Instructions`](crate::Error::Instructions)).
+            pub fn instructions_bundle(
+                mut self,
+                bundle: crate::instructions::InstructionsBundle,
+            ) -> Self {
+                self$(.$field)?.instructions_bundle = Some(bundle);
+                self
+            }
         }
     };
 }
@@ -227,6 +246,10 @@ impl RunOptions {
                 (Some(outer), Some(near)) => Some(outer.iter().chain(near).cloned().collect()),
                 (outer, near) => near.clone().or_else(|| outer.clone()),
             },
+            instructions_bundle: nearer
+                .instructions_bundle
+                .clone()
+                .or_else(|| self.instructions_bundle.clone()),
         }
     }
 
@@ -313,6 +336,8 @@ pub(crate) struct Settings {
     pub skill_provider: Option<Arc<dyn crate::skills::SkillProvider>>,
     pub skill_cache: Option<PathBuf>,
     pub skill_limits: crate::skills::SkillLimits,
+    /// The CLI's per-user state directory (construction only: `AgentBuilder::profile`).
+    pub profile: crate::profile::Profile,
     /// The agent's host tools (construction only: `AgentBuilder::tools`).
     #[cfg(feature = "tools")]
     pub tools: Arc<[crate::tools::Tool]>,
@@ -393,6 +418,7 @@ impl Default for Settings {
             skill_provider: None,
             skill_cache: None,
             skill_limits: crate::skills::SkillLimits::default(),
+            profile: crate::profile::Profile::native(),
             #[cfg(feature = "tools")]
             tools: Arc::from(Vec::new()),
         }
@@ -584,6 +610,20 @@ impl AgentBuilder {
         self
     }
 
+    /// The CLI's per-user state directory ([`Profile::native`](crate::Profile::native) by
+    /// default; [`Profile::dedicated`](crate::Profile::dedicated),
+    /// [`Profile::clone_native`](crate::Profile::clone_native)). A dedicated profile is made
+    /// (or brought back in line: missing links and copies) before every run, the host sets
+    /// the driver's config-dir variable to it, and under containment the provider may write
+    /// it instead of the user's own profile. It joins the thread fingerprint: a thread never
+    /// resumes under another profile. Refused before anything starts
+    /// ([`Error::Profile`](crate::Error::Profile)) by a driver that declares no profile.
+    /// Construction only: one agent, one profile.
+    pub fn profile(mut self, profile: impl Into<crate::profile::Profile>) -> Self {
+        self.settings.profile = profile.into();
+        self
+    }
+
     /// Build the agent.
     pub fn build(self) -> Agent {
         crate::process::sweep_stale_run_dirs();
@@ -663,6 +703,19 @@ impl AgentInner {
             settings.skill_limits,
         )
         .await
+    }
+
+    /// Make the agent's dedicated profile as asked (`None` for the user's own).
+    pub(crate) fn materialize_profile(
+        &self,
+    ) -> Result<Option<crate::profile::ResolvedProfile>, crate::error::ProfileError> {
+        let env = crate::grant::base_env(&self.settings.grant_rules());
+        crate::profile::materialize(
+            self.driver.name(),
+            &self.settings.profile,
+            self.driver.loaded.descriptor.profile.as_ref(),
+            &|name| env.get(std::ffi::OsStr::new(name)).cloned(),
+        )
     }
 
     /// The thread-fingerprint entries of the agent's tools (each needs a revision).
@@ -802,6 +855,27 @@ impl Agent {
             .await
             .as_ref()
             .map(|s| s.url().to_owned())
+    }
+
+    /// The agent's profile: what was asked (the dedicated directory, the parts carried from
+    /// the user's own profile) and what is on disk ([`ProfileState::in_sync`](crate::ProfileState::in_sync)).
+    /// Writes nothing. For the user's own profile there is nothing to observe.
+    pub fn profile_state(&self) -> Result<crate::profile::ProfileState, Error> {
+        let env = crate::grant::base_env(&self.inner.settings.grant_rules());
+        Ok(crate::profile::observe(
+            self.inner.driver.name(),
+            &self.inner.settings.profile,
+            self.inner.driver.loaded.descriptor.profile.as_ref(),
+            &|name| env.get(std::ffi::OsStr::new(name)).cloned(),
+        )?)
+    }
+
+    /// Make the agent's dedicated profile as asked now (every run does this too): create
+    /// the directory (0700), link what is linked, copy what is missing — never over a file
+    /// the CLI wrote — and return the state observed afterwards.
+    pub fn sync_profile(&self) -> Result<crate::profile::ProfileState, Error> {
+        self.inner.materialize_profile()?;
+        self.profile_state()
     }
 
     /// True after [`Agent::close`].

@@ -119,6 +119,139 @@ pub struct McpCaps {
     pub sse: bool,
 }
 
+/// What a file of a CLI's profile holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProfilePart {
+    /// The login (OAuth tokens, API keys).
+    Auth,
+    /// The user's settings.
+    Settings,
+    /// The user's MCP server configuration.
+    Mcp,
+}
+
+impl std::fmt::Display for ProfilePart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ProfilePart::Auth => "auth",
+            ProfilePart::Settings => "settings",
+            ProfilePart::Mcp => "mcp",
+        })
+    }
+}
+
+/// How a file of the user's profile is carried into a dedicated one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Carry {
+    /// A symbolic link to the user's file (both profiles share one file; the provider may
+    /// write the user's file).
+    Link,
+    /// A copy, made once when the dedicated profile lacks the file.
+    Copy,
+}
+
+/// One file of the user's profile a dedicated profile can carry (checked at load: relative
+/// paths of plain components).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProfileFile {
+    /// What it holds.
+    pub part: ProfilePart,
+    /// Its path relative to the user's profile directory.
+    pub source: String,
+    /// Its path relative to the home directory when the caller's environment does not set
+    /// the config-dir variable (`None`: `source` under the default profile directory).
+    pub default_source: Option<String>,
+    /// Its path in the dedicated profile directory.
+    pub target: String,
+    /// How it is carried.
+    pub carry: Carry,
+}
+
+/// Where a CLI keeps its per-user state, as its driver declares it (checked at load: the
+/// variables are among the host's [`PROFILE_VARIABLES`], the paths relative and plain).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProfileSpec {
+    /// The variable that moves the CLI's whole per-user state (`CLAUDE_CONFIG_DIR`,
+    /// `CODEX_HOME`); the host sets it for a dedicated profile.
+    pub config_dir_variable: String,
+    /// The user's profile directory relative to the home directory, when the caller's
+    /// environment does not set the variable (`.claude`, `.codex`).
+    pub native_dir: String,
+    /// The files a dedicated profile can carry over.
+    pub files: Vec<ProfileFile>,
+    /// A variable that points the CLI's credential store elsewhere (Claude Code's
+    /// `CLAUDE_SECURESTORAGE_CONFIG_DIR`): with `link_auth` the host sets it to the user's
+    /// profile directory instead of carrying `auth` files.
+    pub auth_store_variable: Option<String>,
+}
+
+/// The variables a driver's [`ProfileSpec`] may name: each moves a known CLI's per-user
+/// state or credential store. The host sets them (to a directory it created and owns);
+/// a launch may not.
+pub const PROFILE_VARIABLES: &[&str] = &[
+    "CLAUDE_CONFIG_DIR",
+    "CLAUDE_SECURESTORAGE_CONFIG_DIR",
+    "CODEX_HOME",
+    "CODEBUDDY_CONFIG_DIR",
+    "CURSOR_CONFIG_DIR",
+    "GEMINI_CONFIG_DIR",
+    "REFERENCE_PROVIDER_STATE_DIR",
+];
+
+impl ProfileSpec {
+    /// Check a driver's spec: known variables, relative plain paths, no target twice.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let variable = |name: &str, field: &str| {
+            if PROFILE_VARIABLES.contains(&name) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "profile.{field} `{name}` is not one of the host's profile variables ({})",
+                    PROFILE_VARIABLES.join(", ")
+                ))
+            }
+        };
+        variable(&self.config_dir_variable, "config-dir-variable")?;
+        if let Some(v) = &self.auth_store_variable {
+            variable(v, "auth-store-variable")?;
+            if *v == self.config_dir_variable {
+                return Err("profile.auth-store-variable is the config-dir variable".into());
+            }
+        }
+        let path = |p: &str, field: &str| match crate::relpath::normalise(p) {
+            Ok(Some(n)) if n == p => Ok(()),
+            Ok(_) => Err(format!(
+                "profile.{field} `{p}` is not a plain relative path (`a/b`)"
+            )),
+            Err(reason) => Err(format!("profile.{field} `{p}`: {reason}")),
+        };
+        path(&self.native_dir, "native-dir")?;
+        let mut targets = std::collections::BTreeMap::new();
+        for f in &self.files {
+            path(&f.source, "files.source")?;
+            if let Some(d) = &f.default_source {
+                path(d, "files.default-source")?;
+            }
+            path(&f.target, "files.target")?;
+            // One file may serve two parts (Codex's `config.toml`: settings and MCP), the
+            // same way; two different files may not land in one place.
+            let how = (&f.source, &f.default_source, f.carry);
+            if targets
+                .insert(f.target.as_str(), how)
+                .is_some_and(|was| was != how)
+            {
+                return Err(format!(
+                    "profile.files.target `{}` is given twice, for different files",
+                    f.target
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A driver's capability table, as declared by the driver.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Descriptor {
@@ -162,8 +295,12 @@ pub struct Descriptor {
     /// against `adaptor:driver@0.1.0`, which cannot declare them (the host's denylist alone
     /// applies).
     pub launch_env: Option<Vec<String>>,
+    /// Where the CLI keeps its per-user state, for dedicated profiles
+    /// ([`Profile`](crate::Profile)); `None` when the driver declares no movable profile (or
+    /// was built against a contract before `adaptor:driver@0.3.0`).
+    pub profile: Option<ProfileSpec>,
     /// The version of the `adaptor:driver` contract the driver was built against (`0.1.0`,
-    /// `0.2.0`).
+    /// `0.2.0`, `0.3.0`).
     pub wit_version: String,
 }
 
@@ -207,6 +344,22 @@ impl Descriptor {
         }
         if self.steering {
             caps.push("steering".to_owned());
+        }
+        // What a dedicated profile sets and shares is shown to whoever installs the driver.
+        if let Some(p) = &self.profile {
+            let mut parts = vec![p.config_dir_variable.clone()];
+            parts.extend(
+                p.auth_store_variable
+                    .as_ref()
+                    .map(|v| format!("login via {v}")),
+            );
+            parts.extend(
+                p.files
+                    .iter()
+                    .filter(|f| f.carry == Carry::Link)
+                    .map(|f| format!("links {}", f.source)),
+            );
+            caps.push(format!("profile({})", parts.join("; ")));
         }
         if !self.wit_version.is_empty() {
             caps.push(format!("wit {}", self.wit_version));

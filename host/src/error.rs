@@ -146,6 +146,14 @@ pub enum Error {
     /// [`WorkspaceError`](crate::WorkspaceError)). Nothing was started.
     #[error(transparent)]
     Workspace(#[from] WorkspaceError),
+    /// The agent's dedicated profile could not be made (see
+    /// [`ProfileError`](crate::ProfileError)). Nothing was started.
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
+    /// The run's instructions bundle was refused (see
+    /// [`InstructionsError`](crate::InstructionsError)). Nothing was started.
+    #[error(transparent)]
+    Instructions(#[from] InstructionsError),
     /// The granted program could not be found.
     #[error("program `{program}` for driver `{driver}` was not found: {detail}")]
     ProgramNotFound {
@@ -1113,6 +1121,150 @@ pub enum WorkspaceError {
         message: String,
     },
     /// A file system operation on `path` failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path operated on.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why an agent's dedicated profile ([`Profile`](crate::Profile)) could not be observed or
+/// made. A run with such a profile fails with [`Error::Profile`] before anything starts.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProfileError {
+    /// The driver declares no movable profile (its `profile` is `none`, or it was built
+    /// against `adaptor:driver@0.1.0`/`0.2.0`, which cannot declare one).
+    #[error(
+        "driver `{driver}` declares no profile (no config-dir variable), so it cannot run with a dedicated profile"
+    )]
+    Unsupported {
+        /// Driver name.
+        driver: String,
+    },
+    /// A profile part was asked for (`link_auth`, `copy_settings`, `copy_mcp`) that the
+    /// driver's profile does not declare.
+    #[error("driver `{driver}`'s profile declares no {part} file, so `{asked}` cannot be done")]
+    PartNotDeclared {
+        /// Driver name.
+        driver: String,
+        /// The part (`auth`, `settings`, `mcp`).
+        part: crate::descriptor::ProfilePart,
+        /// The builder call that asked for it.
+        asked: &'static str,
+    },
+    /// The profile directory is not an absolute path.
+    #[error("the profile directory {} is not absolute", path.display())]
+    RelativeDir {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// The dedicated profile directory is the user's own profile directory.
+    #[error("the dedicated profile directory {} is the user's own profile directory", path.display())]
+    SameAsNative {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// The home directory (or the caller's config-dir variable) is needed to find the
+    /// user's own profile and is not set to an absolute path.
+    #[error("cannot find the user's own profile: {reason}")]
+    NoNativeProfile {
+        /// What is missing.
+        reason: String,
+    },
+    /// A file of the user's own profile that was asked to be carried does not exist.
+    #[error("the user's {part} file {} does not exist (asked by `{asked}`)", path.display())]
+    SourceMissing {
+        /// The part.
+        part: crate::descriptor::ProfilePart,
+        /// Where it was looked for.
+        path: PathBuf,
+        /// The builder call that asked for it.
+        asked: &'static str,
+    },
+    /// Something is in the way where the profile needs a directory or a link; nothing was
+    /// replaced (a regular file where the link to the user's login belongs may hold a newer
+    /// token than the user's own: move it away deliberately).
+    #[error("{}: {reason}", path.display())]
+    Occupied {
+        /// The path.
+        path: PathBuf,
+        /// What is there and why it is not replaced.
+        reason: String,
+    },
+    /// A file system operation on `path` failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path operated on.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why a run's instructions bundle ([`InstructionsBundle`](crate::InstructionsBundle)) was
+/// refused. Each names the file; nothing was written and nothing started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InstructionsError {
+    /// The driver cannot be told about a bundle: its descriptor does not declare
+    /// `instructions`, or it was built against a contract before `adaptor:driver@0.3.0`.
+    #[error("driver `{driver}` cannot take an instructions bundle: {reason}")]
+    Unsupported {
+        /// Driver name.
+        driver: String,
+        /// Why.
+        reason: String,
+    },
+    /// A path that would leave the bundle (absolute, `..`, a backslash, a drive prefix).
+    #[error("instructions file `{path}`: {reason}")]
+    UnsafePath {
+        /// The path as given.
+        path: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// Not a regular file (a symlink, a FIFO, a device, a socket).
+    #[error("instructions file `{path}` is {kind}, not a regular file")]
+    NotAFile {
+        /// The path, relative to the bundle.
+        path: String,
+        /// What it is.
+        kind: &'static str,
+    },
+    /// The same path twice.
+    #[error("instructions file `{path}` is given twice")]
+    Duplicate {
+        /// The path.
+        path: String,
+    },
+    /// The entry file is not in the bundle.
+    #[error("the instructions bundle has no entry file `{entry}`")]
+    NoEntry {
+        /// The entry path.
+        entry: String,
+    },
+    /// The entry file is not UTF-8 text.
+    #[error("the instructions entry file `{entry}` is not UTF-8 text")]
+    EntryNotText {
+        /// The entry path.
+        entry: String,
+    },
+    /// A limit of [`InstructionsBundle`](crate::InstructionsBundle) was exceeded.
+    #[error("instructions bundle: {what} exceeds the limit of {limit} (at `{path}`)")]
+    TooLarge {
+        /// Which limit (`files`, `bytes`, `entry bytes`).
+        what: &'static str,
+        /// The limit.
+        limit: u64,
+        /// The file at which it was exceeded.
+        path: String,
+    },
+    /// Reading the bundle's directory or writing it into the run's directory failed.
     #[error("{}: {source}", path.display())]
     Io {
         /// The path operated on.

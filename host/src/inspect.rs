@@ -112,6 +112,10 @@ pub struct Inspection {
     /// The skills a run with the agent's defaults would see (resolved, checked and written
     /// to the skill cache exactly as a run does it), or why the driver takes none.
     pub skills: Availability<Vec<crate::skills::SkillInfo>>,
+    /// The agent's profile: the dedicated directory asked for and what is on disk
+    /// ([`Agent::profile_state`]; nothing is written). The probes run under the user's own
+    /// profile.
+    pub profile: crate::profile::ProfileState,
     /// The config JSON Schema.
     pub config_schema: serde_json::Value,
     /// How the CLI's processes are confined on this machine (the probes ran under it):
@@ -127,6 +131,7 @@ impl Agent {
     /// The agent's default skills are materialized as a run would (into the skill cache), so
     /// a skill a run would refuse fails the inspection with the same [`Error::Skill`].
     pub async fn inspect(&self) -> Result<Inspection, Error> {
+        let profile = self.profile_state()?;
         let inner = &self.inner;
         let driver = &inner.driver;
         let name = driver.name().to_owned();
@@ -199,6 +204,7 @@ impl Agent {
                 state_read_only: true,
                 mcp_programs: &[],
                 skills: None,
+                instructions: None,
             },
         );
         let mut outputs = Vec::new();
@@ -254,6 +260,7 @@ impl Agent {
             .max()
             .unwrap_or(CheckLevel::Fail);
         Ok(Inspection {
+            profile,
             driver: descriptor.name.clone(),
             version: descriptor.version.clone(),
             environment: EnvironmentReport {

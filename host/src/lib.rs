@@ -3,8 +3,8 @@
 //! Drive local coding-agent CLIs (Claude Code, Codex, Cursor Agent, any ACP agent, or the
 //! bundled reference provider) behind one API — [`Agent`], [`Stream`], [`Event`],
 //! [`RunResult`], [`Driver`] — where every provider driver is a sandboxed WebAssembly
-//! component loaded at run time (`adaptor:driver@0.2.0`, see `wit/v0.2.0/driver.wit`; drivers
-//! built against the released `0.1.0` keep loading).
+//! component loaded at run time (`adaptor:driver@0.3.0`, see `wit/v0.3.0/driver.wit`; drivers
+//! built against the released `0.1.0` and `0.2.0` keep loading).
 //!
 //! The host owns all I/O: it spawns the provider process the driver asks for (after checking
 //! it against a grant), feeds its output to the driver, and turns the driver's actions into a
@@ -31,13 +31,15 @@
 //!   outcome in host types), `mcp` (MCP server declarations and their delivery rules),
 //!   `skills` (skill sources, limits, the checked content-addressed set on disk),
 //!   `workspace` (directories and git worktrees: `Workspace`, `WorkspaceManager`; its `git`
-//!   runs through `process`);
+//!   runs through `process`), `profile` (the CLI's per-user state directory: `Profile`,
+//!   making and observing a dedicated one), `instructions` (instructions bundles, checked
+//!   and written), `relpath` (untrusted relative paths, checked);
 //! - **`tools/`** (the `tools` feature) — host tools: the vocabulary (`Tool`, `ToolError`)
 //!   and `server`, the agent's loopback MCP server, the only module that names `rmcp` or
 //!   `axum`;
 //! - **`wasm/`** — the only place that names wasmtime (`engine`, `guest`) and the
-//!   WIT-generated types (`bindings` for the newest contract, `since_v0_1_0` for the released
-//!   `0.1.0` mapped onto it, `convert`);
+//!   WIT-generated types (`bindings` for the newest contract, `since_v0_1_0` and
+//!   `since_v0_2_0` for the released `0.1.0` and `0.2.0` mapped onto it, `convert`);
 //! - **`grant/` + `process/`** — the only places that decide (`grant`: the run's
 //!   `ProcessGrant`: program, workspace, environment and its denylist, the filesystem
 //!   confinement) and perform (`process`: confine with Landlock and a PID namespace, spawn,
@@ -77,11 +79,14 @@ mod error;
 mod event;
 mod grant;
 mod inspect;
+mod instructions;
 pub mod lifecycle;
 mod mcp;
 mod packages;
 mod policy;
 mod process;
+mod profile;
+mod relpath;
 #[cfg(feature = "replay")]
 pub mod replay;
 mod result;
@@ -107,13 +112,14 @@ pub use approval::{
 };
 pub use containment::{Containment, ContainmentMode, ContainmentReport, PathAccess, PathRule};
 pub use descriptor::{
-    ApprovalCaps, DecisionModes, Descriptor, McpCaps, ModelInfo, PolicyCaps, SandboxLevels,
-    SessionCaps, StreamingCaps, StructuredOutputCaps, VersionRange,
+    ApprovalCaps, Carry, DecisionModes, Descriptor, McpCaps, ModelInfo, PROFILE_VARIABLES,
+    PolicyCaps, ProfileFile, ProfilePart, ProfileSpec, SandboxLevels, SessionCaps, StreamingCaps,
+    StructuredOutputCaps, VersionRange,
 };
 pub use driver::{Driver, LoadOptions, available_drivers, driver_dirs};
 pub use error::{
-    Error, FailureReason, InputRefusal, InstallError, LaunchRefusal, Limit, LoadError, RunError,
-    SignatureError, StartRefusal, SteerError, ThreadError,
+    Error, FailureReason, InputRefusal, InstallError, InstructionsError, LaunchRefusal, Limit,
+    LoadError, ProfileError, RunError, SignatureError, StartRefusal, SteerError, ThreadError,
 };
 pub use event::{
     ApprovalResolved, DropReason, Dropped, Event, EventMeta, EventSource, ItemEvent, Notice, Phase,
@@ -125,6 +131,9 @@ pub use inspect::{
     Availability, Check, CheckLevel, EnvironmentReport, Inspection, MAX_INSPECTION_TIME,
     MAX_PROBE_ARG_BYTES, MAX_PROBE_ARGS, MAX_PROBE_TIME, MAX_PROBES,
 };
+pub use instructions::{
+    InstructionsBundle, MAX_INSTRUCTION_BYTES, MAX_INSTRUCTION_ENTRY_BYTES, MAX_INSTRUCTION_FILES,
+};
 pub use mcp::{HOST_TOOLS_SERVER, Mcp, McpError, RemoteServer, StdioServer};
 pub use packages::{
     DRIVER_STORE_ENV, DriverStore, Installed, InstalledDriver, LOCK_FILE, MAX_COMPONENT_BYTES,
@@ -132,6 +141,7 @@ pub use packages::{
     is_installable_name,
 };
 pub use policy::{ApprovalPolicy, DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
+pub use profile::{ClonedProfile, Observed, Profile, ProfileFileState, ProfileState};
 pub use result::{
     Checkpoint, ChunkRecord, ExitInfo, ItemKind, LaunchPlan, LaunchRecord, ProcessIdentity,
     RawStreams, RunResult, SessionState, StreamKind, TerminalPayload, ThreadInfo, ThreadStart,
@@ -155,5 +165,5 @@ pub use workspace::{
 };
 
 /// The newest WIT package this host implements (what the SDK builds drivers against).
-pub const WIT_PACKAGE: &str = "adaptor:driver@0.2.0";
+pub const WIT_PACKAGE: &str = "adaptor:driver@0.3.0";
 pub use wasm::SUPPORTED_WIT_VERSIONS;

@@ -115,6 +115,7 @@ async fn drive(
         workspace,
         Path::new("/adaptor-replay/private"),
         None,
+        crate::wasm::convert::Resources::default(),
     );
     let mut session = instance.open_session(&request).await?;
     let launch = session.start().await?;

@@ -510,30 +510,7 @@ impl Builder {
 
     /// Check a raw entry name and return its normalised form (`None` for the root itself).
     fn normalise(&self, raw: &str) -> Result<Option<String>, SkillError> {
-        if raw.starts_with('/') {
-            return Err(self.unsafe_path(raw, "absolute path"));
-        }
-        if raw.contains('\\') {
-            return Err(self.unsafe_path(raw, "backslash in the path"));
-        }
-        if raw.contains('\0') {
-            return Err(self.unsafe_path(raw, "NUL in the path"));
-        }
-        let mut parts = Vec::new();
-        for part in raw.split('/') {
-            match part {
-                "" | "." => {}
-                ".." => return Err(self.unsafe_path(raw, "`..` in the path")),
-                p if p.len() == 2 && p.ends_with(':') => {
-                    return Err(self.unsafe_path(raw, "drive prefix in the path"));
-                }
-                p => parts.push(p),
-            }
-        }
-        if parts.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(parts.join("/")))
+        crate::relpath::normalise(raw).map_err(|reason| self.unsafe_path(raw, reason))
     }
 
     /// Count an entry against the entry limit.

@@ -9,14 +9,25 @@ use std::marker::PhantomData;
 use crate::bindings::exports::adaptor::driver::driver::{Guest, GuestSession};
 use crate::{
     Actions, ConfigError, Decision, Driver, DriverInfo, EnvironmentReport, ExitStatus, InputError,
-    Launch, Outcome, ProbeCommand, ProbeOutput, Session, StartError, TurnRequest, json,
+    Launch, Outcome, ProbeCommand, ProbeOutput, ProfileSpec, RunResources, Session, StartError,
+    TurnRequest, json,
 };
 
 /// Adapts a [`Driver`] to the generated `Guest` trait. Used by [`crate::export_driver!`].
 pub struct Adapter<D>(PhantomData<D>);
 
-/// Adapts a [`Session`] to the generated `GuestSession` trait.
-pub struct SessionAdapter<S>(RefCell<S>);
+/// Adapts a [`Session`] to the generated `GuestSession` trait; keeps the run's resources,
+/// which a resident process's later turns share.
+pub struct SessionAdapter<S>(RefCell<S>, RunResources);
+
+/// The request with the run's instructions bundle folded into its instructions.
+pub(crate) fn with_resources(mut turn: TurnRequest, resources: &RunResources) -> TurnRequest {
+    turn.request.instructions = crate::instructions::with_bundle(
+        turn.request.instructions.take(),
+        resources.instructions.as_ref(),
+    );
+    turn
+}
 
 fn parse_config(config_json: &str) -> Result<serde_json::Value, ConfigError> {
     json::parse_config(config_json)
@@ -31,6 +42,10 @@ impl<D: Driver> Guest for Adapter<D> {
             steering: D::steering(),
             launch_env: D::launch_env(),
         }
+    }
+
+    fn profile() -> Option<ProfileSpec> {
+        D::profile()
     }
 
     fn validate_config(config_json: String) -> Result<(), ConfigError> {
@@ -60,8 +75,12 @@ impl<S: Session> SessionAdapter<S> {
 }
 
 impl<S: Session> GuestSession for SessionAdapter<S> {
-    fn new(request: TurnRequest) -> Self {
-        SessionAdapter(RefCell::new(S::from_turn(request)))
+    fn new(request: TurnRequest, resources: RunResources) -> Self {
+        let turn = with_resources(request, &resources);
+        SessionAdapter(
+            RefCell::new(S::from_resources(turn, resources.clone())),
+            resources,
+        )
     }
 
     fn start(&self) -> Result<Launch, StartError> {
@@ -104,7 +123,8 @@ impl<S: Session> GuestSession for SessionAdapter<S> {
 
     fn next_turn(&self, request: TurnRequest) -> Result<Vec<crate::Action>, StartError> {
         let mut out = Actions::new();
-        self.0.borrow_mut().next_turn(request.request, &mut out)?;
+        let request = with_resources(request, &self.1).request;
+        self.0.borrow_mut().next_turn(request, &mut out)?;
         Ok(out.into_vec())
     }
 }

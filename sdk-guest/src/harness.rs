@@ -59,7 +59,24 @@ impl<S: Session> Harness<S> {
 
     /// Create the session from a turn request (e.g. a steerable one) and call `start`.
     pub fn start_turn(turn: TurnRequest) -> Result<(Self, Launch), StartError> {
-        let mut session = S::from_turn(turn);
+        Self::start_with_resources(
+            turn,
+            crate::RunResources {
+                profile_dir: None,
+                shared_auth: false,
+                instructions: None,
+            },
+        )
+    }
+
+    /// Create the session from a turn request and the run's resources (a dedicated profile,
+    /// an instructions bundle) as the component glue does, and call `start`.
+    pub fn start_with_resources(
+        turn: TurnRequest,
+        resources: crate::RunResources,
+    ) -> Result<(Self, Launch), StartError> {
+        let turn = crate::glue::with_resources(turn, &resources);
+        let mut session = S::from_resources(turn, resources);
         let launch = session.start()?;
         Ok((
             Self {

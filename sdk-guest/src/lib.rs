@@ -1,7 +1,7 @@
 //! # adaptor-sdk — write an agent-adaptor driver in a few hundred lines
 //!
-//! A driver is a WebAssembly component implementing the `adaptor:driver@0.2.0` world (see
-//! `wit/v0.2.0/driver.wit`, the contract). This crate owns everything that is not protocol
+//! A driver is a WebAssembly component implementing the `adaptor:driver@0.3.0` world (see
+//! `wit/v0.3.0/driver.wit`, the contract). This crate owns everything that is not protocol
 //! knowledge:
 //!
 //! - [`bindings`]: the generated WIT types (re-exported at the crate root: [`Descriptor`],
@@ -14,6 +14,7 @@
 //!   the transcript mirrored by construction;
 //! - [`mcp`]: the request's MCP servers (header references, the common config JSON);
 //! - [`skills`]: the request's skill bundle (its plugin root and skills directory);
+//! - [`instructions`]: the run's instructions bundle folded into the request's instructions;
 //! - [`harness`]: a native harness that drives a [`Session`] with recorded bytes, no wasm
 //!   involved, for unit tests of a parser.
 //!
@@ -25,6 +26,7 @@ pub mod actions;
 pub mod framing;
 mod glue;
 pub mod harness;
+pub mod instructions;
 pub mod json;
 pub mod log;
 pub mod mcp;
@@ -35,7 +37,7 @@ pub mod skills;
 pub mod bindings {
     wit_bindgen::generate!({
         world: "driver-world",
-        path: "../wit/v0.2.0",
+        path: "../wit/v0.3.0",
         pub_export_macro: true,
         export_macro_name: "__export_driver_world",
         default_bindings_module: "adaptor_sdk::bindings",
@@ -44,10 +46,28 @@ pub mod bindings {
 }
 
 pub use actions::{Actions, Transcript, empty_outcome, items, stopped_by_host, top_scope};
+pub use bindings::adaptor::driver::resource_types::{
+    Carry, InstructionsBundle, ProfileFile, ProfilePart, ProfileSpec, RunResources,
+};
 pub use bindings::adaptor::driver::session_types::{DriverInfo, InputError, TurnRequest};
 pub use bindings::adaptor::driver::types::*;
 pub use framing::{Line, LineFramer};
 pub use glue::Adapter;
+
+impl ProfileFile {
+    /// A file of the same name in the user's profile and in a dedicated one (the common
+    /// case: `auth.json`, `settings.json`), found under the profile directory in both
+    /// layouts.
+    pub fn same_name(part: ProfilePart, name: &str, carry: Carry) -> ProfileFile {
+        ProfileFile {
+            part,
+            source: name.into(),
+            default_source: None,
+            target: name.into(),
+            carry,
+        }
+    }
+}
 
 /// The driver-level functions of the contract (`describe`, `validate-config`, …).
 ///
@@ -70,6 +90,14 @@ pub trait Driver: 'static {
     /// variables the caller gave a stdio MCP server, passed on unchanged). Default: none.
     fn launch_env() -> Vec<String> {
         Vec::new()
+    }
+
+    /// Where the CLI keeps its per-user state, so the host can give an agent a dedicated
+    /// profile (it creates the directory, carries the files declared here and sets
+    /// `config_dir_variable` itself). Must be deterministic. Default: none (the host refuses
+    /// dedicated profiles for this driver).
+    fn profile() -> Option<ProfileSpec> {
+        None
     }
 
     /// Check a parsed config object.
@@ -123,6 +151,15 @@ pub trait Session: Sized + 'static {
     /// driver that declares [`Driver::steering`] overrides it.
     fn from_turn(turn: TurnRequest) -> Self {
         Self::new(turn.request)
+    }
+
+    /// Create the session for a turn request and the run's resources: the dedicated
+    /// profile directory (the host already pointed the CLI at it) and the instructions
+    /// bundle, whose text the SDK has already folded into `turn.request.instructions`
+    /// ([`instructions::with_bundle`]). Default: [`from_turn`](Self::from_turn) — override it
+    /// to use the resources otherwise (e.g. the profile directory).
+    fn from_resources(turn: TurnRequest, _resources: RunResources) -> Self {
+        Self::from_turn(turn)
     }
 
     /// The process to launch.

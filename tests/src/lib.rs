@@ -501,3 +501,25 @@ pub fn unknown_frames(
 /// The skill the real-CLI skill tests hand over: the model must see its name and
 /// description (`probe-skill: Use when the user says PROBE-7`), never its body (`PROBE-OK`).
 pub const PROBE_SKILL_MD: &str = "---\nname: probe-skill\ndescription: Use when the user says PROBE-7\n---\n\nReply with PROBE-OK.\n";
+
+/// Every file under `dir` (recursively) whose name contains `needle` (none when `dir` does
+/// not exist): where a CLI left a session's transcript.
+pub fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+            } else if entry.file_name().to_string_lossy().contains(needle) {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}

@@ -196,6 +196,31 @@ impl Driver for ClaudeDriver {
         LAUNCH_ENV.iter().map(|v| (*v).to_owned()).collect()
     }
 
+    /// `CLAUDE_CONFIG_DIR` moves settings, transcripts (`projects/`), plugins and the global
+    /// state file `.claude.json` (which holds the user's MCP servers; by default it sits
+    /// beside `~/.claude`, as `~/.claude.json`). The login is never linked: Claude Code
+    /// replaces `.credentials.json` by rename at every token refresh, which would detach a
+    /// link and fork the rotating refresh token. `CLAUDE_SECURESTORAGE_CONFIG_DIR` points the
+    /// credential store (and its refresh locks) at the user's own profile instead.
+    fn profile() -> Option<adaptor_sdk::ProfileSpec> {
+        use adaptor_sdk::{Carry, ProfileFile, ProfilePart};
+        Some(adaptor_sdk::ProfileSpec {
+            config_dir_variable: "CLAUDE_CONFIG_DIR".into(),
+            native_dir: ".claude".into(),
+            files: vec![
+                ProfileFile::same_name(ProfilePart::Settings, "settings.json", Carry::Copy),
+                ProfileFile {
+                    part: ProfilePart::Mcp,
+                    source: ".claude.json".into(),
+                    default_source: Some(".claude.json".into()),
+                    target: ".claude.json".into(),
+                    carry: Carry::Copy,
+                },
+            ],
+            auth_store_variable: Some("CLAUDE_SECURESTORAGE_CONFIG_DIR".into()),
+        })
+    }
+
     /// Steering: a steerable request runs with stream-json input (stdin open); the input is
     /// another SDK `user` frame, which Claude Code folds into the turn between tool calls or
     /// runs right after it (before `idle`, so its reply is the run's too).

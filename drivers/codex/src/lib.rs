@@ -161,6 +161,24 @@ impl Driver for CodexDriver {
         vec!["ADAPTOR_MCP_HEADER_*".to_owned()]
     }
 
+    /// `CODEX_HOME` moves config, sessions, logs and SQLite state. `auth.json` is rewritten
+    /// in place on refresh, so it is linked (a copy would fork the rotating refresh token);
+    /// `config.toml` holds both the settings and the MCP servers, so either part copies it.
+    fn profile() -> Option<adaptor_sdk::ProfileSpec> {
+        use adaptor_sdk::{Carry, ProfileFile, ProfilePart};
+        let file = ProfileFile::same_name;
+        Some(adaptor_sdk::ProfileSpec {
+            config_dir_variable: "CODEX_HOME".into(),
+            native_dir: ".codex".into(),
+            files: vec![
+                file(ProfilePart::Auth, "auth.json", Carry::Link),
+                file(ProfilePart::Settings, "config.toml", Carry::Copy),
+                file(ProfilePart::Mcp, "config.toml", Carry::Copy),
+            ],
+            auth_store_variable: None,
+        })
+    }
+
     fn validate_config(config: &Value) -> Result<(), ConfigError> {
         check_fields(config, CONFIG_FIELDS)?;
         let bad = |path: &str, message: String| ConfigError {

@@ -31,6 +31,10 @@ pub enum Event<'a> {
         /// The skills of the `--plugin-dir` bundles (`<key>: <description>`), if any.
         #[serde(skip_serializing_if = "<[String]>::is_empty")]
         skills: &'a [String],
+        /// The `account` of `auth.json` in the state directory, if there is one (the login
+        /// this turn runs under).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        account: Option<&'a str>,
     },
     /// A chunk of reasoning text.
     ThinkingDelta {
@@ -195,6 +199,7 @@ mod tests {
                 web_search: None,
                 instructions: None,
                 skills: &[],
+                account: None,
             })
             .unwrap();
         emitter

@@ -2,7 +2,7 @@
 //! writes the event sequence, then persists the session and picks the exit code.
 
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -61,6 +61,13 @@ pub struct TurnConfig {
     pub mcp_config: Option<PathBuf>,
     /// Skill bundles from `--plugin-dir`.
     pub plugin_dirs: Vec<PathBuf>,
+}
+
+/// The `account` field of `<state dir>/auth.json`, when the file is there and has one.
+fn read_account(state_dir: Option<&Path>) -> Option<String> {
+    let text = std::fs::read_to_string(state_dir?.join("auth.json")).ok()?;
+    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+    value.get("account")?.as_str().map(str::to_owned)
 }
 
 /// The skills of the `--plugin-dir` bundles: `<key>: <description>` for every
@@ -274,9 +281,11 @@ fn turn<W: Write, E: Write>(
             return Ok(2);
         }
     };
+    let account = read_account(cfg.state_dir.as_deref());
     out.event(&Event::Session {
         session_id: &session_id,
         skills: &skills,
+        account: account.as_deref(),
         model,
         resumed: cfg.resume.is_some(),
         sandbox: cfg.sandbox.as_deref(),

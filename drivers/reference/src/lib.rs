@@ -9,13 +9,13 @@
 
 use adaptor_sdk::json::{self, JsonLine, check_fields, describe_exit, str_field, u64_field};
 use adaptor_sdk::{
-    Actions, ApprovalCaps, ApprovalKind, ApprovalRequest, Checkpoint, Choice, ConfigError,
+    Actions, ApprovalCaps, ApprovalKind, ApprovalRequest, Carry, Checkpoint, Choice, ConfigError,
     Decision, DecisionMode, DecisionModes, Descriptor, Driver, ExitStatus, Failure, FailureReason,
     Fallback, InputError, ItemKind, Launch, Line, LineFramer, McpCaps, ModelInfo, Outcome,
-    PolicyCaps, PrivateFile, RunRequest, Sandbox, SandboxLevels, SchemaMechanism, Session,
-    SessionCaps, SessionMode, SessionState, StartError, StreamingCaps, StructuredOutputCaps,
-    TerminalPayload, Toggle, Transcript, TurnRequest, Usage, VersionRange, empty_outcome, items,
-    top_scope,
+    PolicyCaps, PrivateFile, ProfileFile, ProfilePart, ProfileSpec, RunRequest, RunResources,
+    Sandbox, SandboxLevels, SchemaMechanism, Session, SessionCaps, SessionMode, SessionState,
+    StartError, StreamingCaps, StructuredOutputCaps, TerminalPayload, Toggle, Transcript,
+    TurnRequest, Usage, VersionRange, empty_outcome, items, top_scope,
 };
 use serde_json::{Value, json};
 
@@ -37,6 +37,23 @@ pub struct ReferenceDriver;
 
 impl Driver for ReferenceDriver {
     type Session = ReferenceSession;
+
+    /// `REFERENCE_PROVIDER_STATE_DIR` moves the provider's sessions; its login is
+    /// `auth.json` (read for the `account` of its session line, never rewritten: linked),
+    /// `settings.json` and `mcp.json` are copied.
+    fn profile() -> Option<ProfileSpec> {
+        let file = ProfileFile::same_name;
+        Some(ProfileSpec {
+            config_dir_variable: "REFERENCE_PROVIDER_STATE_DIR".into(),
+            native_dir: ".local/state/reference-provider".into(),
+            files: vec![
+                file(ProfilePart::Auth, "auth.json", Carry::Link),
+                file(ProfilePart::Settings, "settings.json", Carry::Copy),
+                file(ProfilePart::Mcp, "mcp.json", Carry::Copy),
+            ],
+            auth_store_variable: None,
+        })
+    }
 
     fn describe() -> Descriptor {
         Descriptor {
@@ -184,6 +201,8 @@ pub struct ReferenceSession {
     /// The caller may add input while the turn runs: the stdio transport, whose stdin stays
     /// open for `{"type":"input"}` frames.
     steerable: bool,
+    /// The run's dedicated profile (the host set `REFERENCE_PROVIDER_STATE_DIR` to it).
+    profile_dir: Option<String>,
 }
 
 impl ReferenceSession {
@@ -257,10 +276,11 @@ impl ReferenceSession {
         let mut item = items::blank(ItemKind::Init);
         item.session_id = id;
         item.model = model;
-        let reported: serde_json::Map<String, Value> = ["sandbox", "web_search", "skills"]
-            .iter()
-            .filter_map(|k| frame.get(*k).map(|v| ((*k).to_owned(), v.clone())))
-            .collect();
+        let reported: serde_json::Map<String, Value> =
+            ["sandbox", "web_search", "skills", "instructions", "account"]
+                .iter()
+                .filter_map(|k| frame.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+                .collect();
         if !reported.is_empty() {
             item.data_json = Some(Value::Object(reported).to_string());
         }
@@ -596,12 +616,19 @@ impl Session for ReferenceSession {
             stdio: false,
             refusal: None,
             steerable: false,
+            profile_dir: None,
         }
     }
 
     fn from_turn(turn: TurnRequest) -> Self {
         let mut session = Self::new(turn.request);
         session.steerable = turn.steerable;
+        session
+    }
+
+    fn from_resources(turn: TurnRequest, resources: RunResources) -> Self {
+        let mut session = Self::from_turn(turn);
+        session.profile_dir = resources.profile_dir;
         session
     }
 
@@ -659,6 +686,11 @@ impl Session for ReferenceSession {
             args.extend(["--model".to_owned(), model]);
         }
         if let Some(dir) = str_field(cfg, "state_dir") {
+            if let Some(profile) = &self.profile_dir {
+                return Err(StartError::InvalidRequest(format!(
+                    "the config's state_dir {dir} would override the agent's dedicated profile {profile}; drop one"
+                )));
+            }
             args.extend(["--state-dir".to_owned(), dir.to_owned()]);
         }
         if let Some(ms) = u64_field(cfg, "delay_ms") {

@@ -108,6 +108,11 @@ pub(crate) struct PlanInputs<'a> {
     pub mcp_programs: &'a [PathBuf],
     /// The run's materialized skill set (the host wrote it; read and execute).
     pub skills: Option<&'a Path>,
+    /// The run's dedicated profile: its directory, linked user files, a shared credential
+    /// store (read-write; the host made them).
+    pub profile: &'a [PathBuf],
+    /// The run's instructions bundle (the host wrote it; read).
+    pub instructions: Option<&'a Path>,
 }
 
 /// What a config field marked with `x-adaptor-path` grants.
@@ -327,6 +332,18 @@ impl ConfinementPlan {
         }
         if let Some(skills) = inputs.skills {
             plan.add(skills, PathAccess::ReadExecute, "skills");
+        }
+        if let Some(instructions) = inputs.instructions {
+            plan.add(instructions, PathAccess::Read, "instructions");
+        }
+        for path in inputs.profile {
+            if inputs.state_read_only {
+                if path.exists() {
+                    plan.add(path, PathAccess::Read, "profile (read-only)");
+                }
+            } else {
+                plan.add(path, PathAccess::ReadWrite, "profile");
+            }
         }
         for (paths, access) in [
             (&inputs.containment.allow_read, PathAccess::ReadExecute),
@@ -589,6 +606,8 @@ mod tests {
             config_paths: &[],
             mcp_programs: &[],
             skills: None,
+            profile: &[],
+            instructions: None,
         };
         let plan = ConfinementPlan::decide(&inputs).unwrap();
         assert_eq!(rule(&plan, &ws).unwrap().access, PathAccess::ReadWrite);

@@ -93,6 +93,7 @@ pub const DRIVER_ENV_DENYLIST: &[&str] = &[
     "XDG_*",
     // The agent CLIs' own configuration, state and command hooks.
     "CLAUDE_CONFIG_DIR",
+    "CLAUDE_SECURESTORAGE_CONFIG_DIR",
     "CLAUDE_ENV_FILE",
     "CLAUDE_CODE_SHELL_PREFIX",
     "CLAUDE_CODE_GIT_BASH_PATH",
@@ -239,6 +240,16 @@ mod tests {
             "CODEX_HOME",
         ] {
             assert!(denied_by(name).is_some(), "{name} must be denied");
+        }
+    }
+
+    #[test]
+    fn every_profile_variable_is_the_hosts_to_set() {
+        for name in crate::descriptor::PROFILE_VARIABLES {
+            assert!(
+                denied_by(name).is_some(),
+                "{name}: a driver must not set it"
+            );
         }
     }
 

@@ -97,6 +97,8 @@ pub(crate) struct RunPaths<'a> {
     pub mcp_programs: &'a [PathBuf],
     /// The run's materialized skill set (read and execute).
     pub skills: Option<&'a Path>,
+    /// The run's instructions bundle (read).
+    pub instructions: Option<&'a Path>,
 }
 
 /// The canonical workspace: `dir`, else the current directory; it must be a directory.
@@ -121,6 +123,26 @@ pub(crate) fn resolve_workspace(dir: Option<&Path>) -> Result<PathBuf, Error> {
     Ok(canonical)
 }
 
+/// The environment every provider process of these rules starts from: the host's
+/// allowlist and the caller's passed variables (from the host's environment), then the
+/// caller's set variables.
+pub(crate) fn base_env(rules: &GrantRules<'_>) -> BTreeMap<OsString, OsString> {
+    let mut base_env: BTreeMap<OsString, OsString> = BTreeMap::new();
+    for name in DEFAULT_ENV_ALLOWLIST
+        .iter()
+        .copied()
+        .chain(rules.pass_env.iter().map(String::as_str))
+    {
+        if let Some(value) = std::env::var_os(name) {
+            base_env.insert(name.into(), value);
+        }
+    }
+    for (k, v) in rules.set_env {
+        base_env.insert(k.into(), v.into());
+    }
+    base_env
+}
+
 /// The grant of one run: decided once, used for its launch and for Inspect's probes alike.
 #[derive(Debug, Clone)]
 pub(crate) struct ProcessGrant {
@@ -142,9 +164,22 @@ pub(crate) struct ProcessGrant {
     /// The variables the driver declared its launches may set (`None`: a driver of
     /// `adaptor:driver@0.1.0`, which cannot declare them).
     launch_env: Option<Vec<String>>,
+    /// What the run's dedicated profile adds: paths the provider may read and write.
+    profile_paths: Vec<PathBuf>,
 }
 
 impl ProcessGrant {
+    /// A dedicated profile: the host sets its variables (as the caller would: a launch never
+    /// replaces them) and the provider may read and write its paths.
+    pub(crate) fn with_profile(mut self, profile: &crate::profile::ResolvedProfile) -> Self {
+        for (k, v) in &profile.env {
+            self.base_env.insert(k.into(), v.into());
+            self.caller_names.push(k.clone());
+        }
+        self.profile_paths = profile.read_write.clone();
+        self
+    }
+
     /// The driver's declared launch environment (`driver-info.launch-env`).
     pub(crate) fn with_launch_env(mut self, declared: Option<Vec<String>>) -> Self {
         self.launch_env = declared;
@@ -170,19 +205,7 @@ impl ProcessGrant {
             &workspace,
             rules.program_dirs,
         );
-        let mut base_env: BTreeMap<OsString, OsString> = BTreeMap::new();
-        for name in DEFAULT_ENV_ALLOWLIST
-            .iter()
-            .copied()
-            .chain(rules.pass_env.iter().map(String::as_str))
-        {
-            if let Some(value) = std::env::var_os(name) {
-                base_env.insert(name.into(), value);
-            }
-        }
-        for (k, v) in rules.set_env {
-            base_env.insert(k.into(), v.into());
-        }
+        let base_env = base_env(rules);
         let caller_names = rules
             .pass_env
             .iter()
@@ -201,6 +224,7 @@ impl ProcessGrant {
             grace: rules.grace,
             config_paths,
             launch_env: None,
+            profile_paths: Vec::new(),
         }
     }
 
@@ -316,6 +340,8 @@ impl ProcessGrant {
             config_paths: &self.config_paths,
             mcp_programs: run.mcp_programs,
             skills: run.skills,
+            profile: &self.profile_paths,
+            instructions: run.instructions,
         })
         .map_err(|e| Error::ContainmentUnavailable {
             driver: self.driver.clone(),
@@ -397,6 +423,7 @@ mod tests {
             grace: std::time::Duration::from_millis(100),
             config_paths: Vec::new(),
             launch_env: None,
+            profile_paths: Vec::new(),
         }
     }
 
@@ -408,6 +435,7 @@ mod tests {
             state_read_only: false,
             mcp_programs: &[],
             skills: None,
+            instructions: None,
         }
     }
 

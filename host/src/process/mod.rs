@@ -287,6 +287,11 @@ impl PrivateDir {
         root.join("files")
     }
 
+    /// Where the run's instructions bundle is written (read-only to the provider).
+    pub(crate) fn instructions_for(root: &Path) -> PathBuf {
+        root.join("instructions")
+    }
+
     /// The provider's `TMPDIR`.
     pub(crate) fn tmp_for(root: &Path) -> PathBuf {
         root.join("tmp")

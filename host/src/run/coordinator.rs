@@ -61,6 +61,11 @@ pub(crate) struct FingerprintInput<'a> {
     pub provider_env: &'a [String],
     /// A managed workspace's fingerprint (a git worktree: repository, branch, directory).
     pub workspace_fingerprint: Option<&'a str>,
+    /// A dedicated profile's fingerprint (its variable and directory; whether the login is
+    /// shared).
+    pub profile_fingerprint: Option<&'a str>,
+    /// An instructions bundle's fingerprint (its paths and contents).
+    pub instructions_bundle: Option<&'a str>,
 }
 
 /// `sha256:<hex>` over a canonical, length-prefixed encoding of the inputs: domain tag,
@@ -114,6 +119,15 @@ pub(crate) fn thread_fingerprint(input: &FingerprintInput<'_>) -> String {
     // Likewise only for managed workspaces (tagged, so it cannot pass for the environment).
     if let Some(fingerprint) = input.workspace_fingerprint {
         put(&mut h, b"workspace");
+        put(&mut h, fingerprint.as_bytes());
+    }
+    // Likewise for a dedicated profile (the user's own adds nothing) and a bundle.
+    if let Some(fingerprint) = input.profile_fingerprint {
+        put(&mut h, b"profile");
+        put(&mut h, fingerprint.as_bytes());
+    }
+    if let Some(fingerprint) = input.instructions_bundle {
+        put(&mut h, b"instructions-bundle");
         put(&mut h, fingerprint.as_bytes());
     }
     format!("sha256:{}", hex::encode(h.finalize()))
@@ -630,6 +644,8 @@ mod tests {
             services: &[],
             provider_env: &[],
             workspace_fingerprint: None,
+            profile_fingerprint: None,
+            instructions_bundle: None,
         }
     }
 

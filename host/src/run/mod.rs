@@ -156,8 +156,20 @@ struct Run {
     )>,
     /// The run's skills, once materialized ([`Run::skill_set`]).
     skills: Option<Option<Arc<crate::skills::SkillSet>>>,
+    /// The run's profile and instructions bundle, once resolved ([`Run::resources`]).
+    resources: Option<Arc<RunResources>>,
     /// Input for the running turn ([`Stream::steer`]), for a steerable run.
     steer: Option<mpsc::UnboundedReceiver<crate::stream::SteerRequest>>,
+}
+
+/// The run's resources besides skills and the workspace, resolved once before launch.
+#[derive(Debug)]
+struct RunResources {
+    /// The agent's dedicated profile, made (`None`: the user's own).
+    profile: Option<crate::profile::ResolvedProfile>,
+    /// The run's instructions bundle, checked (written into the run's directory by
+    /// `prepare`).
+    bundle: Option<crate::instructions::CheckedBundle>,
 }
 
 /// A thread run that starts a fresh session because the stored one was rejected before
@@ -221,6 +233,7 @@ impl Run {
             kept: None,
             delivery: None,
             skills: None,
+            resources: None,
             managed_workspace: None,
             steer: None,
         }
@@ -269,6 +282,43 @@ impl Run {
         let set = self.inner.materialize_skills(skills).await?.map(Arc::new);
         self.skills = Some(set.clone());
         Ok(set)
+    }
+
+    /// The run's profile (made as asked) and instructions bundle (checked), once; a driver
+    /// that cannot take them is refused here, before anything starts.
+    fn resources(&mut self) -> Result<Arc<RunResources>, Error> {
+        if let Some(r) = &self.resources {
+            return Ok(r.clone());
+        }
+        let descriptor = &self.inner.driver.loaded.descriptor;
+        let bundle = match &self.options.instructions_bundle {
+            None => None,
+            Some(bundle) => {
+                let unsupported = |reason: String| crate::error::InstructionsError::Unsupported {
+                    driver: self.driver_name(),
+                    reason,
+                };
+                if !descriptor.instructions {
+                    return Err(unsupported(
+                        "its descriptor does not declare `instructions`".into(),
+                    )
+                    .into());
+                }
+                if matches!(descriptor.wit_version.as_str(), "0.1.0" | "0.2.0") {
+                    return Err(unsupported(format!(
+                        "it was built against adaptor:driver@{}, which has no run resources \
+                         (0.3.0 does)",
+                        descriptor.wit_version
+                    ))
+                    .into());
+                }
+                Some(bundle.check()?)
+            }
+        };
+        let profile = self.inner.materialize_profile()?;
+        let resources = Arc::new(RunResources { profile, bundle });
+        self.resources = Some(resources.clone());
+        Ok(resources)
     }
 
     /// Resolve a managed workspace (a git worktree) once, before anything else: from here on
@@ -488,6 +538,8 @@ impl Run {
             .await?
             .map(|set| set.fingerprint_entries())
             .unwrap_or_default();
+        let resources = self.resources()?;
+        let bundle_fingerprint = resources.bundle.as_ref().map(|b| b.fingerprint());
         let driver = &self.inner.driver;
         let sessions = &driver.loaded.descriptor.sessions;
         let fingerprint = thread_fingerprint(&FingerprintInput {
@@ -507,6 +559,8 @@ impl Run {
                 .managed_workspace
                 .as_ref()
                 .map(|(_, resolved)| resolved.fingerprint()),
+            profile_fingerprint: resources.profile.as_ref().map(|p| p.fingerprint.as_str()),
+            instructions_bundle: bundle_fingerprint.as_deref(),
         });
         let policy = self.options.policy.unwrap_or_default();
         self.resident_signature = Some(crate::wasm::engine::sha256_hex(
@@ -592,6 +646,9 @@ impl Run {
             &workspace,
             &r.private_dir.path(),
             resume,
+            // A resident process keeps the resources it was started with: the signature
+            // (the thread fingerprint) holds the profile and the bundle.
+            crate::wasm::convert::Resources::default(),
         );
         match r.session.next_turn(&request).await {
             Ok(Ok(actions)) => Ok(Some((Box::new(r), actions))),

@@ -21,11 +21,12 @@ use crate::process::PrivateDir;
 use crate::session::{Resume, SessionMode};
 use crate::stream::Emitter;
 use crate::structured::{self, Mechanism};
-use crate::wasm::convert::build_request;
+use crate::wasm::convert::{Resources, build_request};
 
 impl Run {
     pub(super) async fn prepare(&mut self) -> Result<Prepared, Error> {
         let skills = self.skill_set().await?;
+        let resources = self.resources()?;
         let skill_dirs = skills.as_ref().map(|s| s.dirs()).unwrap_or_default();
         let driver = &self.inner.driver;
         let name = self.driver_name();
@@ -46,7 +47,11 @@ impl Run {
             return Err(e.into_error(name));
         }
         // The grant is decided once: program resolved, environment rules fixed.
-        let grant = driver.process_grant(workspace.clone(), &self.inner.settings.grant_rules())?;
+        let mut grant =
+            driver.process_grant(workspace.clone(), &self.inner.settings.grant_rules())?;
+        if let Some(profile) = &resources.profile {
+            grant = grant.with_profile(profile);
+        }
         grant.program()?;
         let resume = self.resume_request()?;
         if self.options.schema.is_some() {
@@ -70,6 +75,7 @@ impl Run {
         let delivery = self.delivery().await?;
         let run_root = PrivateDir::root_for(&self.run_id);
         let private_dir = PrivateDir::files_for(&run_root);
+        let instructions_dir = PrivateDir::instructions_for(&run_root);
         let request = build_request(
             &self.run_id,
             &prompt,
@@ -79,6 +85,14 @@ impl Run {
             &workspace,
             &private_dir,
             resume,
+            Resources {
+                profile_dir: resources.profile.as_ref().map(|p| p.dir.as_path()),
+                shared_auth: resources.profile.as_ref().is_some_and(|p| p.shared_auth),
+                instructions: resources
+                    .bundle
+                    .as_ref()
+                    .map(|b| (instructions_dir.as_path(), b)),
+            },
         );
         let mut session = instance.open_session(&request).await?;
         let launch = session.start().await?;
@@ -126,6 +140,9 @@ impl Run {
             program: launch.program.clone(),
             source: e,
         })?;
+        if let Some(bundle) = &resources.bundle {
+            bundle.write(&instructions_dir)?;
+        }
         let tmp = PrivateDir::tmp_for(private_dir.root());
         let read_only =
             self.options.policy.unwrap_or_default().sandbox == crate::policy::Sandbox::ReadOnly;
@@ -147,6 +164,10 @@ impl Run {
                 state_read_only: false,
                 mcp_programs: &delivery.programs,
                 skills: skills.as_ref().map(|s| s.root.as_path()),
+                instructions: resources
+                    .bundle
+                    .as_ref()
+                    .map(|_| instructions_dir.as_path()),
             },
         )?;
         Ok(Prepared {

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::bindings::wit_session;
+use super::bindings::{wit_resources, wit_session};
 use super::wit;
 use crate::approval::{ApprovalKind, Choice};
 use crate::descriptor::*;
@@ -43,6 +43,8 @@ fn check_default_program(program: &str) -> Result<(), String> {
 
 /// What `describe` returned, in the version of the contract the driver was built against.
 pub(crate) enum DriverInfo {
+    /// `0.3.0`: as `0.2.0`, and the profile (from `profile`, filled in after `describe`).
+    V0_3(wit_session::DriverInfo, Option<wit_resources::ProfileSpec>),
     /// `0.2.0`: the descriptor, steering and the launch environment.
     V0_2(wit_session::DriverInfo),
     /// `0.1.0`: the bare descriptor.
@@ -69,25 +71,56 @@ fn check_launch_env(entry: &str) -> Result<(), String> {
 }
 
 pub(crate) fn descriptor(info: DriverInfo) -> Result<Descriptor, String> {
-    let (d, steering, launch_env, wit_version) = match info {
-        DriverInfo::V0_2(info) => {
-            for entry in &info.launch_env {
-                check_launch_env(entry)?;
-            }
-            (
-                info.descriptor,
-                info.steering,
-                Some(info.launch_env),
-                "0.2.0",
-            )
+    let (info, profile, wit_version) = match info {
+        DriverInfo::V0_3(info, profile) => (Some(info), profile, "0.3.0"),
+        DriverInfo::V0_2(info) => (Some(info), None, "0.2.0"),
+        DriverInfo::V0_1(d) => {
+            let mut descriptor = descriptor_of(d)?;
+            descriptor.wit_version = "0.1.0".to_owned();
+            return Ok(descriptor);
         }
-        DriverInfo::V0_1(d) => (d, false, None, "0.1.0"),
     };
-    let mut descriptor = descriptor_of(d)?;
-    descriptor.steering = steering;
-    descriptor.launch_env = launch_env;
+    let info = info.expect("0.2.0 and later return driver-info");
+    for entry in &info.launch_env {
+        check_launch_env(entry)?;
+    }
+    let mut descriptor = descriptor_of(info.descriptor)?;
+    descriptor.steering = info.steering;
+    descriptor.launch_env = Some(info.launch_env);
     descriptor.wit_version = wit_version.to_owned();
+    if let Some(spec) = profile {
+        let spec = profile_spec(spec);
+        spec.check()?;
+        descriptor.profile = Some(spec);
+    }
     Ok(descriptor)
+}
+
+/// A driver's profile spec in host types (checked by the caller).
+fn profile_spec(spec: wit_resources::ProfileSpec) -> ProfileSpec {
+    ProfileSpec {
+        config_dir_variable: spec.config_dir_variable,
+        native_dir: spec.native_dir,
+        files: spec
+            .files
+            .into_iter()
+            .map(|f| ProfileFile {
+                part: match f.part {
+                    wit_resources::ProfilePart::Auth => ProfilePart::Auth,
+                    wit_resources::ProfilePart::Settings => ProfilePart::Settings,
+                    wit_resources::ProfilePart::Mcp => ProfilePart::Mcp,
+                },
+                source: f.source,
+                default_source: f.default_source,
+                target: f.target,
+                carry: match f.carry {
+                    wit_resources::Carry::Link => Carry::Link,
+                    wit_resources::Carry::Copy => Carry::Copy,
+                },
+            })
+            .collect(),
+        auth_store_variable: spec.auth_store_variable,
+    }
 }
 
 fn descriptor_of(d: wit::Descriptor) -> Result<Descriptor, String> {
@@ -220,6 +253,7 @@ fn descriptor_of(d: wit::Descriptor) -> Result<Descriptor, String> {
         instructions: d.instructions,
         steering: false,
         launch_env: None,
+        profile: None,
         wit_version: String::new(),
     })
 }
@@ -450,7 +484,21 @@ fn text_delta(meta: EventMeta, p: wit::TextPart) -> TextDelta {
 
 /// A run request in the driver's terms, opaque outside `wasm/` (built by [`build_request`],
 /// handed to `open_session` / `next_turn`).
-pub(crate) struct DriverRequest(pub(super) wit_session::TurnRequest);
+pub(crate) struct DriverRequest(
+    pub(super) wit_session::TurnRequest,
+    pub(super) wit_resources::RunResources,
+);
+
+/// The run's resources in host terms, for [`build_request`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Resources<'a> {
+    /// The dedicated profile directory.
+    pub profile_dir: Option<&'a Path>,
+    /// The login is shared through the CLI's credential-store variable.
+    pub shared_auth: bool,
+    /// The instructions bundle: where it was written, and its checked files.
+    pub instructions: Option<(&'a Path, &'a crate::instructions::CheckedBundle)>,
+}
 
 /// The fully resolved request the driver sees.
 #[allow(clippy::too_many_arguments)]
@@ -463,6 +511,7 @@ pub(crate) fn build_request(
     workspace: &Path,
     private_dir: &Path,
     resume: Option<Resume>,
+    resources: Resources<'_>,
 ) -> DriverRequest {
     let steerable = options.steerable;
     let request = wit::RunRequest {
@@ -506,7 +555,19 @@ pub(crate) fn build_request(
             .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
             .unwrap_or_default(),
     };
-    DriverRequest(wit_session::TurnRequest { request, steerable })
+    let resources = wit_resources::RunResources {
+        profile_dir: resources.profile_dir.map(|d| d.display().to_string()),
+        shared_auth: resources.shared_auth,
+        instructions: resources.instructions.map(|(dir, bundle)| {
+            wit_resources::InstructionsBundle {
+                dir: dir.display().to_string(),
+                entry: bundle.entry.clone(),
+                entry_text: bundle.entry_text.clone(),
+                files: bundle.paths(),
+            }
+        }),
+    };
+    DriverRequest(wit_session::TurnRequest { request, steerable }, resources)
 }
 
 /// A driver's refusal of the caller's input for a running turn.
@@ -1065,5 +1126,50 @@ mod tests {
         assert!(!legacy.steering);
         assert_eq!(legacy.launch_env, None);
         assert_eq!(legacy.wit_version, "0.1.0");
+    }
+
+    #[test]
+    fn a_0_3_driver_declares_a_checked_profile() {
+        let spec = |var: &str, native: &str, target: &str| wit_resources::ProfileSpec {
+            config_dir_variable: var.into(),
+            native_dir: native.into(),
+            files: vec![wit_resources::ProfileFile {
+                part: wit_resources::ProfilePart::Auth,
+                source: "auth.json".into(),
+                default_source: None,
+                target: target.into(),
+                carry: wit_resources::Carry::Link,
+            }],
+            auth_store_variable: None,
+        };
+        let info = |profile| {
+            DriverInfo::V0_3(
+                wit_session::DriverInfo {
+                    descriptor: minimal_descriptor(),
+                    steering: false,
+                    launch_env: vec![],
+                },
+                profile,
+            )
+        };
+        let d = descriptor(info(Some(spec("CODEX_HOME", ".codex", "auth.json")))).unwrap();
+        assert_eq!(d.wit_version, "0.3.0");
+        let p = d.profile.unwrap();
+        assert_eq!(p.config_dir_variable, "CODEX_HOME");
+        assert_eq!(p.files[0].carry, Carry::Link);
+        // A variable the host does not know (the host would set it to a directory), paths
+        // that leave their directory: refused at load, naming the field.
+        for (var, native, target, field) in [
+            ("LD_PRELOAD", ".codex", "auth.json", "config-dir-variable"),
+            ("PATH", ".codex", "auth.json", "config-dir-variable"),
+            ("CODEX_HOME", "../etc", "auth.json", "native-dir"),
+            ("CODEX_HOME", "/etc", "auth.json", "native-dir"),
+            ("CODEX_HOME", ".codex", "../../x", "files.target"),
+            ("CODEX_HOME", ".codex", "a//b", "files.target"),
+        ] {
+            let e = descriptor(info(Some(spec(var, native, target)))).unwrap_err();
+            assert!(e.contains(field), "{var} {native} {target}: {e}");
+        }
+        assert_eq!(descriptor(info(None)).unwrap().profile, None);
     }
 }

@@ -18,6 +18,7 @@ use super::bindings::{DriverWorld, DriverWorldPre, wit, wit_session};
 use super::convert::{self, DriverRequest};
 use super::engine::engine;
 use super::since_v0_1_0 as v0_1_0;
+use super::since_v0_2_0 as v0_2_0;
 use crate::error::{Error, Limit, LoadError, StartRefusal};
 use crate::session::{
     Action, ConfigRejection, Decision, DriverOutcome, Launch, Probe, ProbeOutput, SessionExit,
@@ -358,8 +359,10 @@ pub(crate) fn audit_imports(name: &str, component: &Component) -> Result<Vec<Str
 /// A driver linked and ready to instantiate (one per loaded driver; opaque outside `wasm/`),
 /// in the version of the contract it was built against.
 pub(crate) enum DriverPre {
-    /// The newest contract, `0.2.0`.
-    V0_2(DriverWorldPre<GuestState>),
+    /// The newest contract, `0.3.0`.
+    V0_3(DriverWorldPre<GuestState>),
+    /// The released `0.2.0`.
+    V0_2(v0_2_0::DriverWorldPre<GuestState>),
     /// The released `0.1.0`.
     V0_1(v0_1_0::DriverWorldPre<GuestState>),
 }
@@ -419,15 +422,19 @@ pub(crate) fn prepare(name: &str, component: &Component) -> Result<DriverPre, Er
         "0.1.0" => v0_1_0::DriverWorldPre::new(pre)
             .map(DriverPre::V0_1)
             .map_err(mismatch),
-        _ => DriverWorldPre::new(pre)
+        "0.2.0" => v0_2_0::DriverWorldPre::new(pre)
             .map(DriverPre::V0_2)
+            .map_err(mismatch),
+        _ => DriverWorldPre::new(pre)
+            .map(DriverPre::V0_3)
             .map_err(mismatch),
     }
 }
 
 /// An instance's exports, in the version of the contract it was built against.
 enum World {
-    V0_2(DriverWorld),
+    V0_3(DriverWorld),
+    V0_2(v0_2_0::DriverWorld),
     V0_1(v0_1_0::DriverWorld),
 }
 
@@ -438,6 +445,7 @@ macro_rules! driver_call {
     ($self:ident, $name:literal, $method:ident $(, $arg:expr)*) => {{
         $self.before_call($name)?;
         let r = match &$self.world {
+            World::V0_3(w) => w.adaptor_driver_driver().$method(&mut $self.store $(, $arg)*).await,
             World::V0_2(w) => w.adaptor_driver_driver().$method(&mut $self.store $(, $arg)*).await,
             World::V0_1(w) => w.adaptor_driver_driver().$method(&mut $self.store $(, $arg)*).await,
         };
@@ -507,6 +515,7 @@ impl GuestInstance {
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(on_epoch_tick);
         let instantiated = match pre {
+            DriverPre::V0_3(pre) => pre.instantiate_async(&mut store).await.map(World::V0_3),
             DriverPre::V0_2(pre) => pre.instantiate_async(&mut store).await.map(World::V0_2),
             DriverPre::V0_1(pre) => pre.instantiate_async(&mut store).await.map(World::V0_1),
         };
@@ -632,12 +641,18 @@ impl GuestInstance {
     }
 
     /// The driver's descriptor, validated (`Err` names what is wrong with it). A `0.1.0`
-    /// driver declares no steering and no launch environment (the denylist alone applies).
+    /// driver declares no steering and no launch environment (the denylist alone applies);
+    /// a driver before `0.3.0` declares no profile.
     pub(crate) async fn describe(
         &mut self,
     ) -> Result<Result<crate::descriptor::Descriptor, String>, Error> {
         self.before_call("describe")?;
         let r = match &self.world {
+            World::V0_3(w) => w
+                .adaptor_driver_driver()
+                .call_describe(&mut self.store)
+                .await
+                .map(|info| convert::DriverInfo::V0_3(info, None)),
             World::V0_2(w) => w
                 .adaptor_driver_driver()
                 .call_describe(&mut self.store)
@@ -649,7 +664,19 @@ impl GuestInstance {
                 .await
                 .map(convert::DriverInfo::V0_1),
         };
-        let info = self.after_call("describe", r)?;
+        let mut info = self.after_call("describe", r)?;
+        if let convert::DriverInfo::V0_3(_, profile) = &mut info {
+            self.before_call("profile")?;
+            let r = match &self.world {
+                World::V0_3(w) => {
+                    w.adaptor_driver_driver()
+                        .call_profile(&mut self.store)
+                        .await
+                }
+                World::V0_2(_) | World::V0_1(_) => Ok(None),
+            };
+            *profile = self.after_call("profile", r)?;
+        }
         Ok(convert::descriptor(info))
     }
 
@@ -699,9 +726,15 @@ impl GuestInstance {
         mut self,
         request: &DriverRequest,
     ) -> Result<GuestSession, Error> {
-        let turn = &request.0;
+        let (turn, resources) = (&request.0, &request.1);
         self.before_call("session.constructor")?;
         let r = match &self.world {
+            World::V0_3(w) => {
+                w.adaptor_driver_driver()
+                    .session()
+                    .call_constructor(&mut self.store, turn, resources)
+                    .await
+            }
             World::V0_2(w) => {
                 w.adaptor_driver_driver()
                     .session()
@@ -805,6 +838,12 @@ macro_rules! session_call {
         $self.instance.before_call($name)?;
         let inst = &mut $self.instance;
         let r = match &inst.world {
+            World::V0_3(w) => {
+                w.adaptor_driver_driver()
+                    .session()
+                    .$method(&mut inst.store, $self.handle $(, $arg)*)
+                    .await
+            }
             World::V0_2(w) => {
                 w.adaptor_driver_driver()
                     .session()
@@ -903,6 +942,12 @@ impl GuestSession {
         self.instance.before_call("session.next-turn")?;
         let inst = &mut self.instance;
         let r = match &inst.world {
+            World::V0_3(w) => {
+                w.adaptor_driver_driver()
+                    .session()
+                    .call_next_turn(&mut inst.store, self.handle, turn)
+                    .await
+            }
             World::V0_2(w) => {
                 w.adaptor_driver_driver()
                     .session()
@@ -932,6 +977,12 @@ impl GuestSession {
         self.instance.before_call("session.on-input")?;
         let inst = &mut self.instance;
         let r = match &inst.world {
+            World::V0_3(w) => {
+                w.adaptor_driver_driver()
+                    .session()
+                    .call_on_input(&mut inst.store, self.handle, text)
+                    .await
+            }
             World::V0_2(w) => {
                 w.adaptor_driver_driver()
                     .session()

@@ -1409,3 +1409,158 @@ async fn skills_reach_the_model_through_the_plugin_bundle() {
         init.data
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_with_dedicated_profiles_keep_their_transcripts_apart() {
+    let c = Claude::new().await;
+    let profiles = tmp();
+    // The user's own profile (the default layout: `~/.claude` and `~/.claude.json`).
+    let native = c.home.path().join(".claude");
+    std::fs::create_dir_all(&native).unwrap();
+    std::fs::write(native.join("settings.json"), r#"{"cleanupPeriodDays":30}"#).unwrap();
+    std::fs::write(c.home.path().join(".claude.json"), r#"{"numStartups":1}"#).unwrap();
+    let (dir_a, dir_b) = (profiles.path().join("a"), profiles.path().join("b"));
+    let a = c
+        .agent()
+        .profile(
+            adaptor::Profile::clone_native(&dir_a)
+                .link_auth()
+                .copy_settings()
+                .copy_mcp(),
+        )
+        .thread_store(adaptor::store::MemoryStore::new())
+        .build();
+    let b = c
+        .agent()
+        .profile(adaptor::Profile::dedicated(&dir_b))
+        .build();
+    let thread_a = a.thread("a");
+    let (ra, rb) = tokio::join!(thread_a.run("hello from a"), b.run("hello from b"));
+    let (ra, rb) = (ra.expect("agent a"), rb.expect("agent b"));
+    let (id_a, id_b) = (ra.session_id().unwrap(), rb.session_id().unwrap());
+    // Each CLI's transcript is in its own profile, none in the other's or the user's.
+    let transcripts = |dir: &Path, id: &str| files_containing(&dir.join("projects"), id);
+    assert_eq!(
+        transcripts(&dir_a, id_a).len(),
+        1,
+        "{:?}",
+        transcripts(&dir_a, "")
+    );
+    assert_eq!(
+        transcripts(&dir_b, id_b).len(),
+        1,
+        "{:?}",
+        transcripts(&dir_b, "")
+    );
+    assert!(transcripts(&dir_a, id_b).is_empty() && transcripts(&dir_b, id_a).is_empty());
+    assert!(files_containing(&native.join("projects"), ".jsonl").is_empty());
+    // What the clone carried: copies of the settings and the global state, no login file.
+    assert!(dir_a.join("settings.json").is_file());
+    assert!(dir_a.join(".claude.json").is_file());
+    assert!(!dir_a.join(".credentials.json").exists());
+    assert_eq!(c.mock.requests().len(), 2);
+    // The second turn resumes from the profile's transcript.
+    let second = a.thread("a").run("and again").await.expect("second turn");
+    assert_eq!(second.session_id(), Some(id_a));
+    assert!(second.text.contains("user_msgs=2"), "{}", second.text);
+    // The host points the CLI at the profile, and its credential store at the user's.
+    let plan = a.dry_run("x").await.unwrap();
+    let env = |k: &str| {
+        plan.env
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(
+        env("CLAUDE_CONFIG_DIR"),
+        Some(dir_a.canonicalize().unwrap().display().to_string())
+    );
+    assert_eq!(
+        env("CLAUDE_SECURESTORAGE_CONFIG_DIR"),
+        Some(native.display().to_string())
+    );
+}
+
+/// `link_auth`: Claude Code's login is never linked (it replaces `.credentials.json` by
+/// rename on every refresh); the host points its credential store at the user's profile
+/// (`CLAUDE_SECURESTORAGE_CONFIG_DIR`), so a dedicated profile runs under the user's login.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dedicated_profile_shares_the_users_login_through_the_credential_store() {
+    let c = Claude::new().await;
+    let native = c.home.path().join(".claude");
+    std::fs::create_dir_all(&native).unwrap();
+    let token = "sk-ant-oat01-adaptor-probe-token";
+    let far = 4_102_444_800_000u64; // 2100-01-01, in ms: no refresh is due
+    std::fs::write(
+        native.join(".credentials.json"),
+        json!({"claudeAiOauth": {
+            "accessToken": token,
+            "refreshToken": "sk-ant-ort01-adaptor-probe-refresh",
+            "expiresAt": far,
+            "scopes": ["user:inference", "user:profile"],
+            "subscriptionType": "max"
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let profiles = tmp();
+    // The login comes from the credentials alone: no API key in the environment.
+    let agent = |profile: adaptor::Profile| {
+        let claude = claude_path().unwrap();
+        let driver = adaptor::Driver::from_file(driver_path("claude"))
+            .unwrap()
+            .with_config(json!({ "command": claude.display().to_string() }))
+            .unwrap();
+        let mut builder = Agent::builder(driver)
+            .workspace(c.ws())
+            .grace_period(Duration::from_millis(500))
+            .timeout(Duration::from_secs(120))
+            .profile(profile);
+        for (k, v) in claude_env(c.home.path(), &c.mock.base_url()) {
+            if k != "ANTHROPIC_API_KEY" {
+                builder = builder.env(k, v);
+            }
+        }
+        builder.build()
+    };
+    let shared = agent(
+        adaptor::Profile::clone_native(profiles.path().join("shared"))
+            .link_auth()
+            .into(),
+    );
+    let r = shared
+        .run("hello")
+        .await
+        .expect("run under the user's login");
+    assert!(r.text.contains("you said: hello"), "{}", r.text);
+    let sent: Vec<_> = c
+        .mock
+        .all_requests()
+        .into_iter()
+        .filter(|q| q.path == "/v1/messages")
+        .collect();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].header("authorization"),
+        Some(format!("Bearer {token}").as_str()),
+        "{:?}",
+        sent[0].headers
+    );
+    assert!(!profiles.path().join("shared/.credentials.json").exists());
+    // Without link_auth the dedicated profile has no login: the CLI says so, and nothing
+    // reaches the model.
+    let alone = agent(adaptor::Profile::dedicated(profiles.path().join("alone")));
+    let r = alone.run("hello").await;
+    assert!(
+        r.is_err() || !r.as_ref().unwrap().text.contains("you said"),
+        "{r:?}"
+    );
+    assert_eq!(
+        c.mock
+            .all_requests()
+            .iter()
+            .filter(|q| q.path == "/v1/messages")
+            .count(),
+        1
+    );
+}

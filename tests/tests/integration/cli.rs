@@ -1181,3 +1181,62 @@ fn skills_and_a_worktree_from_the_command_line() {
         assert!(stderr.contains(why), "{why:?} in {stderr}");
     }
 }
+
+#[test]
+fn a_dedicated_profile_and_an_instructions_bundle_from_the_command_line() {
+    let (home, profiles, bundle) = (tmp(), tmp(), tmp());
+    let native = home.path().join(".local/state/reference-provider");
+    std::fs::create_dir_all(&native).unwrap();
+    std::fs::write(native.join("auth.json"), r#"{"account":"cli-user"}"#).unwrap();
+    std::fs::write(bundle.path().join("AGENTS.md"), "Speak like a pirate.\n").unwrap();
+    let dir = profiles.path().join("p");
+    let out = adaptor()
+        .args(["run", "--json", "--config", "{}"])
+        .arg(format!("--env=HOME={}", home.path().display()))
+        .arg("--profile")
+        .arg(&dir)
+        .arg("--link-auth")
+        .arg("--instructions-bundle")
+        .arg(bundle.path())
+        .arg("hello")
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("cli-user"), "the linked login: {stdout}");
+    assert!(
+        stdout.contains("Speak like a pirate."),
+        "the bundle: {stdout}"
+    );
+    let sessions: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ref-"))
+        .collect();
+    assert_eq!(sessions.len(), 1, "the session is in the profile");
+    assert!(
+        std::fs::symlink_metadata(dir.join("auth.json"))
+            .unwrap()
+            .is_symlink()
+    );
+
+    // --link-auth needs --profile; a profile where a file is: exit 2, said why.
+    let out = adaptor()
+        .args(["run", "--config", "{}", "--link-auth", "hello"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 2);
+    let file = profiles.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let out = adaptor()
+        .args(["run", "--config", "{}"])
+        .arg(format!("--env=HOME={}", home.path().display()))
+        .arg("--profile")
+        .arg(&file)
+        .arg("hello")
+        .output()
+        .unwrap();
+    assert_exit(&out, 2);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not a directory"), "{stderr}");
+}

@@ -1048,3 +1048,56 @@ async fn skills_reach_the_model_as_an_extra_skill_root() {
         "{r:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_with_dedicated_profiles_keep_their_sessions_apart() {
+    let c = Codex::new().await;
+    // The user's login, linked into one profile (an API-key login: no refresh here).
+    let native_auth = c.codex_home.path().join("auth.json");
+    std::fs::write(&native_auth, r#"{"OPENAI_API_KEY":null}"#).unwrap();
+    let profiles = tmp();
+    let (dir_a, dir_b) = (profiles.path().join("a"), profiles.path().join("b"));
+    let a = c
+        .agent()
+        .profile(
+            adaptor::Profile::clone_native(&dir_a)
+                .link_auth()
+                .copy_settings(),
+        )
+        .build();
+    let b = c
+        .agent()
+        .profile(adaptor::Profile::clone_native(&dir_b).copy_settings())
+        .build();
+    // Both transports at once: exec for one agent, the app-server for the other.
+    let (ra, rb) = tokio::join!(
+        a.run_with("hello from a", options(false)),
+        b.run_with("hello from b", options(true))
+    );
+    let (ra, rb) = (ra.expect("agent a"), rb.expect("agent b"));
+    assert_eq!(transport_of(&ra), "exec");
+    assert_eq!(transport_of(&rb), "app-server");
+    let (id_a, id_b) = (ra.session_id().unwrap(), rb.session_id().unwrap());
+    let rollouts = |dir: &Path, id: &str| files_containing(&dir.join("sessions"), id);
+    assert_eq!(
+        rollouts(&dir_a, id_a).len(),
+        1,
+        "{:?}",
+        rollouts(&dir_a, "")
+    );
+    assert_eq!(
+        rollouts(&dir_b, id_b).len(),
+        1,
+        "{:?}",
+        rollouts(&dir_b, "")
+    );
+    assert!(rollouts(&dir_a, id_b).is_empty() && rollouts(&dir_b, id_a).is_empty());
+    assert!(files_containing(&c.codex_home.path().join("sessions"), "rollout").is_empty());
+    // The login is still the user's file, through the link.
+    assert_eq!(
+        std::fs::read_link(dir_a.join("auth.json")).unwrap(),
+        native_auth
+    );
+    assert!(!dir_b.join("auth.json").exists());
+    assert_eq!(c.mock.requests().len(), 2);
+}

@@ -799,9 +799,11 @@ async fn exec_failing_command() {
     assert!(run.last_message().contains("Process exited with code 2"));
 }
 
-/// A write outside the workspace is stopped by the sandbox (`workspace-write`, also as root),
-/// and Codex 0.171.0 emits no `command_execution` item for it at all: only the model sees
-/// the failure.
+/// A write outside the workspace is stopped by the sandbox (`workspace-write`, also as root).
+/// Codex 0.171.0 usually emits no `command_execution` item for it at all (only the model sees
+/// the failure), but not always: under load it was seen (1 run in 5, 2026-12-02) reporting the
+/// command as a started and then failed `command_execution` item, exit code 1, with the same
+/// output. Both shapes are accepted; the write must fail either way.
 #[tokio::test]
 async fn exec_sandbox_denied_write() {
     let mock = MockOpenAi::start().await;
@@ -816,16 +818,25 @@ async fn exec_sandbox_denied_write() {
         !Path::new(&target).exists(),
         "the sandbox let {target} be written"
     );
-    assert!(
-        run.completed_of("command_execution").is_empty(),
-        "{}",
-        run.context()
-    );
-    assert!(
-        run.of_type("item.started").next().is_none(),
-        "{}",
-        run.context()
-    );
+    let items = run.completed_of("command_execution");
+    if items.is_empty() {
+        assert!(
+            run.of_type("item.started").next().is_none(),
+            "{}",
+            run.context()
+        );
+    } else {
+        assert_eq!(items.len(), 1, "{}", run.context());
+        assert_eq!(items[0]["status"], "failed", "{}", run.context());
+        assert_ne!(items[0]["exit_code"], 0, "{}", run.context());
+        assert!(
+            items[0]["aggregated_output"]
+                .as_str()
+                .is_some_and(|o| o.contains("Read-only file system")),
+            "{}",
+            run.context()
+        );
+    }
     let output = mock.requests()[1]["input"]
         .as_array()
         .unwrap()

@@ -149,7 +149,7 @@ async fn installed_drivers_are_recorded_compiled_selected_by_version_and_removed
         ("testbed", V1)
     );
     assert_eq!(record.sha256, sha(&testbed_bytes()));
-    assert_eq!(record.wit_version, "0.2.0");
+    assert_eq!(record.wit_version, "0.3.0");
     assert_eq!(record.default_program, "reference-provider");
     assert!(record.capabilities.contains("resume"), "{record:?}");
     assert!(record.launch_env.is_some());
@@ -627,7 +627,7 @@ fn the_cli_installs_lists_runs_verifies_and_removes() {
     for shown in [
         "testbed@1.0.0-testbed",
         "sha256",
-        "adaptor:driver@0.2.0",
+        "adaptor:driver@0.3.0",
         "capabilities",
         "environment",
         "program       reference-provider",

@@ -22,6 +22,7 @@ mod hostile;
 mod loading;
 mod orphans;
 mod pipeline;
+mod profiles;
 mod resident;
 mod skills;
 mod steering;

@@ -5,7 +5,9 @@
 //!
 //! `tests/fixtures/reference-driver-v0.1.0.wasm` is the built-in reference driver as it was
 //! built against `adaptor:driver@0.1.0` (commit fa977f3, `./x.sh build-drivers`, driver
-//! profile): a real third-party-shaped artifact of the old contract, not rebuilt here.
+//! profile), and `reference-driver-v0.2.0.wasm` the same against `adaptor:driver@0.2.0`
+//! (commit 6a52d97): real third-party-shaped artifacts of the old contracts, not rebuilt
+//! here.
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +26,10 @@ const RELEASED: &[(&str, &str)] = &[
         "0.2.0",
         "1c0b0816f61458305d8f7172b01724aea9e87b77544126a49268cb357e907cf7",
     ),
+    (
+        "0.3.0",
+        "d3b035e96faec2bde36539eb7dfc95d39abb5f49ba8580963a47fdf3c0a90f91",
+    ),
 ];
 
 fn wit_dir() -> PathBuf {
@@ -32,6 +38,10 @@ fn wit_dir() -> PathBuf {
 
 fn v0_1_0_driver() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/reference-driver-v0.1.0.wasm")
+}
+
+fn v0_2_0_driver() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/reference-driver-v0.2.0.wasm")
 }
 
 fn sha256(path: &Path) -> String {
@@ -83,6 +93,37 @@ fn released_contracts_are_frozen() {
     }
 }
 
+/// A thread on the driver `file`'s resident process (the reference provider's stdio
+/// transport): the second turn runs on the kept process and continues the first.
+async fn a_resident_thread_continues_on(file: PathBuf, state: &Path, ws: &Path) {
+    let resident = agent_builder(
+        Driver::from_file(file)
+            .unwrap()
+            .with_config(serde_json::json!({
+                "command": provider_path().display().to_string(),
+                "state_dir": state.display().to_string(),
+                "transport": "stdio",
+            }))
+            .unwrap(),
+        ws,
+    )
+    .thread_store(adaptor::store::MemoryStore::new())
+    .build();
+    let kept = resident.thread("resident");
+    let first = kept.run("one").await.expect("one");
+    assert!(first.exit.kept_alive);
+    let (events, second) = collect(kept.stream("two")).await;
+    let second = second.expect("two");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, adaptor::Event::Notice(n) if n.notice == "process.reused")),
+        "the second turn ran on the kept process"
+    );
+    assert!(second.text.contains("previously: one"), "{}", second.text);
+    resident.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_built_against_0_1_0_loads_runs_and_keeps_a_thread() {
     let ws = tmp();
@@ -109,32 +150,7 @@ async fn a_driver_built_against_0_1_0_loads_runs_and_keeps_a_thread() {
     assert_eq!(second.thread.as_ref().unwrap().start, ThreadStart::Resumed);
     assert!(second.text.contains("previously: first"), "{}", second.text);
     // A resident process (`next-turn` with a bare 0.1.0 request).
-    let resident = agent_builder(
-        Driver::from_file(v0_1_0_driver())
-            .unwrap()
-            .with_config(serde_json::json!({
-                "command": provider_path().display().to_string(),
-                "state_dir": state.path().display().to_string(),
-                "transport": "stdio",
-            }))
-            .unwrap(),
-        ws.path(),
-    )
-    .thread_store(adaptor::store::MemoryStore::new())
-    .build();
-    let kept = resident.thread("old-driver-resident");
-    let first = kept.run("one").await.expect("one");
-    assert!(first.exit.kept_alive);
-    let (events, second) = collect(kept.stream("two")).await;
-    let second = second.expect("two");
-    assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, adaptor::Event::Notice(n) if n.notice == "process.reused")),
-        "the second turn ran on the kept process"
-    );
-    assert!(second.text.contains("previously: one"), "{}", second.text);
-    resident.close().await;
+    a_resident_thread_continues_on(v0_1_0_driver(), state.path(), ws.path()).await;
     // Steering is a 0.2.0 capability: refused before anything starts.
     match agent
         .run_with("steer me", RunOptions::new().steering(true))
@@ -146,7 +162,35 @@ async fn a_driver_built_against_0_1_0_loads_runs_and_keeps_a_thread() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_driver_built_against_0_1_0_passes_its_conformance() {
+async fn a_driver_built_against_0_2_0_loads_runs_steers_and_keeps_a_resident_thread() {
+    let ws = tmp();
+    let state = tmp();
+    let driver = configured(&v0_2_0_driver(), state.path());
+    let d = driver.descriptor();
+    assert_eq!(d.wit_version, "0.2.0");
+    assert!(d.steering);
+    assert!(d.launch_env.is_some());
+    assert_eq!(d.profile, None, "0.2.0 cannot declare a profile");
+    let agent = agent_builder(driver, ws.path())
+        .thread_store(adaptor::store::MemoryStore::new())
+        .build();
+    let r = agent.run("hello").await.expect("run");
+    assert_eq!(r.text, "Reference reply: hello");
+    let thread = agent.thread("v2");
+    thread.run("first").await.expect("first");
+    let second = thread.run("second").await.expect("second");
+    assert_eq!(second.thread.as_ref().unwrap().start, ThreadStart::Resumed);
+    // A resident process: `next-turn` with a 0.2.0 `turn-request` (no resources).
+    a_resident_thread_continues_on(v0_2_0_driver(), state.path(), ws.path()).await;
+    // Steering is 0.2.0's: accepted (the provider runs the steerable transport).
+    let steered = agent
+        .run_with("steer me", RunOptions::new().steering(true))
+        .await
+        .expect("steerable run");
+    assert!(steered.text.contains("steer me"), "{}", steered.text);
+}
+
+async fn passes_its_conformance(driver: PathBuf) {
     let cassettes =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../drivers/reference/cassettes");
     let mut loaded = Vec::new();
@@ -164,8 +208,18 @@ async fn a_driver_built_against_0_1_0_passes_its_conformance() {
         cassettes: loaded,
         ..CheckOptions::default()
     };
-    let report = check_driver(&v0_1_0_driver(), &options).await;
+    let report = check_driver(&driver, &options).await;
     assert!(!report.failed(), "{}", report.render_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_built_against_0_1_0_passes_its_conformance() {
+    passes_its_conformance(v0_1_0_driver()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_built_against_0_2_0_passes_its_conformance() {
+    passes_its_conformance(v0_2_0_driver()).await;
 }
 
 fn refused(wat_text: &str) -> LoadError {
@@ -190,22 +244,22 @@ fn a_driver_of_a_version_this_host_does_not_load_is_refused_naming_both() {
             } => {
                 assert_eq!(driver, "versioned.wasm");
                 assert_eq!(found, version);
-                assert_eq!(supported, &["0.1.0", "0.2.0"]);
+                assert_eq!(supported, &["0.1.0", "0.2.0", "0.3.0"]);
             }
             other => panic!("{version}: expected UnsupportedWitVersion, got {other:?}"),
         }
         let message = e.to_string();
         assert!(
-            message.contains(version) && message.contains("0.1.0, 0.2.0"),
+            message.contains(version) && message.contains("0.1.0, 0.2.0, 0.3.0"),
             "{message}"
         );
     }
     // A component that claims a released version but does not implement it.
     match refused(
-        r#"(component (instance $driver) (export "adaptor:driver/driver@0.2.0" (instance $driver)))"#,
+        r#"(component (instance $driver) (export "adaptor:driver/driver@0.3.0" (instance $driver)))"#,
     ) {
         LoadError::NotADriver { reason, .. } => {
-            assert!(reason.contains("0.2.0"), "{reason}")
+            assert!(reason.contains("0.3.0"), "{reason}")
         }
         other => panic!("expected NotADriver, got {other:?}"),
     }
@@ -215,7 +269,26 @@ fn a_driver_of_a_version_this_host_does_not_load_is_refused_naming_both() {
 fn the_built_in_drivers_speak_the_newest_contract() {
     for name in ["reference", "claude", "codex", "acp", "cursor", "codebuddy"] {
         let driver = Driver::from_file(driver_path(name)).expect(name);
-        assert_eq!(driver.descriptor().wit_version, "0.2.0", "{name}");
+        assert_eq!(driver.descriptor().wit_version, "0.3.0", "{name}");
         assert!(driver.descriptor().launch_env.is_some(), "{name}");
+        // The drivers of CLIs with a movable profile declare it.
+        let profile = driver.descriptor().profile.as_ref();
+        match name {
+            "reference" | "claude" | "codex" => assert!(profile.is_some(), "{name}"),
+            _ => assert!(profile.is_none(), "{name}"),
+        }
     }
+    let claude = Driver::from_file(driver_path("claude")).unwrap();
+    let spec = claude.descriptor().profile.clone().unwrap();
+    assert_eq!(spec.config_dir_variable, "CLAUDE_CONFIG_DIR");
+    // Claude Code's login is shared through its credential store, never linked.
+    assert_eq!(
+        spec.auth_store_variable.as_deref(),
+        Some("CLAUDE_SECURESTORAGE_CONFIG_DIR")
+    );
+    assert!(
+        spec.files
+            .iter()
+            .all(|f| f.part != adaptor::ProfilePart::Auth)
+    );
 }
