@@ -200,25 +200,68 @@ pub const PROFILE_VARIABLES: &[&str] = &[
     "REFERENCE_PROVIDER_STATE_DIR",
 ];
 
+/// The host's own table of where each config-dir variable's CLI keeps the user's profile
+/// when the variable is unset (relative to HOME), and the files of that default layout that
+/// sit outside it — the same state a run with the user's own profile may write (see
+/// `grant::confine::known_state`). A driver's spec must agree with it: a driver never
+/// chooses which of the user's files the host links, copies or grants (a spec naming
+/// `.ssh` as a CLI's profile would otherwise hand the user's keys to the CLI).
+const NATIVE_LAYOUTS: &[(&str, &str, &[&str])] = &[
+    ("CLAUDE_CONFIG_DIR", ".claude", &[".claude.json"]),
+    ("CODEX_HOME", ".codex", &[]),
+    ("CODEBUDDY_CONFIG_DIR", ".codebuddy", &[]),
+    ("CURSOR_CONFIG_DIR", ".cursor", &[]),
+    ("GEMINI_CONFIG_DIR", ".gemini", &[]),
+    (
+        "REFERENCE_PROVIDER_STATE_DIR",
+        ".local/state/reference-provider",
+        &[],
+    ),
+];
+
+/// The variables that may point a CLI's credential store at the user's profile (with
+/// `link_auth`), by the config-dir variable they belong with.
+const AUTH_STORE_VARIABLES: &[(&str, &str)] =
+    &[("CLAUDE_SECURESTORAGE_CONFIG_DIR", "CLAUDE_CONFIG_DIR")];
+
 impl ProfileSpec {
-    /// Check a driver's spec: known variables, relative plain paths, no target twice.
+    /// Check a driver's spec against the host's table: a known config-dir variable with its
+    /// known default directory and default-layout files, a credential-store variable that
+    /// belongs with it, relative plain paths, no target twice.
     pub(crate) fn check(&self) -> Result<(), String> {
-        let variable = |name: &str, field: &str| {
-            if PROFILE_VARIABLES.contains(&name) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "profile.{field} `{name}` is not one of the host's profile variables ({})",
-                    PROFILE_VARIABLES.join(", ")
-                ))
-            }
+        let var = self.config_dir_variable.as_str();
+        let Some((_, native_dir, outside)) = NATIVE_LAYOUTS.iter().find(|(v, ..)| *v == var) else {
+            return Err(format!(
+                "profile.config-dir-variable `{var}` is not one of the host's config-dir variables ({})",
+                NATIVE_LAYOUTS
+                    .iter()
+                    .map(|(v, ..)| *v)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
         };
-        variable(&self.config_dir_variable, "config-dir-variable")?;
-        if let Some(v) = &self.auth_store_variable {
-            variable(v, "auth-store-variable")?;
-            if *v == self.config_dir_variable {
-                return Err("profile.auth-store-variable is the config-dir variable".into());
-            }
+        if self.native_dir != *native_dir {
+            return Err(format!(
+                "profile.native-dir `{}` is not where the host knows {var}'s CLI keeps the user's profile (`{native_dir}`)",
+                self.native_dir
+            ));
+        }
+        if let Some(v) = &self.auth_store_variable
+            && !AUTH_STORE_VARIABLES.contains(&(v.as_str(), var))
+        {
+            return Err(format!(
+                "profile.auth-store-variable `{v}` is not a credential-store variable of {var}'s CLI"
+            ));
+        }
+        if let Some(f) = self.files.iter().find(|f| {
+            f.default_source
+                .as_deref()
+                .is_some_and(|d| !outside.contains(&d))
+        }) {
+            return Err(format!(
+                "profile.files.default-source `{}` is not a file the host knows {var}'s CLI keeps beside its profile",
+                f.default_source.as_deref().unwrap_or_default()
+            ));
         }
         let path = |p: &str, field: &str| match crate::relpath::normalise(p) {
             Ok(Some(n)) if n == p => Ok(()),

@@ -1185,6 +1185,19 @@ pub enum ProfileError {
         /// The builder call that asked for it.
         asked: &'static str,
     },
+    /// A file of the user's profile to carry resolves outside the user's profile (a
+    /// symlink to elsewhere): it is neither linked, copied nor granted.
+    #[error(
+        "{} resolves to {}, outside the user's profile: it is not carried (copy the file into the profile directory instead of linking it elsewhere)",
+        path.display(),
+        resolved.display()
+    )]
+    SourceOutside {
+        /// The file in the user's profile.
+        path: PathBuf,
+        /// Where it resolves to.
+        resolved: PathBuf,
+    },
     /// Something is in the way where the profile needs a directory or a link; nothing was
     /// replaced (a regular file where the link to the user's login belongs may hold a newer
     /// token than the user's own: move it away deliberately).

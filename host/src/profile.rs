@@ -240,6 +240,8 @@ struct Planned {
     part: ProfilePart,
     asked: &'static str,
     source: PathBuf,
+    /// `source` is a default-layout file beside the profile (under HOME), not inside it.
+    beside: bool,
     target: PathBuf,
     carry: Carry,
 }
@@ -306,14 +308,16 @@ impl<'a> Layout<'a> {
                 });
             }
             for file in files {
-                let source = match (&file.default_source, &self.home, self.native_from_env) {
-                    (Some(rel), Some(home), false) => home.join(rel),
-                    _ => self.native.join(&file.source),
-                };
+                let (source, beside) =
+                    match (&file.default_source, &self.home, self.native_from_env) {
+                        (Some(rel), Some(home), false) => (home.join(rel), true),
+                        _ => (self.native.join(&file.source), false),
+                    };
                 out.push(Planned {
                     part,
                     asked,
                     source,
+                    beside,
                     target: self.wanted.dir.join(&file.target),
                     carry: file.carry,
                 });
@@ -416,12 +420,26 @@ pub(crate) fn materialize(
         return Err(ProfileError::SameAsNative { path: dir });
     }
     let mut read_write = vec![dir.clone()];
+    let native_real = layout.native.canonicalize().ok();
     for p in &planned {
         if !p.source.exists() {
             return Err(ProfileError::SourceMissing {
                 part: p.part,
                 path: p.source.clone(),
                 asked: p.asked,
+            });
+        }
+        // What is linked, copied and granted is the file itself: a symlink in the user's
+        // profile (which a CLI run with that profile could have planted) must not make the
+        // host copy or grant a file elsewhere, such as a key under `~/.ssh`.
+        let real = p.source.canonicalize().map_err(io(&p.source))?;
+        let inside = native_real.as_ref().is_some_and(|n| real.starts_with(n))
+            || (p.beside
+                && std::fs::symlink_metadata(&p.source).is_ok_and(|m| !m.file_type().is_symlink()));
+        if !inside {
+            return Err(ProfileError::SourceOutside {
+                path: p.source.clone(),
+                resolved: real,
             });
         }
         if let Some(parent) = p.target.parent() {
@@ -445,7 +463,7 @@ pub(crate) fn materialize(
                     }
                     _ => replace_with_link(&p.source, &p.target)?,
                 }
-                read_write.push(p.source.clone());
+                read_write.push(real);
             }
             Carry::Copy => {
                 if std::fs::symlink_metadata(&p.target).is_err() {
@@ -784,6 +802,51 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, ProfileError::Occupied { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_symlink_out_of_the_users_profile_is_neither_copied_nor_granted() {
+        let h = home();
+        let env = env_of(&h.home);
+        let secret = h.home.join(".ssh/id_ed25519");
+        std::fs::create_dir_all(secret.parent().unwrap()).unwrap();
+        std::fs::write(&secret, "PRIVATE KEY").unwrap();
+        for (name, profile) in [
+            (
+                "auth.json",
+                Profile::clone_native(h.home.join("l")).link_auth(),
+            ),
+            (
+                "config.toml",
+                Profile::clone_native(h.home.join("c")).copy_settings(),
+            ),
+        ] {
+            let planted = h.home.join(".codex").join(name);
+            std::fs::remove_file(&planted).unwrap();
+            std::os::unix::fs::symlink(&secret, &planted).unwrap();
+            let profile: Profile = profile.into();
+            let e = materialize("d", &profile, Some(&spec(false)), &env).unwrap_err();
+            assert!(
+                matches!(&e, ProfileError::SourceOutside { resolved, .. } if *resolved == secret),
+                "{name}: {e}"
+            );
+            std::fs::remove_file(&planted).unwrap();
+            std::fs::write(&planted, "{}").unwrap();
+        }
+        assert!(!h.home.join("c/config.toml").exists(), "nothing was copied");
+        // A link to a file inside the profile is the file itself: fine.
+        std::fs::write(h.home.join(".codex/real.json"), "{}").unwrap();
+        std::fs::remove_file(h.home.join(".codex/auth.json")).unwrap();
+        std::os::unix::fs::symlink("real.json", h.home.join(".codex/auth.json")).unwrap();
+        let ok: Profile = Profile::clone_native(h.home.join("ok")).link_auth().into();
+        let resolved = materialize("d", &ok, Some(&spec(false)), &env)
+            .unwrap()
+            .unwrap();
+        assert!(
+            resolved
+                .read_write
+                .contains(&h.home.join(".codex/real.json"))
+        );
     }
 
     #[test]

@@ -1166,10 +1166,31 @@ mod tests {
             ("CODEX_HOME", "/etc", "auth.json", "native-dir"),
             ("CODEX_HOME", ".codex", "../../x", "files.target"),
             ("CODEX_HOME", ".codex", "a//b", "files.target"),
+            // A hostile driver naming the user's keys as its CLI's profile, or another
+            // CLI's profile as its own: the host's table decides, not the driver.
+            ("CODEX_HOME", ".ssh", "id_ed25519", "native-dir"),
+            ("CLAUDE_CONFIG_DIR", ".codex", "auth.json", "native-dir"),
+            // The credential-store variable is never a config-dir variable.
+            (
+                "CLAUDE_SECURESTORAGE_CONFIG_DIR",
+                ".claude",
+                "x",
+                "config-dir-variable",
+            ),
         ] {
             let e = descriptor(info(Some(spec(var, native, target)))).unwrap_err();
             assert!(e.contains(field), "{var} {native} {target}: {e}");
         }
+        // A default-layout file outside the profile, or a credential store, the host does
+        // not know for this CLI.
+        let mut outside = spec("CODEX_HOME", ".codex", "auth.json");
+        outside.files[0].default_source = Some(".ssh/id_ed25519".into());
+        let e = descriptor(info(Some(outside))).unwrap_err();
+        assert!(e.contains("default-source"), "{e}");
+        let mut store = spec("CODEX_HOME", ".codex", "auth.json");
+        store.auth_store_variable = Some("CLAUDE_SECURESTORAGE_CONFIG_DIR".into());
+        let e = descriptor(info(Some(store))).unwrap_err();
+        assert!(e.contains("auth-store-variable"), "{e}");
         assert_eq!(descriptor(info(None)).unwrap().profile, None);
     }
 }
