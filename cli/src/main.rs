@@ -5,13 +5,14 @@
 //! settings name, the agent builder) and the exit codes. Modules: `run` (`adaptor run`),
 //! `view` (what a run prints), `status` (the live status line), `output` (stdout/stderr
 //! manners, colour, sanitising), `settings` (config file + flags), `info` (`inspect`,
-//! `drivers` lists, installs, verifies), `threads`, `approve` (`--approve`). Everything else is the library's single
+//! `drivers` lists, installs, verifies), `threads`, `approve` (`--approve`), `acp` (`adaptor acp`, on `adaptor_bridges`). Everything else is the library's single
 //! pipeline; the CLI uses only the public `adaptor` API.
 //!
 //! Exit codes: 0 success · 1 the run failed · 2 usage, config or setup error · 3 driver fault
 //! (trap or contract violation) · 130 cancelled with Ctrl-C · 141 stdout was closed by its
 //! reader (`| head`).
 
+mod acp;
 mod approve;
 mod confine;
 mod drivers;
@@ -58,6 +59,9 @@ enum Command {
     /// Run one prompt and stream the result.
     #[command(after_help = run::EXAMPLES)]
     Run(Box<run::RunArgs>),
+    /// Serve the driver as an Agent Client Protocol agent on stdin/stdout (for editors).
+    #[command(after_help = acp::EXAMPLES)]
+    Acp(Box<acp::AcpArgs>),
     /// Inspect a driver and its CLI on this machine (read-only).
     #[command(after_help = info::INSPECT_EXAMPLES)]
     Inspect {
@@ -156,6 +160,7 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Drivers { command, json } => drivers::main(command, json),
         Command::Run(args) => runtime.block_on(run::run(*args, None, color)),
+        Command::Acp(args) => runtime.block_on(acp::main(*args)),
         Command::Threads(cmd) => runtime.block_on(threads::main(cmd, color)),
         Command::Inspect {
             driver,

@@ -300,7 +300,8 @@ pub struct ApprovalRequest {
     pub meta: EventMeta,
     /// Request id (the driver's, unique within the run; re-asks keep it and raise `attempt`).
     pub id: String,
-    /// What is being asked.
+    /// What is being asked (`approval_kind` in JSON: `kind` names the event).
+    #[serde(rename = "approval_kind")]
     pub kind: ApprovalKind,
     /// One line for humans.
     pub title: String,

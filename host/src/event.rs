@@ -290,7 +290,8 @@ pub struct ApprovalResolved {
     pub meta: EventMeta,
     /// Request id.
     pub id: String,
-    /// What was asked.
+    /// What was asked (`approval_kind` in JSON: `kind` names the event).
+    #[serde(rename = "approval_kind")]
     pub kind: ApprovalKind,
     /// Which ask this resolves (1 for the first).
     pub attempt: u32,
@@ -475,5 +476,43 @@ pub(crate) fn blank_meta() -> EventMeta {
         driver: String::new(),
         turn: None,
         source: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The event's tag is its only `kind`: an approval's own kind is `approval_kind` (a JSON
+    /// reader keeping the last of two `kind` keys would otherwise lose the event's name).
+    #[test]
+    fn approval_events_serialise_one_kind_key() {
+        let request = ApprovalRequest::detached(ApprovalKind::Permission, "Allow echo?");
+        let resolved = ApprovalResolved {
+            meta: blank_meta(),
+            id: "a-1".into(),
+            kind: ApprovalKind::Question,
+            attempt: 1,
+            resolution: Resolution::TimedOut,
+            by_policy: false,
+        };
+        for (event, tag, kind) in [
+            (
+                Event::ApprovalRequest(request),
+                "approval_request",
+                "permission",
+            ),
+            (
+                Event::ApprovalResolved(resolved),
+                "approval_resolved",
+                "question",
+            ),
+        ] {
+            let text = serde_json::to_string(&event).unwrap();
+            assert_eq!(text.matches("\"kind\":").count(), 1, "{text}");
+            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(value["kind"], tag);
+            assert_eq!(value["approval_kind"], kind);
+        }
     }
 }

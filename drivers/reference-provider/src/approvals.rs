@@ -265,7 +265,11 @@ impl Approver {
         request.remove("type");
         request.remove("id");
         let fields = Value::Object(request).to_string();
-        let rest = fields.trim_start_matches('{').trim_end_matches('}');
+        // Exactly one brace off each end: the last field may itself end in `}`.
+        let rest = fields
+            .strip_prefix('{')
+            .and_then(|f| f.strip_suffix('}'))
+            .unwrap_or_default();
         let sep = if rest.is_empty() { "" } else { "," };
         out.line(&format!(
             "{{\"type\":\"approval_request\",\"id\":{}{sep}{rest}}}",

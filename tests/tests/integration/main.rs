@@ -4,6 +4,7 @@
 //! runs one of them.
 
 mod acp_e2e;
+mod acp_server;
 mod approvals;
 mod claude_e2e;
 mod claude_mock;

@@ -1,0 +1,18 @@
+//! Bridges: serve agent-adaptor agents to programs that speak other protocols.
+//!
+//! - [`acp`] (feature `acp`): an [`Agent`](adaptor::Agent) as an Agent Client Protocol agent
+//!   over stdio, for editors; `adaptor acp` is this.
+//! - [`sse`] (feature `sse`): a run streamed as Server-Sent Events over HTTP (axum), with
+//!   resume from `Last-Event-ID`.
+//! - [`ag_ui`] (feature `ag-ui`): the same events as AG-UI 1.0 events, for AG-UI front ends.
+//!
+//! A bridge consumes only the runtime's public API (`Runner`, `Agent`, `Thread`, `Stream`,
+//! `Event`, `RunResult`): it never calls a driver, spawns a process, coordinates threads or
+//! decides an approval. What a protocol cannot carry is passed on explicitly (an extension
+//! notification, a `CUSTOM` event), never dropped silently; each module's docs list its
+//! mapping. The runtime crate itself has none of these dependencies.
+
+#![warn(missing_docs)]
+
+#[cfg(feature = "acp")]
+pub mod acp;
