@@ -104,6 +104,29 @@ ensure_postgres() {
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >&2
 }
 
+# Debian's Chromium for the web bridge's browser test (tests/tests/integration/web_bridges.rs
+# loads the example's page headless). Installed only when missing.
+ensure_chromium() {
+  [[ -x /usr/bin/chromium ]] && return 0
+  echo "x.sh: installing Debian's chromium (the web bridge's browser test)" >&2
+  local sudo=()
+  [[ "$(id -u)" -eq 0 ]] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq >&2
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
+}
+
+# playwright-core (pinned), which drives that Chromium from tests/web/page_check.cjs.
+PLAYWRIGHT_VERSION="1.64.1"
+ensure_playwright() {
+  local dir="$CLI_CACHE/playwright"
+  if [[ "$(node -p "require('$dir/node_modules/playwright-core/package.json').version" 2>/dev/null)" != "$PLAYWRIGHT_VERSION" ]]; then
+    echo "x.sh: installing playwright-core@$PLAYWRIGHT_VERSION into $dir" >&2
+    mkdir -p "$dir"
+    npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "playwright-core@$PLAYWRIGHT_VERSION" >&2
+  fi
+  export ADAPTOR_PLAYWRIGHT="$dir/node_modules"
+}
+
 ensure_wasm_target() {
   local target
   for target in wasm32-wasip2 wasm32-unknown-unknown; do
@@ -242,6 +265,8 @@ case "$cmd" in
     cargo fmt --all --check
     ensure_clis
     ensure_postgres
+    ensure_chromium
+    ensure_playwright
     build_drivers
     build_workspace
     cargo clippy --workspace --all-targets -- -D warnings
@@ -252,6 +277,15 @@ case "$cmd" in
     if [[ -n "$heavy" ]]; then
       echo "x.sh: agent-adaptor --no-default-features still depends on:" >&2
       echo "$heavy" >&2
+      exit 1
+    fi
+    # The bridges' protocol stacks stay out of the runtime, and behind their features.
+    bridged="$( (cargo tree -p agent-adaptor -e normal --prefix none -f '{p}' | grep -E '^agent-client-protocol ';
+                 cargo tree -p adaptor-bridges --no-default-features -e normal --prefix none -f '{p}' \
+                   | grep -E '^(agent-client-protocol|axum) ') || true)"
+    if [[ -n "$bridged" ]]; then
+      echo "x.sh: a bridge dependency leaked out of its feature:" >&2
+      echo "$bridged" >&2
       exit 1
     fi
     cargo test --workspace "$@"

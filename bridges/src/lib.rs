@@ -16,3 +16,7 @@
 
 #[cfg(feature = "acp")]
 pub mod acp;
+#[cfg(feature = "ag-ui")]
+pub mod ag_ui;
+#[cfg(feature = "sse")]
+pub mod sse;

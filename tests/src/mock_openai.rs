@@ -291,7 +291,9 @@ fn handle(shared: &Shared, request: &Incoming<'_>) -> Response {
 fn error_response(status: StatusCode, kind: &str, code: &str, message: &str) -> Response {
     json_response(
         status,
-        &json!({ "error": { "message": message, "type": kind, "code": code, "param": null } }),
+        // Keys in sorted order: the same bytes whether or not serde_json preserves insertion
+        // order (the CLIs quote this body in their error messages, and the tests match it).
+        &json!({ "error": { "code": code, "message": message, "param": null, "type": kind } }),
     )
 }
 

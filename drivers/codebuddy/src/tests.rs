@@ -35,7 +35,9 @@ fn replayed(bytes: &[u8], chunk: usize, code: i32, streaming: bool) -> Replay {
 
 fn native_schema() -> OutputSchema {
     OutputSchema {
-        schema_json: r#"{"$schema":"x","type":"object","properties":{"answer":{"type":"string"}},"required":["answer"]}"#.into(),
+        // Sorted, with `$schema` (which the driver drops) last: the same output whether or
+        // not serde_json preserves insertion order (the ACP SDK turns that on natively).
+        schema_json: r#"{"properties":{"answer":{"type":"string"}},"required":["answer"],"type":"object","$schema":"x"}"#.into(),
         name: None,
         description: None,
         mechanism: SchemaMechanism::Native,

@@ -463,19 +463,19 @@ impl ReferenceSession {
     fn response(&mut self, id: &str, decision: Decision) -> Value {
         let policy = &self.request.policy;
         let deny = |message: &str, interrupt: bool| {
-            json!({"type": "approval_response", "id": id, "behavior": "deny",
-                   "message": message, "interrupt": interrupt})
+            json!({"behavior": "deny", "id": id, "interrupt": interrupt,
+                   "message": message, "type": "approval_response"})
         };
         let (line, refusal) = match decision {
             Decision::Approve(input) => {
-                let mut line = json!({"type": "approval_response", "id": id, "behavior": "allow"});
+                let mut line = json!({"behavior": "allow", "id": id, "type": "approval_response"});
                 if let Some(input) = input.and_then(|i| serde_json::from_str::<Value>(&i).ok()) {
                     line["updated_input"] = input;
                 }
                 (line, None)
             }
             Decision::Answer(answer) => (
-                json!({"type": "approval_response", "id": id, "behavior": "allow", "answer": answer}),
+                json!({"answer": answer, "behavior": "allow", "id": id, "type": "approval_response"}),
                 None,
             ),
             Decision::Deny(reason) => {
@@ -644,7 +644,7 @@ impl Session for ReferenceSession {
                 "the provider has written this turn's result".into(),
             ));
         }
-        let mut frame = json!({"type": "input", "text": text}).to_string();
+        let mut frame = json!({"text": text, "type": "input"}).to_string();
         frame.push('\n');
         out.write_stdin(frame.into_bytes());
         Ok(())
@@ -670,7 +670,7 @@ impl Session for ReferenceSession {
             .iter()
             .any(|m| *m != DecisionMode::Inherit);
         next.stdio = true;
-        let mut frame = json!({"type": "user", "text": next.request.prompt}).to_string();
+        let mut frame = json!({"text": next.request.prompt, "type": "user"}).to_string();
         frame.push('\n');
         *self = next;
         out.write_stdin(frame.into_bytes());
@@ -777,7 +777,7 @@ impl Session for ReferenceSession {
         let stdin = if stdio {
             // The provider asks over stdin; the prompt travels as the first frame.
             args.extend(["--approvals".to_owned(), "stdio".to_owned()]);
-            let mut frame = json!({"type": "user", "text": self.request.prompt}).to_string();
+            let mut frame = json!({"text": self.request.prompt, "type": "user"}).to_string();
             frame.push('\n');
             frame.into_bytes()
         } else {

@@ -31,5 +31,6 @@ mod stores;
 mod structured;
 mod threads;
 mod tools;
+mod web_bridges;
 mod wit_versions;
 mod workspaces;
