@@ -131,7 +131,8 @@ fn a_tool_call_is_announced_then_completed_with_its_output() {
         "Bash",
         Some(json!({"command": "ls -la"})),
     )));
-    assert!(matches!(&u[0], SessionUpdate::ToolCallUpdate(up) if up.fields.raw_input.is_some()));
+    assert!(matches!(&u[0], SessionUpdate::ToolCallUpdate(up)
+        if up.fields.raw_input.is_some() && up.fields.title.as_deref() == Some("Bash: ls -la")));
     let u = updates(m.map(&Event::ToolResult(ToolResult {
         meta: meta(),
         id: "c1".into(),

@@ -68,9 +68,12 @@ impl UpdateMapper {
                     if !self.announced_calls.contains(&call.id) {
                         self.announce(&call.id, &call.name, call.args.as_ref(), &mut out);
                     } else if let Some(args) = &call.args {
+                        // The arguments were streamed: now the title can name them too.
                         out.push(update(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
                             call.id.clone(),
-                            ToolCallUpdateFields::new().raw_input(args.clone()),
+                            ToolCallUpdateFields::new()
+                                .title(title(&call.name, Some(args)))
+                                .raw_input(args.clone()),
                         ))));
                     }
                     if let Some(plan) = plan_from_todo_tool(&call.name, call.args.as_ref()) {

@@ -588,3 +588,94 @@ async fn our_acp_driver_talks_to_adaptor_acp_both_ends_of_the_protocol() {
     );
     agent.close().await;
 }
+
+/// The real Claude Code CLI behind `adaptor acp`, against the mock Anthropic API: a tool call
+/// asked of the ACP client and run, its result, and a second turn that resumes the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_served_over_acp_against_the_mock() {
+    use adaptor_integration_tests::mock_anthropic::{self, MockAnthropic};
+    let claude = mock_anthropic::claude_path()
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| {
+            panic!(
+                "the Claude Code CLI is missing: {}",
+                mock_anthropic::CLAUDE_INSTALL_HINT
+            )
+        });
+    let mock = MockAnthropic::start().await;
+    let s = Setup::new();
+    let home = tmp();
+    let config = serde_json::json!({"command": claude.display().to_string()}).to_string();
+    let driver = driver_path("claude").display().to_string();
+    let mut args = vec!["--driver".to_owned(), driver, "--config".to_owned(), config];
+    for (k, v) in mock_anthropic::claude_env(home.path(), &mock.base_url()) {
+        args.push("--env".into());
+        args.push(format!("{k}={v}"));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = adaptor_acp(&args, &s);
+    let transport = agent_client_protocol::ByteStreams::new(
+        child.stdin.take().unwrap().compat_write(),
+        child.stdout.take().unwrap().compat(),
+    );
+    let ws = s.ws.path().to_path_buf();
+    let (first, second, seen) = client(transport, Answer::Allow, async |cx, seen| {
+        let init = initialize(&cx).await?;
+        assert_eq!(init.agent_info.as_ref().unwrap().name, "adaptor/claude");
+        let id = new_session(&cx, &ws).await?;
+        // `touch` is not one of the commands Claude Code runs without asking.
+        let first = prompt(&cx, &id, r#"TOOL Bash {"command":"touch from-acp.txt"}"#).await?;
+        let before = seen.lock().unwrap().text();
+        let second = prompt(&cx, &id, "again").await?;
+        let after = seen.lock().unwrap().text();
+        Ok((first, second, (before, after, seen)))
+    })
+    .await;
+    assert_eq!(first, StopReason::EndTurn);
+    assert_eq!(second, StopReason::EndTurn);
+    let (before, after, seen) = seen;
+    assert!(before.contains("TOOL_RESULT_SEEN"), "{before}");
+    assert!(
+        s.ws.path().join("from-acp.txt").is_file(),
+        "the allowed command ran"
+    );
+    assert!(
+        after[before.len()..].contains("Hello from mock-anthropic! user_msgs=2 you said: again"),
+        "the second turn resumed the session: {after}"
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.permissions.len(), 1, "Bash was asked of the client");
+    let calls: Vec<_> = seen
+        .updates
+        .iter()
+        .filter_map(|n| match &n.update {
+            SessionUpdate::ToolCall(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(
+        calls[0].kind,
+        agent_client_protocol::v1::schema::ToolKind::Execute
+    );
+    // Claude streams the arguments: the update at their end names the command.
+    assert!(
+        seen.updates.iter().any(|n| matches!(&n.update,
+            SessionUpdate::ToolCallUpdate(u) if u.fields.title.as_deref() == Some("Bash: touch from-acp.txt"))),
+        "{:?}",
+        seen.updates
+    );
+    assert!(seen.updates.iter().any(|n| matches!(&n.update,
+        SessionUpdate::ToolCallUpdate(u) if u.fields.status == Some(ToolCallStatus::Completed))));
+    assert!(
+        seen.updates
+            .iter()
+            .any(|n| matches!(&n.update, SessionUpdate::UsageUpdate(_)))
+    );
+    drop(seen);
+    let status = tokio::time::timeout(LIMIT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}
