@@ -643,36 +643,37 @@ async fn claude_code_served_over_acp_against_the_mock() {
         after[before.len()..].contains("Hello from mock-anthropic! user_msgs=2 you said: again"),
         "the second turn resumed the session: {after}"
     );
-    let seen = seen.lock().unwrap();
-    assert_eq!(seen.permissions.len(), 1, "Bash was asked of the client");
-    let calls: Vec<_> = seen
-        .updates
-        .iter()
-        .filter_map(|n| match &n.update {
-            SessionUpdate::ToolCall(c) => Some(c.clone()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(calls.len(), 1, "{calls:?}");
-    assert_eq!(
-        calls[0].kind,
-        agent_client_protocol::v1::schema::ToolKind::Execute
-    );
-    // Claude streams the arguments: the update at their end names the command.
-    assert!(
-        seen.updates.iter().any(|n| matches!(&n.update,
-            SessionUpdate::ToolCallUpdate(u) if u.fields.title.as_deref() == Some("Bash: touch from-acp.txt"))),
-        "{:?}",
-        seen.updates
-    );
-    assert!(seen.updates.iter().any(|n| matches!(&n.update,
-        SessionUpdate::ToolCallUpdate(u) if u.fields.status == Some(ToolCallStatus::Completed))));
-    assert!(
-        seen.updates
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.permissions.len(), 1, "Bash was asked of the client");
+        let calls: Vec<_> = seen
+            .updates
             .iter()
-            .any(|n| matches!(&n.update, SessionUpdate::UsageUpdate(_)))
-    );
-    drop(seen);
+            .filter_map(|n| match &n.update {
+                SessionUpdate::ToolCall(c) => Some(c.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        assert_eq!(
+            calls[0].kind,
+            agent_client_protocol::v1::schema::ToolKind::Execute
+        );
+        // Claude streams the arguments: the update at their end names the command.
+        assert!(
+            seen.updates.iter().any(|n| matches!(&n.update,
+                SessionUpdate::ToolCallUpdate(u) if u.fields.title.as_deref() == Some("Bash: touch from-acp.txt"))),
+            "{:?}",
+            seen.updates
+        );
+        assert!(seen.updates.iter().any(|n| matches!(&n.update,
+            SessionUpdate::ToolCallUpdate(u) if u.fields.status == Some(ToolCallStatus::Completed))));
+        assert!(
+            seen.updates
+                .iter()
+                .any(|n| matches!(&n.update, SessionUpdate::UsageUpdate(_)))
+        );
+    }
     let status = tokio::time::timeout(LIMIT, child.wait())
         .await
         .unwrap()
