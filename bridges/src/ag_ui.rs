@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::sse::{
-    ApprovalAnswer, Attached, Entry, RunHub, RunLog, RunRequest, StartError, apply_answer,
+    ApprovalAnswer, Attached, Entry, RunHub, RunLog, RunRequest, StartError, apply_answer, problem,
 };
 
 /// The AG-UI protocol version these events follow.
@@ -451,10 +451,6 @@ impl AgUi {
 /// one `data:` line, as AG-UI's own encoder writes them).
 pub fn router(ag_ui: Arc<AgUi>) -> Router {
     Router::new().route("/ag-ui", post(run)).with_state(ag_ui)
-}
-
-fn problem(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(json!({ "error": message.into() }))).into_response()
 }
 
 /// The prompt: the text of the last `user` message (a string, or its text parts).

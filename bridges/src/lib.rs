@@ -20,3 +20,20 @@ pub mod acp;
 pub mod ag_ui;
 #[cfg(feature = "sse")]
 pub mod sse;
+
+/// Fixtures shared by the bridges' unit tests.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    /// Metadata for a fixture event of run `run-1`.
+    pub(crate) fn meta() -> adaptor::EventMeta {
+        adaptor::EventMeta {
+            run_id: "run-1".into(),
+            thread_key: None,
+            sequence: 1,
+            time: std::time::SystemTime::UNIX_EPOCH,
+            driver: "reference".into(),
+            turn: None,
+            source: None,
+        }
+    }
+}

@@ -445,7 +445,8 @@ pub fn router(hub: Arc<RunHub>) -> Router {
         .with_state(hub)
 }
 
-fn problem(status: StatusCode, message: impl Into<String>) -> Response {
+/// A JSON error response `{"error": message}` (both HTTP bridges).
+pub(crate) fn problem(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({ "error": message.into() }))).into_response()
 }
 

@@ -11,7 +11,7 @@ use adaptor::RunOptions;
 use adaptor_bridges::acp::AcpServer;
 
 use crate::output::sanitize;
-use crate::settings::{self, DriverArgs, Flags, PolicyPreset};
+use crate::settings::{DriverArgs, Flags, PolicyPreset};
 use crate::{EXIT_USAGE, approve, errln, threads};
 
 /// `adaptor acp` flags.
@@ -55,39 +55,18 @@ Examples:
 
 /// `adaptor acp`: serve until the client closes stdin.
 pub async fn main(args: AcpArgs) -> ExitCode {
-    let settings = match settings::resolve(&Flags {
+    let flags = Flags {
         driver: args.driver.driver.as_deref(),
         config: args.driver.config.as_deref(),
         model: args.model.as_deref(),
         policy: args.policy,
         store: args.store.as_deref(),
-    }) {
-        Ok(s) => s,
-        Err(e) => {
-            errln!("adaptor: {}", sanitize(&e.0));
-            return ExitCode::from(EXIT_USAGE);
-        }
     };
-    let driver = match crate::load_driver(&settings) {
-        Ok(d) => d,
-        Err(code) => return code,
-    };
-    let mut builder = args.containment.apply(crate::agent_builder(driver));
-    for name in &args.pass_env {
-        builder = builder.pass_env(name.clone());
-    }
-    for pair in &args.env {
-        match pair.split_once('=') {
-            Some((name, value)) if !name.is_empty() => builder = builder.env(name, value),
-            _ => {
-                errln!(
-                    "adaptor: --env expects NAME=VALUE, not `{}`",
-                    sanitize(pair)
-                );
-                return ExitCode::from(EXIT_USAGE);
-            }
-        }
-    }
+    let (settings, mut builder) =
+        match crate::configured_builder(&flags, &args.containment, &args.pass_env, &args.env) {
+            Ok(configured) => configured,
+            Err(code) => return code,
+        };
     match threads::open_store(settings.store.value.as_deref()).await {
         Ok(store) => builder = builder.shared_thread_store(store),
         Err(code) => return code,

@@ -251,6 +251,39 @@ pub(crate) fn agent_builder(driver: Driver) -> adaptor::AgentBuilder {
     }
 }
 
+/// The settings `flags` resolve to and a builder for the driver they name, with the
+/// containment flags and the provider environment (`--pass-env`, `--env NAME=VALUE`)
+/// applied: the common start of `adaptor run` and `adaptor acp`.
+pub(crate) fn configured_builder(
+    flags: &settings::Flags,
+    containment: &confine::ContainmentArgs,
+    pass_env: &[String],
+    env: &[String],
+) -> Result<(Settings, adaptor::AgentBuilder), ExitCode> {
+    let settings = settings::resolve(flags).map_err(|e| {
+        errln!("adaptor: {}", sanitize(&e.0));
+        ExitCode::from(EXIT_USAGE)
+    })?;
+    let driver = load_driver(&settings)?;
+    let mut builder = containment.apply(agent_builder(driver));
+    for name in pass_env {
+        builder = builder.pass_env(name.clone());
+    }
+    for pair in env {
+        match pair.split_once('=') {
+            Some((name, value)) if !name.is_empty() => builder = builder.env(name, value),
+            _ => {
+                errln!(
+                    "adaptor: --env expects NAME=VALUE, not `{}`",
+                    sanitize(pair)
+                );
+                return Err(ExitCode::from(EXIT_USAGE));
+            }
+        }
+    }
+    Ok((settings, builder))
+}
+
 /// Print an error on stderr and map it to the exit code.
 pub(crate) fn report(e: &Error) -> ExitCode {
     errln!("adaptor: {}", sanitize(&e.to_string()));

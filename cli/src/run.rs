@@ -12,7 +12,7 @@ use adaptor::{Error, RunOptions};
 use futures::StreamExt;
 
 use crate::output::{self, ColorChoice, sanitize};
-use crate::settings::{self, DriverArgs, Flags, PolicyPreset};
+use crate::settings::{DriverArgs, Flags, PolicyPreset};
 use crate::status::{StatusLine, terminal_allows_status};
 use crate::view::View;
 use crate::{EXIT_INTERRUPTED, EXIT_USAGE, approve, errln, outln, report, threads};
@@ -144,39 +144,18 @@ Examples:
 
 /// `adaptor run`, and `adaptor threads fork` (which runs the fork's first turn from `fork_from`).
 pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -> ExitCode {
-    let settings = match settings::resolve(&Flags {
+    let flags = Flags {
         driver: args.driver.driver.as_deref(),
         config: args.driver.config.as_deref(),
         model: args.model.as_deref(),
         policy: args.policy,
         store: args.store.as_deref(),
-    }) {
-        Ok(s) => s,
-        Err(e) => {
-            errln!("adaptor: {}", sanitize(&e.0));
-            return ExitCode::from(EXIT_USAGE);
-        }
     };
-    let driver = match crate::load_driver(&settings) {
-        Ok(d) => d,
-        Err(code) => return code,
-    };
-    let mut builder = args.containment.apply(crate::agent_builder(driver));
-    for name in &args.pass_env {
-        builder = builder.pass_env(name.clone());
-    }
-    for pair in &args.env {
-        match pair.split_once('=') {
-            Some((name, value)) if !name.is_empty() => builder = builder.env(name, value),
-            _ => {
-                errln!(
-                    "adaptor: --env expects NAME=VALUE, not `{}`",
-                    sanitize(pair)
-                );
-                return ExitCode::from(EXIT_USAGE);
-            }
-        }
-    }
+    let (settings, mut builder) =
+        match crate::configured_builder(&flags, &args.containment, &args.pass_env, &args.env) {
+            Ok(configured) => configured,
+            Err(code) => return code,
+        };
     for sha in &args.accept_checkpoints_from {
         if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
             errln!(

@@ -1,10 +1,8 @@
 //! The event → `session/update` mapping on fixture events, one per rule.
 
-use std::time::SystemTime;
-
 use adaptor::{
-    Event, EventMeta, ItemEvent, ItemKind, Notice, Phase, ProcessInfo, ProcessInfoKind, TextDelta,
-    ToolCall, ToolResult, TranscriptItem, Usage, UsageUpdate, VendorEvent,
+    Event, ItemEvent, ItemKind, Notice, Phase, ProcessInfo, ProcessInfoKind, TextDelta, ToolCall,
+    ToolResult, TranscriptItem, Usage, UsageUpdate, VendorEvent,
 };
 use agent_client_protocol::v1::schema::{
     ContentBlock, PlanEntryStatus, SessionUpdate, ToolCallStatus, ToolKind,
@@ -14,17 +12,7 @@ use serde_json::json;
 use super::updates::{Outgoing, UpdateMapper};
 use super::{is_session_id, new_session_id, prompt_text};
 
-fn meta() -> EventMeta {
-    EventMeta {
-        run_id: "run-1".into(),
-        thread_key: None,
-        sequence: 1,
-        time: SystemTime::UNIX_EPOCH,
-        driver: "reference".into(),
-        turn: None,
-        source: None,
-    }
-}
+use crate::fixtures::meta;
 
 fn text(phase: Phase, text: &str) -> TextDelta {
     TextDelta {

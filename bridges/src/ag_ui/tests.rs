@@ -1,27 +1,15 @@
 //! The event → AG-UI mapping on fixture events, one per rule, compared with the JSON the
 //! AG-UI 1.0 schema names.
 
-use std::time::SystemTime;
-
 use adaptor::{
-    ApprovalKind, ApprovalRequest, Event, EventMeta, ItemEvent, ItemKind, Notice, Phase,
-    SessionStarted, TextDelta, ToolCall, ToolResult, TranscriptItem, Usage, UsageUpdate,
+    ApprovalKind, ApprovalRequest, Event, ItemEvent, ItemKind, Notice, Phase, SessionStarted,
+    TextDelta, ToolCall, ToolResult, TranscriptItem, Usage, UsageUpdate,
 };
 use serde_json::{Value, json};
 
 use super::{AgUiEvent, AgUiMapper, Mapped, prompt_of};
 
-fn meta() -> EventMeta {
-    EventMeta {
-        run_id: "run-1".into(),
-        thread_key: None,
-        sequence: 1,
-        time: SystemTime::UNIX_EPOCH,
-        driver: "reference".into(),
-        turn: None,
-        source: None,
-    }
-}
+use crate::fixtures::meta;
 
 fn delta(phase: Phase, text: &str) -> TextDelta {
     TextDelta {
