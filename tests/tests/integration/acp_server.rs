@@ -680,3 +680,48 @@ async fn claude_code_served_over_acp_against_the_mock() {
         .unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_servers_of_session_new_reach_the_run() {
+    use agent_client_protocol::v1::schema::{EnvVariable, McpServer, McpServerStdio};
+    let s = Setup::new();
+    let ws = s.ws.path().to_path_buf();
+    let stamper = McpServer::Stdio(
+        McpServerStdio::new("stamper", bin_dir().join("mock-mcp-stdio"))
+            .env(vec![EnvVariable::new("MOCK_MCP_SECRET", "s3cr3t-value")]),
+    );
+    let (stop, seen) = client(
+        s.server().into_component(),
+        Answer::Allow,
+        async |cx, seen| {
+            initialize(&cx).await?;
+            let id = cx
+                .send_request(NewSessionRequest::new(ws.clone()).mcp_servers(vec![stamper]))
+                .block_task()
+                .await?
+                .session_id;
+            let stop = prompt(
+                &cx,
+                &id,
+                r#"stamp [[mcp-call stamper:stamp:{"text":"acp"}]]"#,
+            )
+            .await?;
+            Ok((stop, seen))
+        },
+    )
+    .await;
+    assert_eq!(stop, StopReason::EndTurn);
+    let seen = seen.lock().unwrap();
+    let outputs: Vec<Value> = seen
+        .updates
+        .iter()
+        .filter_map(|n| match &n.update {
+            SessionUpdate::ToolCallUpdate(u) => u.fields.raw_output.clone(),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        outputs.contains(&Value::String("STAMPED:acp:secret-len=12".into())),
+        "the declared stdio server ran with its environment: {outputs:?}"
+    );
+}
