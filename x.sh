@@ -98,10 +98,15 @@ ensure_postgres() {
     [[ -x "$initdb" ]] && return 0
   done
   echo "x.sh: installing Debian's postgresql (server binaries for the store tests)" >&2
+  apt_install --no-install-recommends postgresql
+}
+
+# apt-get install "$@" (as root, else through sudo).
+apt_install() {
   local sudo=()
   [[ "$(id -u)" -eq 0 ]] || sudo=(sudo)
   "${sudo[@]}" apt-get update -qq >&2
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >&2
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2
 }
 
 # Debian's Chromium for the web bridge's browser test (tests/tests/integration/web_bridges.rs
@@ -109,10 +114,7 @@ ensure_postgres() {
 ensure_chromium() {
   [[ -x /usr/bin/chromium ]] && return 0
   echo "x.sh: installing Debian's chromium (the web bridge's browser test)" >&2
-  local sudo=()
-  [[ "$(id -u)" -eq 0 ]] || sudo=(sudo)
-  "${sudo[@]}" apt-get update -qq >&2
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
+  apt_install chromium
 }
 
 # playwright-core (pinned), which drives that Chromium from tests/web/page_check.cjs.

@@ -338,12 +338,8 @@ fn usage(u: &Usage) -> Value {
 }
 
 fn custom(event: &Event) -> AgUiEvent {
-    let value = serde_json::to_value(event).unwrap_or_else(|e| json!({"error": e.to_string()}));
-    let kind = value
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("event")
-        .to_owned();
+    let value = crate::event_json(event);
+    let kind = value["kind"].as_str().unwrap_or("event").to_owned();
     AgUiEvent::Custom {
         name: format!("adaptor.{kind}"),
         value,

@@ -21,6 +21,14 @@ pub mod ag_ui;
 #[cfg(feature = "sse")]
 pub mod sse;
 
+/// An event as `adaptor run --json` prints it (`kind` is its tag), the one JSON form every
+/// bridge passes on; an event that cannot be serialised becomes
+/// `{"kind": "unserialisable", "error"}` instead of vanishing.
+pub fn event_json(event: &adaptor::Event) -> serde_json::Value {
+    serde_json::to_value(event)
+        .unwrap_or_else(|e| serde_json::json!({"kind": "unserialisable", "error": e.to_string()}))
+}
+
 /// Fixtures shared by the bridges' unit tests.
 #[cfg(test)]
 pub(crate) mod fixtures {

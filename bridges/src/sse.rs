@@ -335,7 +335,9 @@ impl RunLog {
                         });
                     }
                 }
-                if let Some(event) = state.events.iter().find(|e| e.meta().sequence > after) {
+                // Sequence numbers increase: a binary search, not a scan per event read.
+                let next = state.events.partition_point(|e| e.meta().sequence <= after);
+                if let Some(event) = state.events.get(next) {
                     return Some(Entry::Event(event.clone()));
                 }
                 if let Some(result) = &state.result {
@@ -507,10 +509,10 @@ async fn events(
             let (sse, after, result_read) = match entry {
                 Entry::Event(event) => {
                     let seq = event.meta().sequence;
-                    let data = serde_json::to_string(&*event).unwrap_or_else(|e| {
-                        json!({"kind": "unserialisable", "error": e.to_string()}).to_string()
-                    });
-                    let kind = event_kind(&event);
+                    // One serialisation: the JSON is the data, its tag the event name.
+                    let value = crate::event_json(&event);
+                    let kind = value["kind"].as_str().unwrap_or("event").to_owned();
+                    let data = value.to_string();
                     (
                         SseEvent::default()
                             .id(seq.to_string())
@@ -542,14 +544,6 @@ async fn events(
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()
-}
-
-/// The event's `kind` tag (`text_delta`, `tool_call`, …).
-pub fn event_kind(event: &Event) -> String {
-    serde_json::to_value(event)
-        .ok()
-        .and_then(|v| v.get("kind").and_then(Value::as_str).map(str::to_owned))
-        .unwrap_or_else(|| "event".into())
 }
 
 async fn cancel(State(hub): State<Arc<RunHub>>, Path(id): Path<String>) -> Response {

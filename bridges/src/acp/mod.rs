@@ -604,6 +604,12 @@ pub(crate) fn permission_options(request: &ApprovalRequest) -> Vec<PermissionOpt
             ));
             options
         }
+        // A free-text question has no answer an ACP client can give: it can only decline.
+        ApprovalKind::Question => vec![PermissionOption::new(
+            "reject",
+            "Decline",
+            PermissionOptionKind::RejectOnce,
+        )],
         ApprovalKind::PlanReview => vec![
             PermissionOption::new("allow", "Approve the plan", PermissionOptionKind::AllowOnce),
             reject,
@@ -616,25 +622,15 @@ pub(crate) fn permission_options(request: &ApprovalRequest) -> Vec<PermissionOpt
 }
 
 fn apply_choice(request: &ApprovalRequest, option: &str) -> Result<(), adaptor::ApprovalError> {
-    if option == "reject" {
-        return request.deny("rejected in the ACP client");
+    let is_question = matches!(request.kind, ApprovalKind::Question);
+    match option.strip_prefix("answer:") {
+        _ if option == "reject" => request.deny("rejected in the ACP client"),
+        _ if option == "allow" && !is_question => request.approve(),
+        Some(key) if request.choices.iter().any(|c| c.key == key) => request.answer(key),
+        _ => request.deny(format!(
+            "the ACP client selected `{option}`, which was not offered"
+        )),
     }
-    if let Some(key) = option.strip_prefix("answer:")
-        && request.choices.iter().any(|c| c.key == key)
-    {
-        return request.answer(key);
-    }
-    let offered = !matches!(request.kind, ApprovalKind::Question) || request.choices.is_empty();
-    if option == "allow" && offered {
-        if matches!(request.kind, ApprovalKind::Question) {
-            // A question without choices has no answer to give: allowing it cannot answer it.
-            return request.deny("the question has no choices; the ACP client cannot answer it");
-        }
-        return request.approve();
-    }
-    request.deny(format!(
-        "the ACP client selected `{option}`, which was not offered"
-    ))
 }
 
 /// The prompt as text: text blocks as they are, resource links as a line naming them, and

@@ -292,3 +292,30 @@ fn session_ids_are_unique_and_only_their_form_names_a_thread() {
     assert!(!is_session_id("ticket-42"));
     assert!(!is_session_id(&a.0.to_uppercase()));
 }
+
+#[test]
+fn a_question_offers_its_choices_or_only_a_decline() {
+    use adaptor::{ApprovalKind, ApprovalRequest, Choice};
+    use agent_client_protocol::v1::schema::PermissionOptionKind;
+    let free = ApprovalRequest::detached(ApprovalKind::Question, "Which?");
+    let options = super::permission_options(&free);
+    assert_eq!(options.len(), 1);
+    assert_eq!(options[0].kind, PermissionOptionKind::RejectOnce);
+    let mut choosing = ApprovalRequest::detached(ApprovalKind::Question, "Which?");
+    choosing.choices = vec![Choice {
+        key: "a".into(),
+        label: "A".into(),
+        description: None,
+    }];
+    let ids: Vec<String> = super::permission_options(&choosing)
+        .iter()
+        .map(|o| o.option_id.0.to_string())
+        .collect();
+    assert_eq!(ids, ["answer:a", "reject"]);
+    let permission = ApprovalRequest::detached(ApprovalKind::Permission, "Allow?");
+    let ids: Vec<String> = super::permission_options(&permission)
+        .iter()
+        .map(|o| o.option_id.0.to_string())
+        .collect();
+    assert_eq!(ids, ["allow", "reject"]);
+}

@@ -197,11 +197,7 @@ fn update(update: SessionUpdate) -> Outgoing {
 }
 
 fn extension(event: &Event) -> Outgoing {
-    Outgoing::Extension(
-        serde_json::to_value(event).unwrap_or_else(
-            |e| serde_json::json!({"kind": "unserialisable", "error": e.to_string()}),
-        ),
-    )
+    Outgoing::Extension(crate::event_json(event))
 }
 
 fn chunk(text: &str) -> ContentChunk {

@@ -17,7 +17,7 @@ use agent_client_protocol::v1::schema::{
     LoadSessionRequest, NewSessionRequest, PermissionOptionKind, PromptRequest,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
     ResumeSessionRequest, SelectedPermissionOutcome, SessionId, SessionNotification, SessionUpdate,
-    StopReason, ToolCallStatus,
+    SetSessionModeRequest, StopReason, ToolCallStatus,
 };
 use agent_client_protocol::{Client, ConnectTo, Responder, UntypedMessage, V1};
 use serde_json::Value;
@@ -462,10 +462,18 @@ async fn bad_requests_get_typed_errors_naming_what_was_wrong() {
                 .await
                 .unwrap_err(),
             );
+            // Not served, not advertised: method-not-found, not a silent success.
+            errors.push(
+                cx.send_request(SetSessionModeRequest::new(id.clone(), "plan"))
+                    .block_task()
+                    .await
+                    .unwrap_err(),
+            );
             Ok(errors)
         },
     )
     .await;
+    assert_eq!(i32::from(errors[5].code), -32601, "{:?}", errors[5]);
     let shown: Vec<String> = errors
         .iter()
         .map(|e| format!("{} {}", e.message, e.data.clone().unwrap_or_default()))
