@@ -35,12 +35,8 @@ pub struct AcpArgs {
     /// Timeout of each prompt in seconds.
     #[arg(long)]
     pub(crate) timeout: Option<f64>,
-    /// Pass this variable of your environment to the provider (repeatable).
-    #[arg(long, value_name = "NAME")]
-    pub(crate) pass_env: Vec<String>,
-    /// Set a variable in the provider's environment (repeatable).
-    #[arg(long, value_name = "NAME=VALUE")]
-    pub(crate) env: Vec<String>,
+    #[command(flatten)]
+    pub(crate) provider_env: crate::ProviderEnvArgs,
     #[command(flatten)]
     pub(crate) containment: crate::confine::ContainmentArgs,
 }
@@ -63,7 +59,7 @@ pub async fn main(args: AcpArgs) -> ExitCode {
         store: args.store.as_deref(),
     };
     let (settings, mut builder) =
-        match crate::configured_builder(&flags, &args.containment, &args.pass_env, &args.env) {
+        match crate::configured_builder(&flags, &args.containment, &args.provider_env) {
             Ok(configured) => configured,
             Err(code) => return code,
         };

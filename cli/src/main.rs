@@ -251,14 +251,26 @@ pub(crate) fn agent_builder(driver: Driver) -> adaptor::AgentBuilder {
     }
 }
 
+/// `--pass-env` and `--env`: the provider's environment beyond the default allowlist
+/// (`adaptor run` and `adaptor acp`).
+#[derive(clap::Args)]
+pub(crate) struct ProviderEnvArgs {
+    /// Pass this variable of your environment to the provider (repeatable). By default the
+    /// provider only sees an allowlist (PATH, HOME, locale, XDG dirs…), never your secrets.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) pass_env: Vec<String>,
+    /// Set a variable in the provider's environment (repeatable).
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub(crate) env: Vec<String>,
+}
+
 /// The settings `flags` resolve to and a builder for the driver they name, with the
 /// containment flags and the provider environment (`--pass-env`, `--env NAME=VALUE`)
 /// applied: the common start of `adaptor run` and `adaptor acp`.
 pub(crate) fn configured_builder(
     flags: &settings::Flags,
     containment: &confine::ContainmentArgs,
-    pass_env: &[String],
-    env: &[String],
+    provider_env: &ProviderEnvArgs,
 ) -> Result<(Settings, adaptor::AgentBuilder), ExitCode> {
     let settings = settings::resolve(flags).map_err(|e| {
         errln!("adaptor: {}", sanitize(&e.0));
@@ -266,10 +278,10 @@ pub(crate) fn configured_builder(
     })?;
     let driver = load_driver(&settings)?;
     let mut builder = containment.apply(agent_builder(driver));
-    for name in pass_env {
+    for name in &provider_env.pass_env {
         builder = builder.pass_env(name.clone());
     }
-    for pair in env {
+    for pair in &provider_env.env {
         match pair.split_once('=') {
             Some((name, value)) if !name.is_empty() => builder = builder.env(name, value),
             _ => {

@@ -105,13 +105,8 @@ pub struct RunArgs {
     /// Save the run as a cassette `<DIR>/<run id>.json` (for `adaptortest replay`).
     #[arg(long, value_name = "DIR")]
     pub(crate) record: Option<PathBuf>,
-    /// Pass this variable of your environment to the provider (repeatable). By default the
-    /// provider only sees an allowlist (PATH, HOME, locale, XDG dirs…), never your secrets.
-    #[arg(long, value_name = "NAME")]
-    pub(crate) pass_env: Vec<String>,
-    /// Set a variable in the provider's environment (repeatable).
-    #[arg(long, value_name = "NAME=VALUE")]
-    pub(crate) env: Vec<String>,
+    #[command(flatten)]
+    pub(crate) provider_env: crate::ProviderEnvArgs,
     #[command(flatten)]
     pub(crate) containment: crate::confine::ContainmentArgs,
     /// Print the exact launch the driver asks for — program, arguments, environment
@@ -152,7 +147,7 @@ pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -
         store: args.store.as_deref(),
     };
     let (settings, mut builder) =
-        match crate::configured_builder(&flags, &args.containment, &args.pass_env, &args.env) {
+        match crate::configured_builder(&flags, &args.containment, &args.provider_env) {
             Ok(configured) => configured,
             Err(code) => return code,
         };
