@@ -332,6 +332,10 @@ pub(crate) struct Settings {
     pub thread_store: Option<Arc<dyn ThreadStore>>,
     pub lease_ttl: Duration,
     pub resident_idle: Duration,
+    /// How many prewarmed provider processes to keep (0: none).
+    pub prewarm: usize,
+    /// How long a prewarmed process may wait for a run before it is stopped.
+    pub prewarm_idle: Duration,
     pub containment: crate::containment::Containment,
     pub skill_provider: Option<Arc<dyn crate::skills::SkillProvider>>,
     pub skill_cache: Option<PathBuf>,
@@ -414,6 +418,8 @@ impl Default for Settings {
             thread_store: None,
             lease_ttl: crate::thread::DEFAULT_LEASE_TTL,
             resident_idle: Duration::from_secs(300),
+            prewarm: 0,
+            prewarm_idle: Duration::from_secs(300),
             containment: crate::containment::Containment::default(),
             skill_provider: None,
             skill_cache: None,
@@ -575,6 +581,35 @@ impl AgentBuilder {
         self
     }
 
+    /// Keep `count` provider processes started and waiting for their first input (default
+    /// 0: off), so a run skips the CLI's start-up (Claude Code, Codex: a few hundred
+    /// milliseconds). A warm process is prepared exactly as a run with the agent's default
+    /// options would be — same grant, containment and private directory rules — and a run
+    /// takes one only if the launch it prepares itself is identical (program, arguments,
+    /// environment, working directory, private files, confinement, instructions): never
+    /// across other configs, workspaces, profiles or policies. A run with other options
+    /// starts its own process and says why in a `process.prewarm_mismatch` notice. Taken
+    /// processes are replaced in the background; unused ones are stopped after
+    /// [`prewarm_idle`](Self::prewarm_idle), by [`Agent::close`] and when the last handle
+    /// is dropped, and none outlives the host (the same no-orphan guarantees as a run's).
+    ///
+    /// Needs a driver whose launch does not depend on the prompt (it goes to stdin), checked
+    /// when the pool fills: [`Agent::warm_up`] returns
+    /// [`Error::PrewarmUnsupported`](crate::Error::PrewarmUnsupported) otherwise, and runs
+    /// report a failed fill in a `process.prewarm_failed` notice. Filling starts at
+    /// [`build`](Self::build) when called inside a Tokio runtime, else at the first run.
+    pub fn prewarm(mut self, count: usize) -> Self {
+        self.settings.prewarm = count;
+        self
+    }
+
+    /// How long a prewarmed process may wait for a run before it is stopped (default 5
+    /// minutes). The pool fills again at the next run.
+    pub fn prewarm_idle(mut self, idle: Duration) -> Self {
+        self.settings.prewarm_idle = idle;
+        self
+    }
+
     /// The host tools the agent's CLI may call (replaces the whole set). They are served by
     /// one MCP server per agent on `127.0.0.1`, started by the first run that needs it and
     /// stopped by [`Agent::close`] or when the last handle is dropped; the CLI sees them as
@@ -628,7 +663,12 @@ impl AgentBuilder {
     pub fn build(self) -> Agent {
         crate::process::sweep_stale_run_dirs();
         let cancel = CancellationToken::new();
-        Agent {
+        let warm = crate::run::warm::WarmPool::new(
+            self.settings.prewarm,
+            self.settings.prewarm_idle,
+            self.settings.grace_period,
+        );
+        let agent = Agent {
             inner: Arc::new(AgentInner {
                 driver: self.driver,
                 defaults: self.defaults,
@@ -637,11 +677,16 @@ impl AgentBuilder {
                 cancel: cancel.clone(),
                 tracker: TaskTracker::new(),
                 residents: Arc::new(crate::run::resident::ResidentPool::default()),
+                warm: Arc::new(warm),
                 #[cfg(feature = "tools")]
                 tool_server: tokio::sync::Mutex::new(None),
             }),
             _life: Arc::new(Life(cancel)),
+        };
+        if agent.inner.warm.enabled() && tokio::runtime::Handle::try_current().is_ok() {
+            crate::run::warm::refill(&agent.inner);
         }
+        agent
     }
 }
 
@@ -653,6 +698,8 @@ pub(crate) struct AgentInner {
     pub cancel: CancellationToken,
     pub tracker: TaskTracker,
     pub residents: Arc<crate::run::resident::ResidentPool>,
+    /// Prewarmed provider processes ([`AgentBuilder::prewarm`]).
+    pub warm: Arc<crate::run::warm::WarmPool>,
     /// The host tool server, started by the first run that delivers tools.
     #[cfg(feature = "tools")]
     pub tool_server: tokio::sync::Mutex<Option<crate::tools::server::ToolServer>>,
@@ -839,8 +886,21 @@ impl Agent {
             .residents
             .close(self.inner.settings.grace_period)
             .await;
+        self.inner.warm.close().await;
         #[cfg(feature = "tools")]
         drop(self.inner.tool_server.lock().await.take());
+    }
+
+    /// Fill the prewarmed-process pool ([`AgentBuilder::prewarm`]) and wait until it is
+    /// full: the number of processes waiting. Errors are what a run would get (the grant,
+    /// the driver's `start`, spawning) or
+    /// [`Error::PrewarmUnsupported`](crate::Error::PrewarmUnsupported); `Ok(0)` without
+    /// `prewarm`.
+    pub async fn warm_up(&self) -> Result<usize, Error> {
+        if !self.inner.warm.enabled() {
+            return Ok(0);
+        }
+        crate::run::warm::fill(&self.inner).await
     }
 
     /// The URL of the agent's host tool server (`http://127.0.0.1:<port>/mcp`) once a run

@@ -126,6 +126,16 @@ pub enum Error {
         /// Driver name.
         driver: String,
     },
+    /// [`AgentBuilder::prewarm`](crate::AgentBuilder::prewarm): no process can be started
+    /// before its run for this driver and these default options (the launch depends on the
+    /// prompt, or the defaults are fixed per run). Nothing is left running.
+    #[error("driver `{driver}` cannot keep prewarmed processes: {reason}")]
+    PrewarmUnsupported {
+        /// Driver name.
+        driver: String,
+        /// Why.
+        reason: String,
+    },
     /// [`RunOptions::skills`](crate::RunOptions::skills) were given to a driver whose
     /// descriptor does not declare `skills`. Nothing was started (skills are never silently
     /// dropped).

@@ -116,7 +116,7 @@ impl KernelSupport {
 }
 
 /// What to spawn.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ProcessSpec {
     pub program: PathBuf,
     pub args: Vec<String>,
@@ -295,6 +295,16 @@ impl PrivateDir {
     /// The provider's `TMPDIR`.
     pub(crate) fn tmp_for(root: &Path) -> PathBuf {
         root.join("tmp")
+    }
+
+    /// A handle on a directory another owner created and removes (a warm process's, while
+    /// a run is prepared on it): dropping it removes nothing.
+    pub(crate) fn unowned(root: PathBuf) -> PrivateDir {
+        PrivateDir {
+            root,
+            created: false,
+            _lock: None,
+        }
     }
 
     /// The root.

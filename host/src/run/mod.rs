@@ -29,6 +29,7 @@ mod prepare;
 pub(crate) mod resident;
 mod supervise;
 mod turn;
+pub(crate) mod warm;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -160,6 +161,8 @@ struct Run {
     resources: Option<Arc<RunResources>>,
     /// Input for the running turn ([`Stream::steer`]), for a steerable run.
     steer: Option<mpsc::UnboundedReceiver<crate::stream::SteerRequest>>,
+    /// Why the agent's prewarmed process did not serve this run (announced once it started).
+    warm_miss: Option<String>,
 }
 
 /// The run's resources besides skills and the workspace, resolved once before launch.
@@ -206,6 +209,21 @@ struct Prepared {
     spec: ProcessSpec,
     private_dir: PrivateDir,
     containment: crate::containment::ContainmentReport,
+    /// The instructions bundle's fingerprint (what a warm process is compared on).
+    bundle: Option<String>,
+    /// A prewarmed process started with exactly this launch, and how long it waited.
+    warm: Option<(crate::process::Spawned, std::time::Duration)>,
+}
+
+impl Prepared {
+    /// This preparation on `warm`'s process and private directory (it was prepared on that
+    /// directory and found identical).
+    fn on(mut self, warm: warm::Warm) -> Prepared {
+        let (spawned, private_dir, waited) = warm.into_parts();
+        self.private_dir = private_dir;
+        self.warm = Some((spawned, waited));
+        self
+    }
 }
 
 impl Run {
@@ -236,6 +254,7 @@ impl Run {
             resources: None,
             managed_workspace: None,
             steer: None,
+            warm_miss: None,
         }
     }
 
@@ -431,6 +450,7 @@ impl Run {
         {
             self.announce_fallback(previous_record_id, reason).await;
         }
+        self.announce_warm_pool().await;
         if let Some(c) = self.coordinator.as_mut() {
             c.start_renewal(self.cancel.clone());
         }
@@ -711,6 +731,33 @@ impl Run {
                 reason,
             }))
             .await;
+    }
+
+    /// Say why the agent's prewarmed process did not serve this run, and why filling the
+    /// pool failed since the last run said so.
+    async fn announce_warm_pool(&mut self) {
+        if let Some(differs) = self.warm_miss.take() {
+            self.emitter
+                .emit(Event::Notice(Notice {
+                    meta: blank_meta(),
+                    notice: "process.prewarm_mismatch".into(),
+                    message: format!(
+                        "the agent's prewarmed process was started for another launch (it differs in: {differs}); this run starts its own"
+                    ),
+                    data: None,
+                }))
+                .await;
+        }
+        if let Some(problem) = self.inner.warm.take_failure() {
+            self.emitter
+                .emit(Event::Notice(Notice {
+                    meta: blank_meta(),
+                    notice: "process.prewarm_failed".into(),
+                    message: format!("starting a prewarmed provider process failed: {problem}"),
+                    data: None,
+                }))
+                .await;
+        }
     }
 
     /// A new sandboxed instance of the driver (every run, and every attempt, gets its own).

@@ -24,7 +24,45 @@ use crate::structured::{self, Mechanism};
 use crate::wasm::convert::{Resources, build_request};
 
 impl Run {
+    /// Prepare the run's process: on a prewarmed process of the agent when one was started
+    /// for exactly this launch (see `warm`), else a new one. An empty pool is refilled.
     pub(super) async fn prepare(&mut self) -> Result<Prepared, Error> {
+        if self.inner.warm.enabled() {
+            match self.inner.warm.take() {
+                Some(warm) => match self.prepare_on(Some(&warm)).await {
+                    Ok(Some(prepared)) => {
+                        super::warm::refill(&self.inner);
+                        return Ok(prepared.on(warm));
+                    }
+                    // Not this launch: it waits for another run.
+                    Ok(None) => self.inner.warm.put_back(warm),
+                    Err(e) => {
+                        self.inner.warm.put_back(warm);
+                        return Err(e);
+                    }
+                },
+                None => super::warm::refill(&self.inner),
+            }
+        }
+        self.prepare_cold().await
+    }
+
+    /// Prepare a new process (never a prewarmed one): dry runs, warm processes themselves,
+    /// and runs that found none.
+    pub(super) async fn prepare_cold(&mut self) -> Result<Prepared, Error> {
+        match self.prepare_on(None).await? {
+            Some(prepared) => Ok(prepared),
+            None => unreachable!("only a warm process can be declined"),
+        }
+    }
+
+    /// The preparation. With `warm`, the run is prepared on the warm process's private
+    /// directory (nothing is written) and `None` is returned, with the differences in
+    /// `warm_miss`, unless the launch is exactly the one the process was started with.
+    pub(super) async fn prepare_on(
+        &mut self,
+        warm: Option<&super::warm::Warm>,
+    ) -> Result<Option<Prepared>, Error> {
         let skills = self.skill_set().await?;
         let resources = self.resources()?;
         let skill_dirs = skills.as_ref().map(|s| s.dirs()).unwrap_or_default();
@@ -73,7 +111,10 @@ impl Run {
             _ => self.prompt.clone(),
         };
         let delivery = self.delivery().await?;
-        let run_root = PrivateDir::root_for(&self.run_id);
+        let run_root = warm.map_or_else(
+            || PrivateDir::root_for(&self.run_id),
+            |w| w.root().to_path_buf(),
+        );
         let private_dir = PrivateDir::files_for(&run_root);
         let instructions_dir = PrivateDir::instructions_for(&run_root);
         let request = build_request(
@@ -134,15 +175,23 @@ impl Run {
             .iter()
             .map(|(name, contents)| (name.as_str(), contents.as_slice()))
             .collect();
-        // Created before the confinement is decided: its rules name existing paths.
-        let private_dir = PrivateDir::create(run_root, &files).map_err(|e| Error::Spawn {
-            driver: name.clone(),
-            program: launch.program.clone(),
-            source: e,
-        })?;
-        if let Some(bundle) = &resources.bundle {
-            bundle.write(&instructions_dir)?;
-        }
+        // Created before the confinement is decided: its rules name existing paths. A warm
+        // process's directory exists, with what it was started with.
+        let private_dir = match warm {
+            Some(_) => PrivateDir::unowned(run_root),
+            None => {
+                let dir = PrivateDir::create(run_root, &files).map_err(|e| Error::Spawn {
+                    driver: name.clone(),
+                    program: launch.program.clone(),
+                    source: e,
+                })?;
+                if let Some(bundle) = &resources.bundle {
+                    bundle.write(&instructions_dir)?;
+                }
+                dir
+            }
+        };
+        let bundle = resources.bundle.as_ref().map(|b| b.fingerprint());
         let tmp = PrivateDir::tmp_for(private_dir.root());
         let read_only =
             self.options.policy.unwrap_or_default().sandbox == crate::policy::Sandbox::ReadOnly;
@@ -170,14 +219,23 @@ impl Run {
                     .map(|_| instructions_dir.as_path()),
             },
         )?;
-        Ok(Prepared {
+        if let Some(warm) = warm {
+            let identity = super::warm::Identity::new(&launch, &spec, bundle.clone());
+            if identity != *warm.identity() {
+                self.warm_miss = Some(warm.identity().differences(&identity).join(", "));
+                return Ok(None);
+            }
+        }
+        Ok(Some(Prepared {
             session,
             launch,
             secrets: delivery.secrets.clone(),
             spec,
             private_dir,
             containment,
-        })
+            bundle,
+            warm: None,
+        }))
     }
 
     /// Check a caller-supplied checkpoint against the driver and turn it into the request's
@@ -222,6 +280,24 @@ impl Run {
     }
 }
 
+impl Run {
+    /// A run that only prepares (a dry run, a warm process): it emits nowhere and is never
+    /// executed.
+    pub(super) fn detached(inner: &Arc<AgentInner>, prompt: String, options: RunOptions) -> Run {
+        let run_id = new_run_id();
+        let (tx, _rx) = mpsc::channel(2);
+        let cancel = inner.cancel.child_token();
+        let emitter = Emitter::new(
+            tx,
+            run_id.clone(),
+            inner.driver.name().to_owned(),
+            false,
+            cancel.clone(),
+        );
+        Run::new(inner, run_id, prompt, options, emitter, cancel, None)
+    }
+}
+
 /// Decide what a plain run would launch — the same preparation as a run — and spawn
 /// nothing. The private files are written and removed again; no event is emitted. A git
 /// worktree workspace is created and released again, so the plan shows its directory.
@@ -233,21 +309,11 @@ pub(crate) async fn plan(
     if inner.closed.load(Ordering::SeqCst) {
         return Err(Error::AgentClosed);
     }
-    let run_id = new_run_id();
-    let (tx, _rx) = mpsc::channel(2);
-    let cancel = inner.cancel.child_token();
-    let emitter = Emitter::new(
-        tx,
-        run_id.clone(),
-        inner.driver.name().to_owned(),
-        false,
-        cancel.clone(),
-    );
-    let mut run = Run::new(inner, run_id, prompt, options, emitter, cancel, None);
+    let mut run = Run::detached(inner, prompt, options);
     // A git worktree is created for the plan (its directory is the launch's) and released
     // again: git runs, the provider does not.
     run.resolve_managed_workspace().await?;
-    let prepared = run.prepare().await;
+    let prepared = run.prepare_cold().await;
     let released = run
         .release_managed_workspace(prepared.is_err(), false)
         .await;

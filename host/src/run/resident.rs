@@ -107,27 +107,45 @@ impl ResidentPool {
 /// Stop a resident process: end of input first (the CLI's own clean exit), then after
 /// `grace` the process group is terminated and killed. Problems are logged: there is no run
 /// left to report them to.
-pub(crate) async fn stop(mut resident: Resident, grace: Duration) {
-    let pid = resident.spawned.pid;
-    let pgid = resident.spawned.guard.pgid();
-    drop(resident.stdin);
-    if let Some(writer) = resident.stdin_writer.take() {
+pub(crate) async fn stop(resident: Resident, grace: Duration) {
+    let Resident {
+        spawned,
+        stdin,
+        stdin_writer,
+        ..
+    } = resident;
+    drop(stdin);
+    stop_process(spawned, stdin_writer, grace).await;
+}
+
+/// Stop a kept process (resident or prewarmed): close its input (its own stdin pipe, or the
+/// task writing to it), wait `grace` for it to exit, then terminate and kill its group and
+/// reap it. Problems are logged.
+pub(crate) async fn stop_process(
+    mut spawned: process::Spawned,
+    stdin_writer: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    grace: Duration,
+) {
+    let pid = spawned.pid;
+    let pgid = spawned.guard.pgid();
+    drop(spawned.stdin.take());
+    if let Some(writer) = stdin_writer {
         writer.abort();
     }
-    let exited = tokio::time::timeout(grace, resident.spawned.child.wait()).await;
+    let exited = tokio::time::timeout(grace, spawned.child.wait()).await;
     if !matches!(exited, Ok(Ok(_))) {
         tracing::info!(
             pid,
-            "resident provider did not exit at end of input; terminating it"
+            "kept provider did not exit at end of input; terminating it"
         );
     }
     match crate::process::reap_group(pgid, grace).await {
-        Ok(()) => resident.spawned.guard.disarm(),
+        Ok(()) => spawned.guard.disarm(),
         Err(e) => {
-            tracing::warn!(pid, pgid, error = %e, "could not confirm a resident provider's process group is gone")
+            tracing::warn!(pid, pgid, error = %e, "could not confirm a kept provider's process group is gone")
         }
     }
-    if let Err(e) = resident.spawned.child.wait().await {
-        tracing::warn!(pid, error = %e, "waiting for a stopped resident provider failed");
+    if let Err(e) = spawned.child.wait().await {
+        tracing::warn!(pid, error = %e, "waiting for a stopped provider failed");
     }
 }

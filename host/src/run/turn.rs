@@ -71,12 +71,39 @@ impl Run {
                     private_dir,
                     containment,
                     secrets: _,
+                    bundle: _,
+                    warm,
                 } = *prepared;
-                let spawned = process::spawn(&spec).map_err(|source| Error::Spawn {
-                    driver: name.clone(),
-                    program: spec.program.display().to_string(),
-                    source,
-                })?;
+                let spawned = match warm {
+                    Some((spawned, waited)) => {
+                        tracing::info!(
+                            pid = spawned.pid,
+                            waited_ms = waited.as_millis() as u64,
+                            "the run takes a prewarmed provider process"
+                        );
+                        self.emitter
+                            .emit(Event::Notice(Notice {
+                                meta: blank_meta(),
+                                notice: "process.prewarmed".into(),
+                                message: format!(
+                                    "this run starts on a prewarmed provider process (pid {}, started {} ms before it)",
+                                    spawned.pid,
+                                    waited.as_millis()
+                                ),
+                                data: Some(serde_json::json!({
+                                    "pid": spawned.pid,
+                                    "waited_ms": waited.as_millis() as u64,
+                                })),
+                            }))
+                            .await;
+                        spawned
+                    }
+                    None => process::spawn(&spec).map_err(|source| Error::Spawn {
+                        driver: name.clone(),
+                        program: spec.program.display().to_string(),
+                        source,
+                    })?,
+                };
                 tracing::info!(
                     pid = spawned.pid,
                     program = %spec.program.display(),

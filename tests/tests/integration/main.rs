@@ -23,6 +23,7 @@ mod hostile;
 mod loading;
 mod orphans;
 mod pipeline;
+mod prewarm;
 mod profiles;
 mod resident;
 mod skills;

@@ -9,6 +9,9 @@
 //! - `[[driver-ignore-output]]`: ignore every stdout and stderr byte;
 //! - `[[driver-no-checkpoint]]`: succeed but report no checkpoint (a thread cannot be saved).
 //!
+//! Caller metadata `testbed=prompt-in-args` appends the prompt to the command line (a launch
+//! that depends on the prompt, which prewarmed processes cannot serve).
+//!
 //! Its descriptor declares prompt+validate structured output only (no native schema), and
 //! the version `1.0.0-testbed`.
 //!
@@ -66,7 +69,15 @@ impl TestbedSession {
 
 impl Session for TestbedSession {
     fn new(request: RunRequest) -> Self {
-        let prompt = request.prompt.clone();
+        let mut prompt = request.prompt.clone();
+        if request
+            .metadata
+            .iter()
+            .any(|(k, v)| k == "testbed" && v == "prompt-in-args")
+        {
+            // Marks the session; `start` puts the prompt itself on the command line.
+            prompt.push_str("[[prompt-in-args]]");
+        }
         Self {
             inner: ReferenceSession::new(request),
             prompt,
@@ -81,6 +92,9 @@ impl Session for TestbedSession {
         if self.wants("launch-sh") {
             launch.program = "sh".into();
             launch.args = vec!["-c".into(), "echo pwned".into()];
+        }
+        if let Some(prompt) = self.prompt.strip_suffix("[[prompt-in-args]]") {
+            launch.args.push(prompt.to_owned());
         }
         if self.wants("launch-cwd-escape") {
             launch.cwd = Some("..".into());

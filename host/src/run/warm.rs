@@ -1,0 +1,388 @@
+//! Prewarmed provider processes (`AgentBuilder::prewarm`): started, idle CLI processes that
+//! wait for their first input, so a run skips the CLI's start-up.
+//!
+//! Owns the per-agent pool: filling it (a warm process is prepared by the same preparation
+//! as a run — driver instance, grant, the driver's `start`, confinement — for the agent's
+//! default options and a placeholder prompt, then spawned through `process`), the check that
+//! the driver's launch does not depend on the prompt, idle reaping, and stopping everything
+//! on close. A run takes a warm process only when the launch it prepared itself on the warm
+//! process's private directory is the very one the process was started with (program,
+//! arguments, environment, working directory, private files, confinement, instructions
+//! bundle): a warm process is never used across configs, workspaces, profiles or policies.
+//! Nothing is written to a warm process before a run takes it; what it printed meanwhile
+//! stays in its pipes for that run's driver.
+//!
+//! Must not: decide what to spawn (`prepare` + `grant` do), speak any protocol, or hand one
+//! process to two runs (a taken process leaves the pool for good).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use super::{Prepared, Run};
+use crate::agent::AgentInner;
+use crate::error::Error;
+use crate::process::{self, PrivateDir, ProcessSpec};
+use crate::session::Launch;
+
+/// The placeholder prompt a warm process is prepared with (it never reaches the process).
+const WARM_PROMPT: &str = "(prewarmed process)";
+/// A second placeholder: preparing with it must give the same launch, else the driver puts
+/// the prompt on the command line, in the environment or in a file, and no run could ever
+/// take a warm process.
+const PROBE_PROMPT: &str = "(a different prompt)";
+
+/// A started provider process that has received nothing yet.
+pub(crate) struct Warm {
+    spawned: process::Spawned,
+    private_dir: PrivateDir,
+    /// What it was started for.
+    identity: Identity,
+    born: Instant,
+}
+
+/// Everything a process is started with; a run takes a warm process only if its own launch
+/// has the same identity.
+#[derive(PartialEq)]
+pub(crate) struct Identity {
+    /// The driver's launch without its stdin bytes (written when a run takes the process).
+    launch: Launch,
+    spec: ProcessSpec,
+    /// The instructions bundle written into the private directory (its fingerprint).
+    bundle: Option<String>,
+}
+
+impl Identity {
+    pub(crate) fn new(launch: &Launch, spec: &ProcessSpec, bundle: Option<String>) -> Identity {
+        Identity {
+            launch: Launch {
+                stdin: Vec::new(),
+                ..launch.clone()
+            },
+            spec: spec.clone(),
+            bundle,
+        }
+    }
+
+    /// What differs from `other`, for the notice of a run that could not take the process.
+    pub(crate) fn differences(&self, other: &Identity) -> Vec<&'static str> {
+        let (a, b) = (&self.launch, &other.launch);
+        let mut out = Vec::new();
+        if a.program != b.program || self.spec.program != other.spec.program {
+            out.push("program");
+        }
+        if a.args != b.args || self.spec.args != other.spec.args {
+            out.push("arguments");
+        }
+        if a.env != b.env || self.spec.env != other.spec.env {
+            out.push("environment");
+        }
+        if a.cwd != b.cwd || self.spec.cwd != other.spec.cwd {
+            out.push("working directory");
+        }
+        if a.files != b.files {
+            out.push("private files");
+        }
+        if a.keep_stdin_open != b.keep_stdin_open {
+            out.push("stdin mode");
+        }
+        if self.spec.confinement != other.spec.confinement
+            || self.spec.parent_death_signal != other.spec.parent_death_signal
+        {
+            out.push("confinement");
+        }
+        if self.bundle != other.bundle {
+            out.push("instructions bundle");
+        }
+        out
+    }
+}
+
+impl Warm {
+    /// The root of its private directory (a run prepares on it to compare launches).
+    pub(crate) fn root(&self) -> &std::path::Path {
+        self.private_dir.root()
+    }
+
+    pub(crate) fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// The process and its directory, for the run that takes it; and how long it waited.
+    pub(crate) fn into_parts(self) -> (process::Spawned, PrivateDir, Duration) {
+        (self.spawned, self.private_dir, self.born.elapsed())
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.spawned.child.try_wait(), Ok(None))
+    }
+}
+
+/// One agent's warm processes.
+pub(crate) struct WarmPool {
+    /// How many to keep (0: the pool is off).
+    target: usize,
+    idle: Duration,
+    grace: Duration,
+    state: Mutex<PoolState>,
+    /// Signalled whenever a start ends.
+    changed: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct PoolState {
+    ready: VecDeque<(u64, Warm)>,
+    /// Being started now.
+    pending: usize,
+    closed: bool,
+    /// Why the last fill failed, until a run or `warm_up` reports it.
+    failure: Option<Error>,
+    next_id: u64,
+}
+
+impl WarmPool {
+    pub(crate) fn new(target: usize, idle: Duration, grace: Duration) -> WarmPool {
+        WarmPool {
+            target,
+            idle,
+            grace,
+            state: Mutex::new(PoolState::default()),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Whether the agent keeps warm processes at all.
+    pub(crate) fn enabled(&self) -> bool {
+        self.target > 0
+    }
+
+    /// Take the oldest live warm process (one that exited meanwhile is dropped, its group
+    /// killed).
+    pub(crate) fn take(&self) -> Option<Warm> {
+        let mut state = self.state.lock().ok()?;
+        while let Some((_, mut warm)) = state.ready.pop_front() {
+            if warm.alive() {
+                return Some(warm);
+            }
+            tracing::info!(
+                pid = warm.spawned.pid,
+                "a prewarmed provider process exited before any run took it"
+            );
+        }
+        None
+    }
+
+    /// Give back a warm process a run did not take (it is still unused).
+    pub(crate) fn put_back(self: &Arc<Self>, warm: Warm) {
+        self.keep(warm);
+    }
+
+    /// Why filling the pool last failed (once).
+    pub(crate) fn take_failure(&self) -> Option<Error> {
+        self.state.lock().ok()?.failure.take()
+    }
+
+    /// How many warm processes are waiting.
+    pub(crate) fn ready(&self) -> usize {
+        self.state.lock().map_or(0, |s| s.ready.len())
+    }
+
+    fn keep(self: &Arc<Self>, warm: Warm) {
+        let id = {
+            let Ok(mut state) = self.state.lock() else {
+                return;
+            };
+            if state.closed {
+                drop(state);
+                tokio::spawn(stop(warm, self.grace));
+                return;
+            }
+            let id = state.next_id;
+            state.next_id += 1;
+            state.ready.push_back((id, warm));
+            id
+        };
+        let pool: Weak<Self> = Arc::downgrade(self);
+        let idle = self.idle;
+        tokio::spawn(async move {
+            tokio::time::sleep(idle).await;
+            let Some(pool) = pool.upgrade() else { return };
+            let expired = pool.state.lock().ok().and_then(|mut s| {
+                let at = s.ready.iter().position(|(i, _)| *i == id)?;
+                s.ready.remove(at).map(|(_, w)| w)
+            });
+            if let Some(warm) = expired {
+                tracing::info!(
+                    pid = warm.spawned.pid,
+                    "stopping a prewarmed provider process no run took"
+                );
+                stop(warm, pool.grace).await;
+            }
+        });
+    }
+
+    /// Stop every warm process and start no more.
+    pub(crate) async fn close(&self) {
+        let all: Vec<Warm> = match self.state.lock() {
+            Ok(mut state) => {
+                state.closed = true;
+                state.ready.drain(..).map(|(_, w)| w).collect()
+            }
+            Err(_) => Vec::new(),
+        };
+        for warm in all {
+            stop(warm, self.grace).await;
+        }
+    }
+
+    /// Reserve starts for what is missing; returns how many the caller must start.
+    fn reserve(&self) -> usize {
+        let Ok(mut state) = self.state.lock() else {
+            return 0;
+        };
+        if state.closed {
+            return 0;
+        }
+        let missing = self
+            .target
+            .saturating_sub(state.ready.len() + state.pending);
+        state.pending += missing;
+        missing
+    }
+
+    fn started(self: &Arc<Self>, made: Result<Warm, Error>) {
+        let made = match made {
+            Ok(warm) => Ok(warm),
+            Err(problem) => {
+                tracing::warn!(%problem, "could not start a prewarmed provider process");
+                Err(problem)
+            }
+        };
+        if let Ok(mut state) = self.state.lock() {
+            state.pending = state.pending.saturating_sub(1);
+            if let Err(problem) = made {
+                state.failure = Some(problem);
+                drop(state);
+                self.changed.notify_waiters();
+                return;
+            }
+        }
+        if let Ok(warm) = made {
+            self.keep(warm);
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Wait until no start is under way.
+    async fn settled(&self) {
+        loop {
+            let changed = self.changed.notified();
+            if self.state.lock().map_or(0, |s| s.pending) == 0 {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
+/// Start what the pool is missing, in the background.
+pub(crate) fn refill(inner: &Arc<AgentInner>) {
+    for _ in 0..inner.warm.reserve() {
+        let inner = inner.clone();
+        inner.tracker.clone().spawn(async move {
+            let made = tokio::select! {
+                made = make(&inner) => made,
+                _ = inner.cancel.cancelled() => Err(Error::AgentClosed),
+            };
+            inner.warm.started(made);
+        });
+    }
+}
+
+/// Start what the pool is missing and wait for every start under way: the number of warm
+/// processes then waiting, or why a start failed.
+pub(crate) async fn fill(inner: &Arc<AgentInner>) -> Result<usize, Error> {
+    if inner.closed.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(Error::AgentClosed);
+    }
+    let missing = inner.warm.reserve();
+    let made = futures::future::join_all((0..missing).map(|_| make(inner))).await;
+    for result in made {
+        inner.warm.started(result);
+    }
+    inner.warm.settled().await;
+    match inner.warm.take_failure() {
+        Some(e) => Err(e),
+        None => Ok(inner.warm.ready()),
+    }
+}
+
+/// Prepare and start one warm process for the agent's default options.
+async fn make(inner: &Arc<AgentInner>) -> Result<Warm, Error> {
+    let driver = inner.driver.name().to_owned();
+    let unsupported = |reason: String| Error::PrewarmUnsupported {
+        driver: driver.clone(),
+        reason,
+    };
+    if let Some(crate::workspace::Workspace::GitWorktree(_)) = &inner.defaults.workspace {
+        return Err(unsupported(
+            "the default workspace is a git worktree, made for each run".into(),
+        ));
+    }
+    if inner.defaults.schema.is_some() || inner.defaults.resume.is_some() {
+        return Err(unsupported(
+            "the default options carry an output schema or a checkpoint, fixed per run".into(),
+        ));
+    }
+    let mut run = Run::detached(inner, WARM_PROMPT.to_owned(), inner.defaults.clone());
+    let Prepared {
+        session,
+        launch,
+        spec,
+        private_dir,
+        bundle,
+        ..
+    } = run.prepare_cold().await?;
+    drop(session);
+    let spawned = process::spawn(&spec).map_err(|source| Error::Spawn {
+        driver: driver.clone(),
+        program: spec.program.display().to_string(),
+        source,
+    })?;
+    tracing::info!(pid = spawned.pid, program = %spec.program.display(), "started a prewarmed provider process");
+    let warm = Warm {
+        spawned,
+        private_dir,
+        identity: Identity::new(&launch, &spec, bundle),
+        born: Instant::now(),
+    };
+    // The same preparation with another prompt must ask for the same process.
+    let mut probe = Run::detached(inner, PROBE_PROMPT.to_owned(), inner.defaults.clone());
+    let probed = probe.prepare_on(Some(&warm)).await;
+    match probed {
+        Ok(Some(_)) => Ok(warm),
+        Ok(None) => {
+            let reason = probe.warm_miss.take().unwrap_or_default();
+            stop(warm, inner.settings.grace_period).await;
+            Err(unsupported(format!(
+                "the driver's launch depends on the prompt ({reason}), so no run could take a process started before its prompt"
+            )))
+        }
+        Err(e) => {
+            stop(warm, inner.settings.grace_period).await;
+            Err(e)
+        }
+    }
+}
+
+/// Stop a warm process: end of input (the CLI's own exit), then its group's SIGTERM →
+/// SIGKILL after `grace`; its private directory goes after it.
+pub(crate) async fn stop(warm: Warm, grace: Duration) {
+    let Warm {
+        spawned,
+        private_dir,
+        ..
+    } = warm;
+    super::resident::stop_process(spawned, None, grace).await;
+    drop(private_dir);
+}
