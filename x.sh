@@ -7,7 +7,8 @@
 #                                              install adaptor, adaptortest, reference-provider and the
 #                                              built-in drivers under DIR (default ~/.local)
 #   ./x.sh build-drivers                       build the WASM drivers into $TARGET/drivers
-#   ./x.sh bench                               turn-overhead / compile and 1000-run load benchmarks (release)
+#   ./x.sh bench                               turn-overhead / compile, 1000-run load, and official-SDK
+#                                              comparison benchmarks (release; installs the CLIs and SDKs)
 #   ./x.sh reports                             regenerate the conformance report in each driver README
 #
 # CARGO_TARGET_DIR is honoured; drivers land in "$CARGO_TARGET_DIR/drivers".
@@ -357,6 +358,11 @@ PY
     cargo build --release -p adaptor-cli -p reference-provider >&2
     cargo bench -p adaptor-integration-tests --bench turn_overhead
     cargo bench -p adaptor-integration-tests --bench load
+    ensure_clis
+    # shellcheck source=tests/sdk-bench/ensure_sdks.sh
+    source "$ROOT/tests/sdk-bench/ensure_sdks.sh"
+    ensure_sdks
+    cargo bench -p adaptor-integration-tests --bench sdk_compare
     ;;
   *)
     sed -n '2,10p' "$0"

@@ -596,8 +596,15 @@ impl AgentBuilder {
     /// Needs a driver whose launch does not depend on the prompt (it goes to stdin), checked
     /// when the pool fills: [`Agent::warm_up`] returns
     /// [`Error::PrewarmUnsupported`](crate::Error::PrewarmUnsupported) otherwise, and runs
-    /// report a failed fill in a `process.prewarm_failed` notice. Filling starts at
-    /// [`build`](Self::build) when called inside a Tokio runtime, else at the first run.
+    /// report a failed fill in a `process.prewarm_failed` notice. It also needs a CLI that
+    /// keeps waiting for its first input: Claude Code with the driver's `"transport":
+    /// "stream-json"` (plain `-p` gives up after 3 s without stdin), Codex, ACP agents. A
+    /// warm process that exits within a minute of its start stops the refilling until
+    /// [`Agent::warm_up`], and the next run says why (`process.prewarm_failed`). One that a
+    /// run with the default options could no longer take (its launch was decided from files
+    /// that changed since, such as a state file the CLI created on its first start) is
+    /// replaced. Filling starts at [`build`](Self::build) when called inside a Tokio
+    /// runtime, else at the first run.
     pub fn prewarm(mut self, count: usize) -> Self {
         self.settings.prewarm = count;
         self
@@ -892,10 +899,12 @@ impl Agent {
     }
 
     /// Fill the prewarmed-process pool ([`AgentBuilder::prewarm`]) and wait until it is
-    /// full: the number of processes waiting. Errors are what a run would get (the grant,
+    /// full: the number of processes waiting. Waiting ones are checked first (one that
+    /// exited or that a default run could no longer take is replaced), and refilling resumes
+    /// if a short-lived process had stopped it. Errors are what a run would get (the grant,
     /// the driver's `start`, spawning) or
-    /// [`Error::PrewarmUnsupported`](crate::Error::PrewarmUnsupported); `Ok(0)` without
-    /// `prewarm`.
+    /// [`Error::PrewarmUnsupported`](crate::Error::PrewarmUnsupported) (also for a waiting
+    /// process that exited soon after its start); `Ok(0)` without `prewarm`.
     pub async fn warm_up(&self) -> Result<usize, Error> {
         if !self.inner.warm.enabled() {
             return Ok(0);

@@ -128,7 +128,8 @@ pub enum Error {
     },
     /// [`AgentBuilder::prewarm`](crate::AgentBuilder::prewarm): no process can be started
     /// before its run for this driver and these default options (the launch depends on the
-    /// prompt, or the defaults are fixed per run). Nothing is left running.
+    /// prompt, the defaults are fixed per run, or the CLI does not wait for its first input
+    /// and exited soon after its start). Nothing is left running.
     #[error("driver `{driver}` cannot keep prewarmed processes: {reason}")]
     PrewarmUnsupported {
         /// Driver name.

@@ -7,10 +7,22 @@
 //! the p50 / p99 of each run's wall time and of the host's overhead per turn (wall time minus
 //! the provider's own output span, from the run's raw chunk timeline).
 //!
+//! Then `LOAD_THREADS` (default 300) threads, each kept on its own resident provider
+//! process (the reference driver's stdio transport): all first turns at once, a pause with
+//! every session parked, then all second turns at once on the resident processes. Prints
+//! completion, lost critical events (0), the host's RSS per parked session (current RSS
+//! with every session parked, minus before, divided by the sessions), the p50 / p99 host
+//! overhead of a resident turn, the machine memory each parked session costs, and that
+//! closing the agent leaves no provider process. Not 1000 by default: on the 24 GiB machine
+//! of the README, 1000 parked sessions exhausted memory and the kernel killed the host — each
+//! provider's confinement keeps two forks of the host (the keeper and the PID namespace's
+//! reaper), whose page tables grow with the host (see the README's performance section).
+//!
 //! Run with `./x.sh bench` (release build).
 
 use std::time::{Duration, Instant};
 
+use adaptor::store::MemoryStore;
 use adaptor::{Agent, Driver, Event, Phase};
 use adaptor_integration_tests::{driver_path, provider_path};
 use futures::StreamExt;
@@ -20,21 +32,43 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[at]
 }
 
+/// Current resident set size of this process (VmRSS), KiB.
+fn rss_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The machine's available memory (MemAvailable), KiB.
+fn mem_available_kib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
 /// Peak resident set size of this process (VmHWM), KiB.
 fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
+    status_kib("VmHWM:")
 }
 
 /// How many of the critical events a run's stream lacks (0 for a healthy run).
@@ -146,4 +180,169 @@ async fn main() {
         );
     }
     assert_eq!(lost, 0, "critical events were lost");
+    agent.close().await;
+
+    let threads: usize = std::env::var("LOAD_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    idle_threads(threads, state.path(), ws.path()).await;
+}
+
+/// The outcome of one turn: its events, result and wall time.
+type Turn = (
+    Vec<Event>,
+    Result<adaptor::RunResult, adaptor::Error>,
+    Duration,
+);
+
+/// One turn on every thread at once.
+async fn turn_on_all(agent: &Agent, threads: usize, turn: usize) -> Vec<Turn> {
+    let tasks: Vec<_> = (0..threads)
+        .map(|i| {
+            let agent = agent.clone();
+            tokio::spawn(async move {
+                let t = Instant::now();
+                let thread = agent.thread(format!("idle-{i}"));
+                let mut stream = thread.stream(format!("thread {i} turn {turn}"));
+                let mut events = Vec::new();
+                while let Some(ev) = stream.next().await {
+                    events.push(ev);
+                }
+                let result = stream.result().await;
+                (events, result, t.elapsed())
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(threads);
+    for task in tasks {
+        out.push(task.await.expect("turn task"));
+    }
+    out
+}
+
+/// Whether a run's events say it started its provider or reused the resident one.
+fn reused(events: &[Event]) -> bool {
+    events
+        .iter()
+        .any(|e| matches!(e, Event::Notice(n) if n.notice == "process.reused"))
+}
+
+/// Provider processes of this benchmark still alive (found by the state directory on their
+/// command line).
+fn providers_alive(state: &std::path::Path) -> usize {
+    let needle = state.display().to_string();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(&c)
+                        .replace('\0', " ")
+                        .contains(&needle)
+                })
+                .unwrap_or(false)
+        })
+        .count()
+}
+
+async fn idle_threads(threads: usize, state: &std::path::Path, ws: &std::path::Path) {
+    let driver = Driver::from_file(driver_path("reference"))
+        .unwrap()
+        .with_config(serde_json::json!({
+            "command": provider_path().display().to_string(),
+            "state_dir": state.display().to_string(),
+            "transport": "stdio",
+        }))
+        .unwrap();
+    let agent = Agent::builder(driver)
+        .workspace(ws)
+        .timeout(Duration::from_secs(600))
+        .resident_idle(Duration::from_secs(1800))
+        .thread_store(MemoryStore::new())
+        .build();
+    let rss_before = rss_kib();
+    let available_before = mem_available_kib();
+    let started = Instant::now();
+    let first = turn_on_all(&agent, threads, 1).await;
+    let opened = started.elapsed();
+    let mut lost = 0;
+    let mut failed = Vec::new();
+    for (events, result, _) in &first {
+        lost += lost_critical(events);
+        if let Err(e) = result {
+            failed.push(e.to_string());
+        }
+    }
+    let parked = threads - failed.len();
+    // Parked: every session idle on its resident process.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let parked_rss = rss_kib();
+    let machine_per_session =
+        available_before.saturating_sub(mem_available_kib()) as f64 / parked.max(1) as f64;
+    let parked_providers = providers_alive(state);
+
+    let started = Instant::now();
+    let second = turn_on_all(&agent, threads, 2).await;
+    let resumed = started.elapsed();
+    let mut overheads = Vec::with_capacity(threads);
+    let mut on_resident = 0;
+    for (events, result, _) in &second {
+        lost += lost_critical(events);
+        on_resident += usize::from(reused(events));
+        match result {
+            Ok(r) => {
+                let provider_span = r.raw().chunks.last().map(|c| c.at).unwrap_or_default();
+                overheads.push(r.duration.saturating_sub(provider_span));
+            }
+            Err(e) => failed.push(e.to_string()),
+        }
+    }
+    overheads.sort();
+    agent.close().await;
+    let mut left = providers_alive(state);
+    for _ in 0..100 {
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = providers_alive(state);
+    }
+
+    println!("load: {threads} threads with resident processes in one host process");
+    println!(
+        "  first turns {:.2} s · second turns (on the resident processes) {:.2} s · failed {} · lost critical events {lost}",
+        opened.as_secs_f64(),
+        resumed.as_secs_f64(),
+        failed.len()
+    );
+    if let Some(first) = failed.first() {
+        println!("  first failure: {first}");
+    }
+    println!(
+        "  parked: {parked} sessions, {parked_providers} provider processes · host RSS {:.1} MiB (before {:.1} MiB) · {:.1} KiB per parked session",
+        parked_rss as f64 / 1024.0,
+        rss_before as f64 / 1024.0,
+        parked_rss.saturating_sub(rss_before) as f64 / parked.max(1) as f64
+    );
+    println!(
+        "  machine memory per parked session (MemAvailable drop: host, provider, the confinement's keeper and reaper) {:.1} MiB",
+        machine_per_session / 1024.0
+    );
+    println!("  second turns on their resident process: {on_resident}/{threads}");
+    if !overheads.is_empty() {
+        println!(
+            "  host overhead per resident turn (wall − provider output span) p50 {:.2} ms · p99 {:.2} ms",
+            ms(percentile(&overheads, 0.5)),
+            ms(percentile(&overheads, 0.99))
+        );
+    }
+    println!("  provider processes left after close: {left}");
+    assert_eq!(lost, 0, "critical events were lost");
+    assert!(failed.is_empty(), "turns failed");
+    assert_eq!(on_resident, threads, "every second turn reuses its process");
+    assert_eq!(left, 0, "close stops every resident process");
 }

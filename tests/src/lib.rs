@@ -93,6 +93,14 @@ pub fn agent_builder(driver: Driver, workspace: &Path) -> AgentBuilder {
         .grace_period(Duration::from_millis(300))
 }
 
+/// The first `Notice` of `kind` among a run's events.
+pub fn notice<'a>(events: &'a [adaptor::Event], kind: &str) -> Option<&'a adaptor::Notice> {
+    events.iter().find_map(|e| match e {
+        adaptor::Event::Notice(n) if n.notice == kind => Some(n),
+        _ => None,
+    })
+}
+
 /// True if `pid` exists and is not a zombie.
 pub fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -2,7 +2,8 @@
 //!
 //! Owns: program lookup (PATH, never through a workspace entry; `grant` calls it once per
 //! run), spawning a [`ProcessSpec`] as the leader of a new process group under the
-//! confinement `grant` decided (Landlock and a PID namespace on Linux, in `linux.rs`),
+//! confinement `grant` decided (Landlock and a PID namespace on Linux, in `linux.rs`), the
+//! host's spawner thread (runs fork there, off the async runtime: [`spawn_off_runtime`]),
 //! signalling and reaping groups, the run's private directory (and sweeping the ones a
 //! crashed host left), and the OS-specific process-group code (in `unix.rs`; macOS and
 //! Windows follow behind the same functions). Must not: decide what may be spawned (that is
@@ -23,6 +24,78 @@ pub(crate) use tool::run_host_tool;
 #[cfg(unix)]
 pub(crate) use unix::{Spawned, exit_parts, group_alive, killed_status, signal_group, spawn};
 
+/// [`spawn`] on the host's spawner thread, off the async runtime. Forking a host that maps
+/// wasmtime's reservations, and creating the PID namespace, take from about a millisecond to
+/// tens of milliseconds on a loaded host; on the runtime's worker threads that stalls every
+/// task scheduled with them (measured: a thousand thread turns at once starved the lease
+/// renewals until the leases lapsed). The spawner is one thread that lives as long as the
+/// host process, because the parent-death signal fires when the *thread* that forked the
+/// provider exits (a pool thread retiring after its idle time would kill every provider it
+/// started). A caller that stops waiting drops the process, which kills it.
+#[cfg(unix)]
+pub(crate) async fn spawn_off_runtime(spec: &ProcessSpec) -> std::io::Result<Spawned> {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let request = SpawnRequest {
+        spec: spec.clone(),
+        runtime: tokio::runtime::Handle::current(),
+        reply,
+    };
+    let gone = || std::io::Error::other("the host's spawner thread is gone");
+    spawner().send(request).map_err(|_| gone())?;
+    answer.await.unwrap_or_else(|_| Err(gone()))
+}
+
+/// One launch for the spawner thread: what to spawn, the runtime its pipes and child belong
+/// to, and where the process goes.
+#[cfg(unix)]
+struct SpawnRequest {
+    spec: ProcessSpec,
+    runtime: tokio::runtime::Handle,
+    reply: tokio::sync::oneshot::Sender<std::io::Result<Spawned>>,
+}
+
+/// The spawner thread's queue (the thread starts with the first launch).
+#[cfg(unix)]
+fn spawner() -> &'static std::sync::mpsc::Sender<SpawnRequest> {
+    static SPAWNER: std::sync::OnceLock<std::sync::mpsc::Sender<SpawnRequest>> =
+        std::sync::OnceLock::new();
+    SPAWNER.get_or_init(|| {
+        let (queue, requests) = std::sync::mpsc::channel::<SpawnRequest>();
+        let started = std::thread::Builder::new()
+            .name("adaptor-spawner".into())
+            .spawn(move || {
+                for request in requests {
+                    if request.reply.is_closed() {
+                        continue; // Its caller stopped waiting: nothing to start.
+                    }
+                    let _runtime = request.runtime.enter();
+                    // The thread must outlive every panic (its death would kill every
+                    // provider it started): a runtime shut down meanwhile makes Tokio panic.
+                    let spawned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        spawn(&request.spec)
+                    }))
+                    .unwrap_or_else(|_| {
+                        Err(std::io::Error::other(
+                            "spawning panicked (the caller's runtime was shut down?)",
+                        ))
+                    });
+                    // A caller that stopped waiting meanwhile gets nothing: the process is
+                    // dropped here, which kills it (dropping must not panic the thread either).
+                    if let Err(unwanted) = request.reply.send(spawned) {
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                            drop(unwanted)
+                        }));
+                    }
+                }
+            });
+        if let Err(e) = started {
+            // Requests then fail with "the spawner thread is gone" (their queue is closed).
+            tracing::error!(error = %e, "could not start the host's spawner thread");
+        }
+        queue
+    })
+}
+
 /// How a launch is confined (decided by `grant`, applied by [`spawn`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Confinement {
@@ -36,6 +109,19 @@ pub(crate) struct Confinement {
     pub pid_namespace: bool,
     /// What the reaper waits between SIGTERM and SIGKILL for leftovers.
     pub grace: Duration,
+}
+
+impl Confinement {
+    /// Whether a process confined by `self` is confined exactly as `other` asks: the same
+    /// rules, kernel mechanisms and grace. `create` is left out: it lists the state
+    /// directories that did not exist yet when the launch was decided, so it shrinks once a
+    /// first launch has created them, while the rules granting them stay the same.
+    pub(crate) fn confines_as(&self, other: &Confinement) -> bool {
+        self.rules == other.rules
+            && self.landlock == other.landlock
+            && self.pid_namespace == other.pid_namespace
+            && self.grace == other.grace
+    }
 }
 
 /// What the running kernel offers for confinement.

@@ -451,9 +451,6 @@ impl Run {
             self.announce_fallback(previous_record_id, reason).await;
         }
         self.announce_warm_pool().await;
-        if let Some(c) = self.coordinator.as_mut() {
-            c.start_renewal(self.cancel.clone());
-        }
         let mut result = self.supervise(attach).await;
         // The provider rejected the stored session: one fresh attempt, announced.
         if let Err(Error::Run(e)) = &result
@@ -594,8 +591,12 @@ impl Run {
             driver.loaded.sha256.as_str(),
             self.inner.settings.accepted_components.as_slice(),
         );
-        self.coordinator =
-            Some(Coordinator::begin(binding, fingerprint, &name, component, sessions).await?);
+        let mut coordinator =
+            Coordinator::begin(binding, fingerprint, &name, component, sessions).await?;
+        // Renewed from the moment it is held: preparing and spawning can take longer than the
+        // lease's TTL on a loaded host (measured: a thousand first turns at once).
+        coordinator.start_renewal(self.cancel.clone());
+        self.coordinator = Some(coordinator);
         Ok(())
     }
 

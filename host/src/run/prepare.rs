@@ -28,14 +28,15 @@ impl Run {
     /// for exactly this launch (see `warm`), else a new one. An empty pool is refilled.
     pub(super) async fn prepare(&mut self) -> Result<Prepared, Error> {
         if self.inner.warm.enabled() {
-            match self.inner.warm.take() {
+            match self.inner.warm.take(self.inner.driver.name()) {
                 Some(warm) => match self.prepare_on(Some(&warm)).await {
                     Ok(Some(prepared)) => {
                         super::warm::refill(&self.inner);
                         return Ok(prepared.on(warm));
                     }
-                    // Not this launch: it waits for another run.
-                    Ok(None) => self.inner.warm.put_back(warm),
+                    // Not this launch: it waits for another run, unless the agent's
+                    // default launch no longer matches it either (then it is replaced).
+                    Ok(None) => super::warm::decline(&self.inner, warm).await,
                     Err(e) => {
                         self.inner.warm.put_back(warm);
                         return Err(e);
@@ -221,8 +222,9 @@ impl Run {
         )?;
         if let Some(warm) = warm {
             let identity = super::warm::Identity::new(&launch, &spec, bundle.clone());
-            if identity != *warm.identity() {
-                self.warm_miss = Some(warm.identity().differences(&identity).join(", "));
+            let differences = warm.identity().differences(&identity);
+            if !differences.is_empty() {
+                self.warm_miss = Some(differences.join(", "));
                 return Ok(None);
             }
         }

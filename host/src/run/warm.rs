@@ -32,6 +32,11 @@ const WARM_PROMPT: &str = "(prewarmed process)";
 /// take a warm process.
 const PROBE_PROMPT: &str = "(a different prompt)";
 
+/// A warm process that exits sooner than this after its start, with no run having taken
+/// it, shows a launch the CLI does not keep waiting on (Claude Code's plain `-p` gives up
+/// after 3 s without stdin): refilling would only start and lose processes.
+const SHORT_LIVED: Duration = Duration::from_secs(60);
+
 /// A started provider process that has received nothing yet.
 pub(crate) struct Warm {
     spawned: process::Spawned,
@@ -43,7 +48,6 @@ pub(crate) struct Warm {
 
 /// Everything a process is started with; a run takes a warm process only if its own launch
 /// has the same identity.
-#[derive(PartialEq)]
 pub(crate) struct Identity {
     /// The driver's launch without its stdin bytes (written when a run takes the process).
     launch: Launch,
@@ -64,30 +68,49 @@ impl Identity {
         }
     }
 
-    /// What differs from `other`, for the notice of a run that could not take the process.
+    /// What differs from `other`, for the notice of a run that could not take the process;
+    /// empty when the two launches are the same. Every field of the launch and the spec is
+    /// destructured, so a field added to either must be placed here before this compiles.
     pub(crate) fn differences(&self, other: &Identity) -> Vec<&'static str> {
-        let (a, b) = (&self.launch, &other.launch);
+        let Launch {
+            program,
+            args,
+            env,
+            cwd,
+            stdin: _,
+            keep_stdin_open,
+            files,
+        } = &self.launch;
+        let ProcessSpec {
+            program: resolved,
+            args: spec_args,
+            env: spec_env,
+            cwd: spec_cwd,
+            parent_death_signal,
+            confinement,
+        } = &self.spec;
+        let (a, b) = (&other.launch, &other.spec);
         let mut out = Vec::new();
-        if a.program != b.program || self.spec.program != other.spec.program {
+        if *program != a.program || *resolved != b.program {
             out.push("program");
         }
-        if a.args != b.args || self.spec.args != other.spec.args {
+        if *args != a.args || *spec_args != b.args {
             out.push("arguments");
         }
-        if a.env != b.env || self.spec.env != other.spec.env {
+        if *env != a.env || *spec_env != b.env {
             out.push("environment");
         }
-        if a.cwd != b.cwd || self.spec.cwd != other.spec.cwd {
+        if *cwd != a.cwd || *spec_cwd != b.cwd {
             out.push("working directory");
         }
-        if a.files != b.files {
+        if *files != a.files {
             out.push("private files");
         }
-        if a.keep_stdin_open != b.keep_stdin_open {
+        if *keep_stdin_open != a.keep_stdin_open {
             out.push("stdin mode");
         }
-        if self.spec.confinement != other.spec.confinement
-            || self.spec.parent_death_signal != other.spec.parent_death_signal
+        // The state directories still to create are not part of how the process is confined.
+        if !confinement.confines_as(&b.confinement) || *parent_death_signal != b.parent_death_signal
         {
             out.push("confinement");
         }
@@ -113,8 +136,13 @@ impl Warm {
         (self.spawned, self.private_dir, self.born.elapsed())
     }
 
-    fn alive(&mut self) -> bool {
-        matches!(self.spawned.child.try_wait(), Ok(None))
+    /// `None` while it runs, else how it ended (an error reading its status counts as ended).
+    fn exited(&mut self) -> Option<String> {
+        match self.spawned.child.try_wait() {
+            Ok(None) => None,
+            Ok(Some(status)) => Some(status.to_string()),
+            Err(e) => Some(format!("its status could not be read: {e}")),
+        }
     }
 }
 
@@ -137,7 +165,34 @@ struct PoolState {
     closed: bool,
     /// Why the last fill failed, until a run or `warm_up` reports it.
     failure: Option<Error>,
+    /// A warm process exited soon after its start: no refills until `warm_up`.
+    stalled: bool,
     next_id: u64,
+}
+
+impl PoolState {
+    /// A waiting process exited (`status`) before any run took it.
+    fn lost(&mut self, warm: &Warm, status: &str, driver: &str) {
+        let lived = warm.born.elapsed();
+        tracing::info!(
+            pid = warm.spawned.pid,
+            %status,
+            lived_ms = lived.as_millis() as u64,
+            "a prewarmed provider process exited before any run took it"
+        );
+        if lived < SHORT_LIVED {
+            self.stalled = true;
+            self.failure = Some(Error::PrewarmUnsupported {
+                driver: driver.to_owned(),
+                reason: format!(
+                    "a prewarmed process exited {:.1} s after its start without any input ({status}): \
+                     the CLI does not wait for its first input in this launch (for Claude Code, use \
+                     the stream-json transport); prewarming stops until `warm_up`",
+                    lived.as_secs_f64()
+                ),
+            });
+        }
+    }
 }
 
 impl WarmPool {
@@ -156,18 +211,17 @@ impl WarmPool {
         self.target > 0
     }
 
-    /// Take the oldest live warm process (one that exited meanwhile is dropped, its group
-    /// killed).
-    pub(crate) fn take(&self) -> Option<Warm> {
+    /// Take the oldest live warm process. One that exited meanwhile is dropped (its group
+    /// killed); if it lived less than [`SHORT_LIVED`], the CLI does not wait for its first
+    /// input in this launch (or fails at start), so the pool stops refilling until
+    /// `Agent::warm_up` and the next run reports why.
+    pub(crate) fn take(&self, driver: &str) -> Option<Warm> {
         let mut state = self.state.lock().ok()?;
         while let Some((_, mut warm)) = state.ready.pop_front() {
-            if warm.alive() {
-                return Some(warm);
+            match warm.exited() {
+                None => return Some(warm),
+                Some(status) => state.lost(&warm, &status, driver),
             }
-            tracing::info!(
-                pid = warm.spawned.pid,
-                "a prewarmed provider process exited before any run took it"
-            );
         }
         None
     }
@@ -240,7 +294,7 @@ impl WarmPool {
         let Ok(mut state) = self.state.lock() else {
             return 0;
         };
-        if state.closed {
+        if state.closed || state.stalled {
             return 0;
         }
         let missing = self
@@ -268,6 +322,24 @@ impl WarmPool {
             }
         }
         if let Ok(warm) = made {
+            self.keep(warm);
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Refill again after a short-lived warm process (an explicit `warm_up`).
+    fn unstall(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            state.stalled = false;
+        }
+    }
+
+    /// A waiting process `revalidate` checked: kept when still usable, else only uncounted.
+    fn checked(self: &Arc<Self>, still: Option<Warm>) {
+        if let Ok(mut state) = self.state.lock() {
+            state.pending = state.pending.saturating_sub(1);
+        }
+        if let Some(warm) = still {
             self.keep(warm);
         }
         self.changed.notify_waiters();
@@ -305,6 +377,10 @@ pub(crate) async fn fill(inner: &Arc<AgentInner>) -> Result<usize, Error> {
     if inner.closed.load(std::sync::atomic::Ordering::SeqCst) {
         return Err(Error::AgentClosed);
     }
+    // Starts under way finish first, so what they started is checked too.
+    inner.warm.settled().await;
+    inner.warm.unstall();
+    revalidate(inner).await?;
     let missing = inner.warm.reserve();
     let made = futures::future::join_all((0..missing).map(|_| make(inner))).await;
     for result in made {
@@ -334,6 +410,35 @@ async fn make(inner: &Arc<AgentInner>) -> Result<Warm, Error> {
             "the default options carry an output schema or a checkpoint, fixed per run".into(),
         ));
     }
+    // A launch decided from a filesystem that changed meanwhile is started again (a few
+    // times at most); one that changes with the prompt can never be prewarmed.
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let warm = start(inner).await?;
+        // The same preparation with another prompt must ask for the same process; the same
+        // prompt again tells a prompt-dependent launch from a changed filesystem.
+        let verdict = match launch_differs(inner, &warm, PROBE_PROMPT).await {
+            Ok(None) => return Ok(warm),
+            Ok(Some(reason)) => match launch_differs(inner, &warm, WARM_PROMPT).await {
+                Ok(None) => Err(unsupported(format!(
+                    "the driver's launch depends on the prompt ({reason}), so no run could take a process started before its prompt"
+                ))),
+                Ok(Some(_)) if attempts < 3 => Ok(()),
+                Ok(Some(again)) => Err(unsupported(format!(
+                    "the driver's launch changed ({again}) on each of {attempts} starts"
+                ))),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        stop(warm, inner.settings.grace_period).await;
+        verdict?;
+    }
+}
+
+/// Prepare and spawn one process for the agent's default options and the warm prompt.
+async fn start(inner: &Arc<AgentInner>) -> Result<Warm, Error> {
     let mut run = Run::detached(inner, WARM_PROMPT.to_owned(), inner.defaults.clone());
     let Prepared {
         session,
@@ -344,33 +449,114 @@ async fn make(inner: &Arc<AgentInner>) -> Result<Warm, Error> {
         ..
     } = run.prepare_cold().await?;
     drop(session);
-    let spawned = process::spawn(&spec).map_err(|source| Error::Spawn {
-        driver: driver.clone(),
-        program: spec.program.display().to_string(),
-        source,
-    })?;
+    let spawned = process::spawn_off_runtime(&spec)
+        .await
+        .map_err(|source| Error::Spawn {
+            driver: inner.driver.name().to_owned(),
+            program: spec.program.display().to_string(),
+            source,
+        })?;
     tracing::info!(pid = spawned.pid, program = %spec.program.display(), "started a prewarmed provider process");
-    let warm = Warm {
+    Ok(Warm {
         spawned,
         private_dir,
         identity: Identity::new(&launch, &spec, bundle),
         born: Instant::now(),
-    };
-    // The same preparation with another prompt must ask for the same process.
-    let mut probe = Run::detached(inner, PROBE_PROMPT.to_owned(), inner.defaults.clone());
-    let probed = probe.prepare_on(Some(&warm)).await;
-    match probed {
-        Ok(Some(_)) => Ok(warm),
-        Ok(None) => {
-            let reason = probe.warm_miss.take().unwrap_or_default();
-            stop(warm, inner.settings.grace_period).await;
-            Err(unsupported(format!(
-                "the driver's launch depends on the prompt ({reason}), so no run could take a process started before its prompt"
-            )))
+    })
+}
+
+/// How the launch a run with the agent's default options and `prompt` would prepare now
+/// differs from `warm`'s; `None` when such a run could take it.
+async fn launch_differs(
+    inner: &Arc<AgentInner>,
+    warm: &Warm,
+    prompt: &str,
+) -> Result<Option<String>, Error> {
+    let mut probe = Run::detached(inner, prompt.to_owned(), inner.defaults.clone());
+    Ok(match probe.prepare_on(Some(warm)).await? {
+        Some(_) => None,
+        None => Some(probe.warm_miss.take().unwrap_or_default()),
+    })
+}
+
+/// A run declined `warm` (its launch differs): back to the pool when a run with the agent's
+/// default options could still take it, else stopped and replaced (see [`revalidate`]). The
+/// check is one more preparation, paid only by a run that starts its own process anyway.
+pub(crate) async fn decline(inner: &Arc<AgentInner>, warm: Warm) {
+    match launch_differs(inner, &warm, PROBE_PROMPT).await {
+        Ok(None) => inner.warm.put_back(warm),
+        verdict => {
+            match verdict {
+                Ok(reason) => tracing::info!(
+                    pid = warm.spawned.pid,
+                    differs_in = reason.as_deref().unwrap_or_default(),
+                    "replacing a prewarmed provider process the agent's default launch no longer matches"
+                ),
+                Err(problem) => tracing::warn!(
+                    pid = warm.spawned.pid,
+                    %problem,
+                    "could not check a prewarmed provider process; replacing it"
+                ),
+            }
+            let grace = inner.settings.grace_period;
+            inner.tracker.spawn(stop(warm, grace));
+            refill(inner);
         }
-        Err(e) => {
+    }
+}
+
+/// Stop the waiting processes a run with the agent's default options could no longer take,
+/// then start what is missing in the background. A warm process goes stale when what its
+/// launch was decided from changes after it started: the confinement grants state files
+/// only once they exist (a CLI creates its own on first start), a configured directory was
+/// created. `Agent::warm_up` calls it before filling (a run that starts meanwhile may find
+/// the pool empty and start its own process).
+pub(crate) async fn revalidate(inner: &Arc<AgentInner>) -> Result<(), Error> {
+    let pool = &inner.warm;
+    // Counted as starts under way while checked, so a concurrent refill does not overfill.
+    let waiting: Vec<Warm> = match pool.state.lock() {
+        Ok(mut state) => {
+            let all: Vec<Warm> = state.ready.drain(..).map(|(_, w)| w).collect();
+            state.pending += all.len();
+            all
+        }
+        Err(_) => return Ok(()),
+    };
+    let mut failure = None;
+    for mut warm in waiting {
+        if let Some(status) = warm.exited() {
+            if let Ok(mut state) = pool.state.lock() {
+                state.lost(&warm, &status, inner.driver.name());
+            }
             stop(warm, inner.settings.grace_period).await;
-            Err(e)
+            pool.checked(None);
+            continue;
+        }
+        let verdict = launch_differs(inner, &warm, PROBE_PROMPT).await;
+        let still = match verdict {
+            Ok(None) => Some(warm),
+            Ok(Some(reason)) => {
+                tracing::info!(
+                    pid = warm.spawned.pid,
+                    differs_in = %reason,
+                    "stopping a prewarmed provider process the agent's default launch no longer matches"
+                );
+                stop(warm, inner.settings.grace_period).await;
+                None
+            }
+            Err(e) => {
+                stop(warm, inner.settings.grace_period).await;
+                failure.get_or_insert(e);
+                None
+            }
+        };
+        pool.checked(still);
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => {
+            refill(inner);
+            Ok(())
         }
     }
 }

@@ -1564,3 +1564,43 @@ async fn a_dedicated_profile_shares_the_users_login_through_the_credential_store
         1
     );
 }
+
+/// Prewarming on the real CLI: with stream-json input the started CLI waits for its first
+/// frame as long as needed (here past the 3 s that plain `-p` waits for stdin), and the run
+/// on it is an ordinary run; with the plain-text transport the CLI gives up after 3 s and the
+/// pool says so and stops refilling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prewarmed_cli_waits_for_its_first_input_with_stream_json() {
+    let c = Claude::new().await;
+    let agent = c
+        .agent_with(json!({"transport": "stream-json"}))
+        .prewarm(1)
+        .build();
+    assert_eq!(agent.warm_up().await.unwrap(), 1);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        c.mock.requests().is_empty(),
+        "a warm CLI asks the model nothing"
+    );
+    let (events, result) = collect(agent.stream("hello there")).await;
+    let r = result.expect("run succeeds");
+    assert!(notice(&events, "process.prewarmed").is_some());
+    assert_eq!(
+        r.text,
+        "Hello from mock-anthropic! user_msgs=1 you said: hello there"
+    );
+    served_usage(&r, 1);
+    valid_checkpoint(&r);
+    assert_eq!(c.mock.requests().len(), 1);
+    agent.close().await;
+
+    let plain = c.agent().prewarm(1).build();
+    assert_eq!(plain.warm_up().await.unwrap(), 1);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (events, result) = collect(plain.stream("hello there")).await;
+    result.expect("the run starts its own CLI");
+    assert!(notice(&events, "process.prewarmed").is_none());
+    let failed = notice(&events, "process.prewarm_failed").expect("why prewarming stopped");
+    assert!(failed.message.contains("stream-json"), "{}", failed.message);
+    plain.close().await;
+}

@@ -74,13 +74,6 @@ async fn second_warm(state: &tempfile::TempDir) -> u32 {
     processes_with(state.path())[0]
 }
 
-fn notice<'a>(events: &'a [Event], kind: &str) -> Option<&'a adaptor::Notice> {
-    events.iter().find_map(|e| match e {
-        Event::Notice(n) if n.notice == kind => Some(n),
-        _ => None,
-    })
-}
-
 fn spawn_pid_of(events: &[Event]) -> u32 {
     events
         .iter()
@@ -98,7 +91,10 @@ async fn all_gone(state: &Path) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_starts_on_the_prewarmed_process_and_the_pool_refills() {
     let (state, ws) = (tmp(), tmp());
-    let agent = agent_builder(reference(state.path()), ws.path())
+    // A state directory the warm launch creates: the run's launch, decided once it exists,
+    // is still the same launch.
+    let state_dir = state.path().join("created-by-the-warm-launch");
+    let agent = agent_builder(reference(&state_dir), ws.path())
         .prewarm(1)
         .build();
     assert_eq!(agent.warm_up().await.unwrap(), 1);
@@ -252,11 +248,78 @@ async fn a_warm_process_that_died_is_not_used() {
     let warm_spawn = spawned_as(warm[0]);
     // SAFETY: kill(2) on a process this test's agent started (found by its unique state dir).
     unsafe { libc::kill(warm[0] as libc::pid_t, libc::SIGKILL) };
-    assert!(eventually(Duration::from_secs(5), || !pid_alive(warm[0])).await);
+    // The pool checks the process it spawned (the confinement's outer process), which exits
+    // once the provider inside it has died; wait for that, as a crash long before use would.
+    assert!(
+        eventually(Duration::from_secs(5), || !pid_alive(warm[0])
+            && !pid_alive(warm_spawn))
+        .await
+    );
     let (events, result) = collect(agent.stream("hello")).await;
     result.unwrap();
     assert!(notice(&events, "process.prewarmed").is_none());
     assert_ne!(spawn_pid_of(&events), warm_spawn);
+    // A warm process that ended soon after its start says so, and the pool stops refilling
+    // (a CLI that does not wait for its input would otherwise be started over and over).
+    let failed = notice(&events, "process.prewarm_failed").expect("a prewarm_failed notice");
+    assert!(
+        failed.message.contains("exited") && failed.message.contains("warm_up"),
+        "{}",
+        failed.message
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(processes_with(state.path()).is_empty(), "no refill");
+    // An explicit warm_up starts again.
+    assert_eq!(agent.warm_up().await.unwrap(), 1);
+    let (events, result) = collect(agent.stream("again")).await;
+    result.unwrap();
+    assert!(notice(&events, "process.prewarmed").is_some());
+    agent.close().await;
+    assert!(all_gone(state.path()).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_process_the_default_launch_no_longer_matches_is_replaced() {
+    let (state, ws, home) = (tmp(), tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path())
+        .env("HOME", home.path().display().to_string())
+        .prewarm(1)
+        .build();
+    agent.warm_up().await.unwrap();
+    let stale = processes_with(state.path());
+    assert_eq!(stale.len(), 1);
+    // The confinement grants ~/.gitconfig only once it exists (as a CLI's own state file
+    // appears after its first start): the warm process was confined without it.
+    std::fs::write(home.path().join(".gitconfig"), "[user]\n\tname = t\n").unwrap();
+    let (events, result) = collect(agent.stream("hello")).await;
+    result.unwrap();
+    let miss = notice(&events, "process.prewarm_mismatch").expect("a mismatch notice");
+    assert!(miss.message.contains("confinement"), "{}", miss.message);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let now = processes_with(state.path());
+            now.len() == 1 && now[0] != stale[0]
+        })
+        .await,
+        "the stale process is replaced by one started for today's launch"
+    );
+    assert!(!pid_alive(stale[0]));
+    assert_eq!(agent.warm_up().await.unwrap(), 1);
+    let (events, result) = collect(agent.stream("again")).await;
+    result.unwrap();
+    assert!(notice(&events, "process.prewarmed").is_some());
+
+    // `warm_up` checks what waits before counting it.
+    let waiting = second_warm(&state).await;
+    std::fs::create_dir_all(home.path().join(".config/git")).unwrap();
+    assert_eq!(agent.warm_up().await.unwrap(), 1);
+    let now = processes_with(state.path());
+    assert_eq!(now.len(), 1);
+    assert_ne!(now[0], waiting, "warm_up replaced the stale process");
+    let (events, result) = collect(agent.stream("third")).await;
+    result.unwrap();
+    assert!(notice(&events, "process.prewarmed").is_some());
+    assert!(notice(&events, "process.prewarm_mismatch").is_none());
     agent.close().await;
     assert!(all_gone(state.path()).await);
 }

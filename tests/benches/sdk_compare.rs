@@ -1,0 +1,887 @@
+//! Benchmark (not a test): agent-adaptor side by side with the raw CLIs and the official SDKs,
+//! on the real pinned Claude Code and Codex CLIs against the project's mock model servers
+//! (loopback only), every path interleaved in each round.
+//!
+//! One-shot rows (a new CLI process per turn): the raw CLI; `adaptor run` (a whole process:
+//! start-up, driver load from the compiled cache, the run); `Agent::run` in process; the same
+//! with `AgentBuilder::prewarm(1)` (the measured run starts on a process started ≥ 1 s before
+//! it, as when requests arrive at least that far apart; for Claude Code with the driver's
+//! stream-json transport, since plain `-p` gives up after 3 s without stdin); the official SDKs (the Claude Agent
+//! SDK for TypeScript and Python, the Codex SDK for TypeScript) through the scripts in
+//! `tests/sdk-bench/`, pointed at the same pinned CLI. Wall time and, where the path shows its
+//! events, time to first text.
+//!
+//! Session rows (20 turns in one conversation): a minimal loop speaking the CLI's own stdin
+//! protocol, written here (the floor: Claude Code stream-json input, the Codex app-server's
+//! JSON-RPC); a `Thread` on its resident process; the SDKs' own multi-turn sessions. Per turn,
+//! medians of turns 2–20 (turn 1 includes the start-up). Claude Code has two floors: with the
+//! driver's flags and end of turn (`idle`), which the `Thread` is compared with, and with the
+//! TS SDK's (`--permission-mode default`, `CLAUDE_CODE_ENTRYPOINT=sdk-ts`, no partial
+//! messages, end at `result`), which the SDKs are compared with.
+//!
+//! Also: the `adaptor run` process's peak RSS beside the CLI (VmHWM, sampled every 5 ms) and
+//! the cold compile and cached load of the built-in drivers.
+//!
+//! Every row checks that the mock saw exactly the model requests it should (one per turn).
+//! Run with `./x.sh bench` (installs the CLIs and the SDKs; release build). Rounds: `BENCH_ROUNDS`
+//! (default 10); turns per session: `BENCH_TURNS` (default 20).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use adaptor::store::MemoryStore;
+use adaptor::{Agent, AgentBuilder, Driver, Event, LoadOptions};
+use adaptor_integration_tests::mock_anthropic::{MockAnthropic, claude_env, claude_path};
+use adaptor_integration_tests::mock_openai::{MockOpenAi, codex_env, codex_home, codex_path};
+use adaptor_integration_tests::{bin_dir, driver_path};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+const PROMPT: &str = "Say hello";
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    assert!(!v.is_empty(), "no samples");
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Which CLI (and which mock) a measurement is on.
+#[derive(Clone, Copy, Debug)]
+enum Cli {
+    Claude,
+    Codex,
+}
+
+/// One CLI's one-shot paths.
+struct OneShot<'a> {
+    cli: Cli,
+    driver: &'static str,
+    program: &'a Path,
+    env: &'a [(String, String)],
+    cold: &'a Agent,
+    warm: &'a Agent,
+    /// (runner, script) of each official SDK.
+    sdks: Vec<(&'a Path, &'static str)>,
+}
+
+/// Samples of one path: wall and time to first text (ms).
+#[derive(Default)]
+struct Row {
+    wall: Vec<f64>,
+    first_text: Vec<f64>,
+}
+
+impl Row {
+    fn push(&mut self, wall: f64, first: Option<f64>) {
+        self.wall.push(wall);
+        if let Some(f) = first {
+            self.first_text.push(f);
+        }
+    }
+}
+
+/// Time to first text of a Claude Code stream-json line, if it carries text.
+fn claude_text(line: &str) -> bool {
+    let Ok(v) = serde_json::from_str::<Value>(line) else {
+        return false;
+    };
+    match v["type"].as_str() {
+        Some("stream_event") => v["event"]["delta"]["type"] == "text_delta",
+        Some("assistant") => v["message"]["content"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|p| p["type"] == "text")),
+        _ => false,
+    }
+}
+
+/// Read `child`'s stdout lines until `done` says so; the time of the first line `text` accepts.
+fn read_until(
+    child: &mut Child,
+    start: Instant,
+    text: impl Fn(&str) -> bool,
+    done: impl Fn(&str) -> bool,
+) -> Option<f64> {
+    let stdout = child.stdout.as_mut().expect("piped stdout");
+    let mut first = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("read stdout");
+        if first.is_none() && text(&line) {
+            first = Some(ms(start.elapsed()));
+        }
+        if done(&line) {
+            break;
+        }
+    }
+    first
+}
+
+/// The mocks, homes, workspace and CLIs of one benchmark run.
+struct Bench {
+    anthropic: MockAnthropic,
+    openai: MockOpenAi,
+    claude: PathBuf,
+    codex: PathBuf,
+    claude_home: tempfile::TempDir,
+    codex_home: tempfile::TempDir,
+    home: tempfile::TempDir,
+    ws: tempfile::TempDir,
+    sdk_dir: PathBuf,
+    python: PathBuf,
+}
+
+impl Bench {
+    fn claude_env(&self) -> Vec<(String, String)> {
+        claude_env(self.claude_home.path(), &self.anthropic.base_url())
+    }
+
+    fn codex_env(&self) -> Vec<(String, String)> {
+        codex_env(self.codex_home.path(), self.home.path())
+    }
+
+    /// A command with only `PATH` and `env` (what the host passes the CLI, and no more).
+    fn command(&self, program: &Path, env: &[(String, String)]) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .current_dir(self.ws.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        cmd
+    }
+
+    /// Run `f`, checking that `cli`'s mock saw `expected` model requests meanwhile.
+    fn on<T>(&self, cli: Cli, what: &str, expected: usize, f: impl FnOnce() -> T) -> T {
+        let requests = || match cli {
+            Cli::Claude => self.anthropic.requests().len(),
+            Cli::Codex => self.openai.requests().len(),
+        };
+        let before = requests();
+        let out = f();
+        let seen = requests() - before;
+        assert_eq!(
+            seen, expected,
+            "{what}: the {cli:?} mock saw {seen} requests, expected {expected}"
+        );
+        out
+    }
+
+    fn on_claude<T>(&self, what: &str, expected: usize, f: impl FnOnce() -> T) -> T {
+        self.on(Cli::Claude, what, expected, f)
+    }
+
+    fn on_codex<T>(&self, what: &str, expected: usize, f: impl FnOnce() -> T) -> T {
+        self.on(Cli::Codex, what, expected, f)
+    }
+
+    /// One round of one CLI's one-shot rows, in the order of the table: raw CLI, `adaptor
+    /// run` (its peak RSS pushed to `rss`), `Agent::run` cold, then on a process prewarmed
+    /// ≥ 1 s before, then each SDK script. Wall and time to first text of each.
+    fn one_shot_round(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        one: &OneShot<'_>,
+        rss: &mut Vec<f64>,
+    ) -> Vec<(f64, Option<f64>)> {
+        let cli = one.cli;
+        let mut sample = vec![self.on(cli, "raw CLI", 1, || match cli {
+            Cli::Claude => self.raw_claude(),
+            Cli::Codex => self.raw_codex(),
+        })];
+        sample.push(self.on(cli, "adaptor run", 1, || {
+            let (wall, peak) = self.adaptor_run(one.driver, one.program, one.env);
+            rss.push(peak as f64 / 1024.0);
+            (wall, None)
+        }));
+        sample.push(self.on(cli, "Agent::run", 1, || {
+            rt.block_on(agent_run(one.cold, false))
+        }));
+        rt.block_on(async {
+            one.warm.warm_up().await.expect("prewarm");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        });
+        sample.push(self.on(cli, "Agent::run, prewarmed", 1, || {
+            rt.block_on(agent_run(one.warm, true))
+        }));
+        for (runner, script) in &one.sdks {
+            sample.push(self.on(cli, script, 1, || {
+                let (wall, lines) = self.sdk(runner, script, &["oneshot", PROMPT], one.env);
+                assert_eq!(lines.len(), 1);
+                (wall, None)
+            }));
+        }
+        sample
+    }
+
+    /// `claude -p` as the driver launches it, the prompt on stdin.
+    fn raw_claude(&self) -> (f64, Option<f64>) {
+        let mut env = self.claude_env();
+        env.push(("CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS".into(), "1".into()));
+        let start = Instant::now();
+        let mut child = self
+            .command(&self.claude, &env)
+            .args([
+                "-p",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--include-partial-messages",
+            ])
+            .spawn()
+            .expect("spawn claude");
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(PROMPT.as_bytes()).unwrap();
+        drop(stdin);
+        let first = read_until(&mut child, start, claude_text, |_| false);
+        assert!(child.wait().unwrap().success(), "claude -p failed");
+        (ms(start.elapsed()), first)
+    }
+
+    /// `codex exec --json`, the prompt as its argument.
+    fn raw_codex(&self) -> (f64, Option<f64>) {
+        let start = Instant::now();
+        let mut child = self
+            .command(&self.codex, &self.codex_env())
+            .args(["exec", "--json", "--skip-git-repo-check", PROMPT])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn codex");
+        let first = read_until(
+            &mut child,
+            start,
+            |l| l.contains("\"agent_message\"") && l.contains("item.completed"),
+            |_| false,
+        );
+        assert!(child.wait().unwrap().success(), "codex exec failed");
+        (ms(start.elapsed()), first)
+    }
+
+    /// `adaptor run` as a whole process; its peak RSS (KiB) sampled until it exits.
+    fn adaptor_run(&self, driver: &str, cli: &Path, env: &[(String, String)]) -> (f64, u64) {
+        let config = json!({ "command": cli.display().to_string() }).to_string();
+        let mut cmd = self.command(&bin_dir().join("adaptor"), &[]);
+        cmd.args(["run", "--driver", driver, "--config", &config, "--cwd"])
+            .arg(self.ws.path())
+            .stdin(Stdio::null());
+        for (k, v) in env {
+            cmd.args(["--env", &format!("{k}={v}")]);
+        }
+        let start = Instant::now();
+        let mut child = cmd.arg(PROMPT).spawn().expect("spawn adaptor");
+        let status = format!("/proc/{}/status", child.id());
+        let mut peak = 0;
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                assert!(s.success(), "adaptor run --driver {driver} failed");
+                break;
+            }
+            if let Ok(text) = std::fs::read_to_string(&status)
+                && let Some(kib) = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            {
+                peak = peak.max(kib);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        (ms(start.elapsed()), peak)
+    }
+
+    /// An SDK script's `oneshot` (wall from outside) or `session` (its per-turn lines).
+    fn sdk(
+        &self,
+        runner: &Path,
+        script: &str,
+        args: &[&str],
+        env: &[(String, String)],
+    ) -> (f64, Vec<Value>) {
+        let mut env = env.to_vec();
+        env.push(("BENCH_CLAUDE_BIN".into(), self.claude.display().to_string()));
+        env.push(("BENCH_CODEX_BIN".into(), self.codex.display().to_string()));
+        env.push((
+            "BENCH_SDK_NODE_DIR".into(),
+            self.sdk_dir.display().to_string(),
+        ));
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("sdk-bench")
+            .join(script);
+        let start = Instant::now();
+        let out = self
+            .command(runner, &env)
+            .arg(&script)
+            .args(args)
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run the SDK script");
+        let wall = ms(start.elapsed());
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v.get("turn").is_some())
+            .collect();
+        (wall, lines)
+    }
+}
+
+fn agent_builder(
+    driver: &str,
+    cli: &Path,
+    config: Value,
+    env: &[(String, String)],
+    ws: &Path,
+) -> AgentBuilder {
+    let mut config = config;
+    config["command"] = json!(cli.display().to_string());
+    let driver = Driver::from_file(driver_path(driver))
+        .expect("the built driver (./x.sh build-drivers)")
+        .with_config(config)
+        .expect("config");
+    let mut builder = Agent::builder(driver)
+        .workspace(ws)
+        .grace_period(Duration::from_millis(500))
+        .timeout(Duration::from_secs(120));
+    for (k, v) in env {
+        builder = builder.env(k, v);
+    }
+    builder
+}
+
+/// One in-process run: wall and time to first text. `prewarmed`: whether the run must have
+/// started on a prewarmed process (and must not have, for a cold agent).
+async fn agent_run(agent: &Agent, prewarmed: bool) -> (f64, Option<f64>) {
+    let start = Instant::now();
+    let mut stream = agent.stream(PROMPT);
+    let mut first = None;
+    let mut took_warm = false;
+    while let Some(event) = stream.next().await {
+        if first.is_none() && matches!(event, Event::TextDelta(_)) {
+            first = Some(ms(start.elapsed()));
+        }
+        if let Event::Notice(n) = &event {
+            assert!(
+                !n.notice.starts_with("process.prewarm_"),
+                "{}: {:?}",
+                n.notice,
+                n.message
+            );
+            took_warm |= n.notice == "process.prewarmed";
+        }
+    }
+    stream.result().await.expect("the run");
+    assert_eq!(
+        took_warm, prewarmed,
+        "the run started on a prewarmed process"
+    );
+    (ms(start.elapsed()), first)
+}
+
+/// A line protocol on a child's stdin and stdout.
+struct Pipe {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl Pipe {
+    fn new(mut cmd: Command) -> Pipe {
+        let mut child = cmd.spawn().expect("spawn the CLI");
+        Pipe {
+            stdin: child.stdin.take().unwrap(),
+            lines: BufReader::new(child.stdout.take().unwrap()).lines(),
+            child,
+        }
+    }
+
+    fn send(&mut self, v: &Value) {
+        writeln!(self.stdin, "{v}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Read lines until one satisfies `done`; returns it.
+    fn until(&mut self, done: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let line = self.lines.next().expect("the CLI ended early").unwrap();
+            let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            if done(&v) {
+                return v;
+            }
+        }
+    }
+
+    fn close(self) {
+        let Pipe {
+            mut child, stdin, ..
+        } = self;
+        drop(stdin);
+        child.wait().unwrap();
+    }
+}
+
+/// The floor for Claude Code: its stream-json input protocol spoken directly, user frames
+/// into one process. `Flags::Driver`: the flags and environment the driver uses, each turn
+/// ending at `idle` after its `result` frame, as the driver ends it. `Flags::Sdk`: the flags
+/// and entry point the TS Agent SDK launches the CLI with, each turn ending at its `result`,
+/// as the SDK ends it.
+struct ClaudeFloor {
+    pipe: Pipe,
+    flags: Flags,
+}
+
+impl ClaudeFloor {
+    fn start(b: &Bench, flags: Flags) -> ClaudeFloor {
+        let mut env = b.claude_env();
+        let args: &[&str] = match flags {
+            Flags::Driver => {
+                env.push(("CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS".into(), "1".into()));
+                &[
+                    "-p",
+                    "--output-format",
+                    "stream-json",
+                    "--verbose",
+                    "--include-partial-messages",
+                    "--input-format",
+                    "stream-json",
+                ]
+            }
+            Flags::Sdk => {
+                env.push(("CLAUDE_CODE_ENTRYPOINT".into(), "sdk-ts".into()));
+                &[
+                    "--output-format",
+                    "stream-json",
+                    "--verbose",
+                    "--input-format",
+                    "stream-json",
+                    "--permission-mode",
+                    "default",
+                ]
+            }
+        };
+        let mut cmd = b.command(&b.claude, &env);
+        cmd.args(args);
+        ClaudeFloor {
+            pipe: Pipe::new(cmd),
+            flags,
+        }
+    }
+
+    /// One turn: ms.
+    fn turn(&mut self) -> f64 {
+        let frame = json!({"type": "user", "message": {"role": "user", "content": PROMPT}});
+        let start = Instant::now();
+        self.pipe.send(&frame);
+        self.pipe.until(|v| v["type"] == "result");
+        if self.flags == Flags::Driver {
+            // With CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS, every result is written by `idle`.
+            self.pipe
+                .until(|v| v["subtype"] == "session_state_changed" && v["state"] == "idle");
+        }
+        ms(start.elapsed())
+    }
+}
+
+/// Which client's launch a Claude floor copies.
+#[derive(Clone, Copy, PartialEq)]
+enum Flags {
+    Driver,
+    Sdk,
+}
+
+/// The floor for Codex: the app-server's JSON-RPC spoken directly (`initialize`,
+/// `initialized`, `thread/start`, then `turn/start` … `turn/completed` per turn).
+struct CodexFloor {
+    pipe: Pipe,
+    thread: String,
+    next_id: u64,
+}
+
+impl CodexFloor {
+    fn start(b: &Bench) -> CodexFloor {
+        let mut cmd = b.command(&b.codex, &b.codex_env());
+        cmd.arg("app-server");
+        let mut pipe = Pipe::new(cmd);
+        let reply = |id: u64| move |v: &Value| v["id"] == id && v.get("method").is_none();
+        pipe.send(&json!({"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "floor", "version": "0"}}}));
+        pipe.until(reply(1));
+        pipe.send(&json!({"method": "initialized"}));
+        pipe.send(&json!({"id": 2, "method": "thread/start", "params": {"cwd": b.ws.path()}}));
+        let thread = pipe.until(reply(2))["result"]["thread"]["id"]
+            .as_str()
+            .expect("a thread id")
+            .to_owned();
+        CodexFloor {
+            pipe,
+            thread,
+            next_id: 3,
+        }
+    }
+
+    /// One turn: ms.
+    fn turn(&mut self) -> f64 {
+        let start = Instant::now();
+        self.pipe.send(
+            &json!({"id": self.next_id, "method": "turn/start", "params": {
+            "threadId": self.thread, "input": [{"type": "text", "text": PROMPT}]}}),
+        );
+        self.next_id += 1;
+        self.pipe.until(|v| v["method"] == "turn/completed");
+        ms(start.elapsed())
+    }
+}
+
+/// A floor session and a `Thread`, turn by turn alternately (paired samples: turn k of
+/// each ran back to back): per-turn ms of the floor and of the thread.
+fn floor_and_thread(
+    rt: &tokio::runtime::Runtime,
+    mut floor: impl FnMut() -> f64,
+    agent: &Agent,
+    key: &str,
+    turns: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let thread = agent.thread(key);
+    let mut out = (Vec::new(), Vec::new());
+    for _ in 0..turns {
+        out.0.push(floor());
+        out.1.push(rt.block_on(async {
+            let start = Instant::now();
+            thread.run(PROMPT).await.expect("a thread turn");
+            ms(start.elapsed())
+        }));
+    }
+    out
+}
+
+/// Per-turn ms of turns 2.. of a session.
+fn later(turns: &[f64]) -> Vec<f64> {
+    turns.iter().skip(1).copied().collect()
+}
+
+/// Turn times of an SDK session script's lines.
+fn sdk_turns(lines: &[Value]) -> Vec<f64> {
+    lines.iter().filter_map(|l| l["ms"].as_f64()).collect()
+}
+
+fn cold_and_cached(name: &str) -> (usize, f64, f64) {
+    let wasm = std::fs::read(driver_path(name)).unwrap();
+    let cold = (0..3)
+        .map(|_| {
+            let t = Instant::now();
+            Driver::from_bytes_with(name, &wasm, &LoadOptions { cache_dir: None }).unwrap();
+            ms(t.elapsed())
+        })
+        .collect();
+    let cache = tempfile::tempdir().unwrap();
+    let cached_opts = LoadOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+    };
+    Driver::from_bytes_with(name, &wasm, &cached_opts).unwrap();
+    let cached = (0..20)
+        .map(|_| {
+            let t = Instant::now();
+            Driver::from_bytes_with(name, &wasm, &cached_opts).unwrap();
+            ms(t.elapsed())
+        })
+        .collect();
+    (wasm.len(), median(cold), median(cached))
+}
+
+fn main() {
+    let rounds: usize = env_or("BENCH_ROUNDS", 10);
+    let turns: usize = env_or("BENCH_TURNS", 20);
+    let cache =
+        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/agent-adaptor-clis");
+    let sdk_dir = std::env::var_os("BENCH_SDK_NODE_DIR")
+        .map_or_else(|| cache.join("sdk-node"), PathBuf::from);
+    let python = std::env::var_os("BENCH_SDK_PYTHON")
+        .map_or_else(|| cache.join("sdk-python/bin/python"), PathBuf::from);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let b = rt.block_on(async {
+        Bench {
+            anthropic: MockAnthropic::start().await,
+            openai: MockOpenAi::start().await,
+            claude: claude_path().expect("Claude Code (./x.sh installs it)"),
+            codex: codex_path().expect("Codex (./x.sh installs it)"),
+            claude_home: tempfile::tempdir().unwrap(),
+            codex_home: tempfile::tempdir().unwrap(),
+            home: tempfile::tempdir().unwrap(),
+            ws: tempfile::tempdir().unwrap(),
+            sdk_dir,
+            python,
+        }
+    });
+    codex_home(b.codex_home.path(), &b.openai.base_url(), b.ws.path()).unwrap();
+    let node = PathBuf::from("node");
+    let (claude_env, codex_env) = (b.claude_env(), b.codex_env());
+    let ws = b.ws.path();
+
+    // Agents: cold, and with one prewarmed process.
+    let claude_cold = rt
+        .block_on(async { agent_builder("claude", &b.claude, json!({}), &claude_env, ws).build() });
+    // Stream-json input: a resident thread's transport, and the one a warm CLI waits on
+    // (plain `-p` gives up after 3 s without stdin).
+    let claude_stream_json = || {
+        agent_builder(
+            "claude",
+            &b.claude,
+            json!({"transport": "stream-json"}),
+            &claude_env,
+            ws,
+        )
+    };
+    let claude_warm = rt.block_on(async { claude_stream_json().prewarm(1).build() });
+    let codex_cold =
+        rt.block_on(async { agent_builder("codex", &b.codex, json!({}), &codex_env, ws).build() });
+    let codex_warm = rt.block_on(async {
+        agent_builder("codex", &b.codex, json!({}), &codex_env, ws)
+            .prewarm(1)
+            .build()
+    });
+
+    let mut rows: Vec<(&str, Row)> = [
+        "claude: raw `claude -p`",
+        "claude: `adaptor run`",
+        "claude: Agent::run",
+        "claude: Agent::run, prewarm(1) stream-json",
+        "claude: TS Agent SDK",
+        "claude: Python Agent SDK",
+        "codex: raw `codex exec --json`",
+        "codex: `adaptor run`",
+        "codex: Agent::run",
+        "codex: Agent::run, prewarm(1)",
+        "codex: TS Codex SDK",
+    ]
+    .into_iter()
+    .map(|name| (name, Row::default()))
+    .collect();
+    let mut rss = Vec::new();
+    // One unmeasured round: caches, the compiled-driver cache, the CLIs' first start.
+    let claude_one = OneShot {
+        cli: Cli::Claude,
+        driver: "claude",
+        program: &b.claude,
+        env: &claude_env,
+        cold: &claude_cold,
+        warm: &claude_warm,
+        sdks: vec![(&node, "claude_sdk.mjs"), (&b.python, "claude_sdk.py")],
+    };
+    let codex_one = OneShot {
+        cli: Cli::Codex,
+        driver: "codex",
+        program: &b.codex,
+        env: &codex_env,
+        cold: &codex_cold,
+        warm: &codex_warm,
+        sdks: vec![(&node, "codex_sdk.mjs")],
+    };
+    for measured in std::iter::once(false).chain(std::iter::repeat_n(true, rounds)) {
+        let mut sample = b.one_shot_round(&rt, &claude_one, &mut rss);
+        sample.extend(b.one_shot_round(&rt, &codex_one, &mut Vec::new()));
+        if measured {
+            for ((_, row), (wall, first)) in rows.iter_mut().zip(sample) {
+                row.push(wall, first);
+            }
+        }
+    }
+
+    // Sessions: `turns` turns in one conversation, interleaved path by path.
+    let claude_thread = rt.block_on(async {
+        claude_stream_json()
+            .thread_store(MemoryStore::new())
+            .build()
+    });
+    let codex_thread = rt.block_on(async {
+        agent_builder("codex", &b.codex, json!({}), &codex_env, ws)
+            .thread_store(MemoryStore::new())
+            .build()
+    });
+    let n = turns.to_string();
+    let mut sessions: Vec<(&str, Vec<f64>)> = vec![
+        ("claude: stdin-protocol floor (driver's flags)", Vec::new()),
+        ("claude: stdin-protocol floor (the SDK's flags)", Vec::new()),
+        ("claude: Thread (resident process)", Vec::new()),
+        ("claude: TS Agent SDK session", Vec::new()),
+        ("claude: Python ClaudeSDKClient", Vec::new()),
+        ("codex: app-server floor", Vec::new()),
+        ("codex: Thread (resident app-server)", Vec::new()),
+        ("codex: TS Codex SDK thread", Vec::new()),
+    ];
+    let session_rounds = rounds.div_ceil(5).max(1);
+    for round in 0..session_rounds {
+        let key = format!("bench-{round}");
+        let (claude_floor, claude_thread_turns) =
+            b.on_claude("claude floor and thread", 2 * turns, || {
+                let mut floor = ClaudeFloor::start(&b, Flags::Driver);
+                let both = floor_and_thread(&rt, || floor.turn(), &claude_thread, &key, turns);
+                floor.pipe.close();
+                both
+            });
+        let (codex_floor, codex_thread_turns) =
+            b.on_codex("codex floor and thread", 2 * turns, || {
+                let mut floor = CodexFloor::start(&b);
+                let both = floor_and_thread(&rt, || floor.turn(), &codex_thread, &key, turns);
+                floor.pipe.close();
+                both
+            });
+        let per: Vec<Vec<f64>> = vec![
+            claude_floor,
+            b.on_claude("claude floor, SDK flags", turns, || {
+                let mut floor = ClaudeFloor::start(&b, Flags::Sdk);
+                let out = (0..turns).map(|_| floor.turn()).collect();
+                floor.pipe.close();
+                out
+            }),
+            claude_thread_turns,
+            b.on_claude("TS SDK session", turns, || {
+                sdk_turns(
+                    &b.sdk(
+                        &node,
+                        "claude_sdk.mjs",
+                        &["session", &n, PROMPT],
+                        &claude_env,
+                    )
+                    .1,
+                )
+            }),
+            b.on_claude("Python SDK session", turns, || {
+                sdk_turns(
+                    &b.sdk(
+                        &b.python,
+                        "claude_sdk.py",
+                        &["session", &n, PROMPT],
+                        &claude_env,
+                    )
+                    .1,
+                )
+            }),
+            codex_floor,
+            codex_thread_turns,
+            b.on_codex("Codex SDK session", turns, || {
+                sdk_turns(
+                    &b.sdk(&node, "codex_sdk.mjs", &["session", &n, PROMPT], &codex_env)
+                        .1,
+                )
+            }),
+        ];
+        for ((_, all), turns) in sessions.iter_mut().zip(per) {
+            all.extend(later(&turns));
+        }
+    }
+    rt.block_on(async {
+        for agent in [
+            &claude_cold,
+            &claude_warm,
+            &codex_cold,
+            &codex_warm,
+            &claude_thread,
+            &codex_thread,
+        ] {
+            agent.close().await;
+        }
+    });
+
+    // Report.
+    let machine = format!(
+        "{} cores, {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|c| c.lines().find_map(|l| l
+                .strip_prefix("model name")
+                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())))
+            .unwrap_or_default()
+    );
+    println!(
+        "official SDKs vs agent-adaptor ({machine}; Claude Code {}, Codex via its npm shim; mocks on 127.0.0.1)",
+        adaptor_integration_tests::mock_anthropic::claude_version()
+    );
+    println!(
+        "one-shot ({rounds} interleaved rounds, medians; first text = first text event the caller sees)"
+    );
+    // Paired: each round's sample against the raw CLI's sample of the same round.
+    let paired = |a: &[f64], raw: &[f64], f: fn(f64, f64) -> f64| {
+        median(a.iter().zip(raw).map(|(&x, &r)| f(x, r)).collect())
+    };
+    for (i, (name, row)) in rows.iter().enumerate() {
+        let raw = &rows[if i < 6 { 0 } else { 6 }].1;
+        let wall = median(row.wall.clone());
+        let first = if row.first_text.len() == rounds && raw.first_text.len() == rounds {
+            format!(
+                "{:.0} ms (paired {:.2}x raw)",
+                median(row.first_text.clone()),
+                paired(&row.first_text, &raw.first_text, |x, r| x / r)
+            )
+        } else {
+            "—".to_owned()
+        };
+        println!(
+            "  {name:<44} wall {wall:7.1} ms · paired {:+7.1} ms vs raw ({:.3}x) · first text {first}",
+            paired(&row.wall, &raw.wall, |x, r| x - r),
+            paired(&row.wall, &raw.wall, |x, r| x / r),
+        );
+    }
+    println!("per turn in one conversation ({session_rounds} sessions × turns 2–{turns}, medians)");
+    let floor = |i: usize| median(sessions[i].1.clone());
+    for (i, (name, all)) in sessions.iter().enumerate() {
+        // Each client against the floor with its own flags.
+        let f = match i {
+            0..=2 => 0,
+            3..=4 => 1,
+            _ => 5,
+        };
+        let m = median(all.clone());
+        println!(
+            "  {name:<44} {m:7.2} ms/turn · {:+6.2} ms vs floor ({:.3}x)",
+            m - floor(f),
+            m / floor(f)
+        );
+    }
+    // The thread's turn k against the floor's turn k, which ran just before it.
+    for (thread, floor, name) in [(2, 0, "claude"), (6, 5, "codex")] {
+        let mut diffs: Vec<f64> = sessions[thread]
+            .1
+            .iter()
+            .zip(&sessions[floor].1)
+            .map(|(t, f)| t - f)
+            .collect();
+        diffs.sort_by(|a, b| a.total_cmp(b));
+        println!(
+            "  {name}: host overhead per resident turn, paired with the floor's turn: p50 {:+.2} ms · p90 {:+.2} ms ({} pairs)",
+            median(diffs.clone()),
+            diffs[(diffs.len() - 1) * 9 / 10],
+            diffs.len()
+        );
+    }
+    println!(
+        "host RSS: `adaptor run --driver claude` peak {:.1} MiB (median of {} runs; VmHWM of the adaptor process alone, sampled every 5 ms)",
+        median(rss),
+        rounds + 1
+    );
+    for name in ["claude", "codex", "reference"] {
+        let (size, cold, cached) = cold_and_cached(name);
+        println!(
+            "driver load {name}.wasm ({} KB): cold compile {cold:.1} ms · cached load {cached:.2} ms",
+            size / 1024
+        );
+    }
+}
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
