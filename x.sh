@@ -330,6 +330,13 @@ case "$cmd" in
         install_into "$prefix" "$TARGET/debug" ;;
       *) echo "x.sh install: --profile must be release or dev" >&2; exit 2 ;;
     esac
+    # Compile at install time: listing the drivers loads each one, which fills the compiled
+    # cache, so the first run after an install pays no cold compile (≈ 0.2 s per driver).
+    if "$prefix/bin/adaptor" drivers >/dev/null; then
+      echo "x.sh: compiled the drivers into the cache" >&2
+    else
+      echo "x.sh: warning: \`adaptor drivers\` failed; drivers compile at their first use" >&2
+    fi
     ;;
   build-drivers)
     build_drivers
