@@ -671,6 +671,7 @@ impl AgentBuilder {
         crate::process::sweep_stale_run_dirs();
         let cancel = CancellationToken::new();
         let warm = crate::run::warm::WarmPool::new(
+            self.driver.name(),
             self.settings.prewarm,
             self.settings.prewarm_idle,
             self.settings.grace_period,

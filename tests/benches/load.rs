@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use adaptor::store::MemoryStore;
 use adaptor::{Agent, Driver, Event, Phase};
-use adaptor_integration_tests::{driver_path, provider_path};
+use adaptor_integration_tests::{driver_path, proc_kib, processes_with, provider_path};
 use futures::StreamExt;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -34,32 +34,12 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 /// Current resident set size of this process (VmRSS), KiB.
 fn rss_kib() -> u64 {
-    status_kib("VmRSS:")
-}
-
-fn status_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
+    proc_kib("/proc/self/status", "VmRSS").unwrap_or(0)
 }
 
 /// The machine's available memory (MemAvailable), KiB.
 fn mem_available_kib() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
+    proc_kib("/proc/meminfo", "MemAvailable").unwrap_or(0)
 }
 
 fn ms(d: Duration) -> f64 {
@@ -68,7 +48,7 @@ fn ms(d: Duration) -> f64 {
 
 /// Peak resident set size of this process (VmHWM), KiB.
 fn peak_rss_kib() -> u64 {
-    status_kib("VmHWM:")
+    proc_kib("/proc/self/status", "VmHWM").unwrap_or(0)
 }
 
 /// How many of the critical events a run's stream lacks (0 for a healthy run).
@@ -228,27 +208,6 @@ fn reused(events: &[Event]) -> bool {
         .any(|e| matches!(e, Event::Notice(n) if n.notice == "process.reused"))
 }
 
-/// Provider processes of this benchmark still alive (found by the state directory on their
-/// command line).
-fn providers_alive(state: &std::path::Path) -> usize {
-    let needle = state.display().to_string();
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter(|e| {
-            std::fs::read(e.path().join("cmdline"))
-                .map(|c| {
-                    String::from_utf8_lossy(&c)
-                        .replace('\0', " ")
-                        .contains(&needle)
-                })
-                .unwrap_or(false)
-        })
-        .count()
-}
-
 async fn idle_threads(threads: usize, state: &std::path::Path, ws: &std::path::Path) {
     let driver = Driver::from_file(driver_path("reference"))
         .unwrap()
@@ -283,7 +242,7 @@ async fn idle_threads(threads: usize, state: &std::path::Path, ws: &std::path::P
     let parked_rss = rss_kib();
     let machine_per_session =
         available_before.saturating_sub(mem_available_kib()) as f64 / parked.max(1) as f64;
-    let parked_providers = providers_alive(state);
+    let parked_providers = processes_with(state).len();
 
     let started = Instant::now();
     let second = turn_on_all(&agent, threads, 2).await;
@@ -303,13 +262,13 @@ async fn idle_threads(threads: usize, state: &std::path::Path, ws: &std::path::P
     }
     overheads.sort();
     agent.close().await;
-    let mut left = providers_alive(state);
+    let mut left = processes_with(state).len();
     for _ in 0..100 {
         if left == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        left = providers_alive(state);
+        left = processes_with(state).len();
     }
 
     println!("load: {threads} threads with resident processes in one host process");

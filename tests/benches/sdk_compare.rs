@@ -35,7 +35,7 @@ use adaptor::store::MemoryStore;
 use adaptor::{Agent, AgentBuilder, Driver, Event, LoadOptions};
 use adaptor_integration_tests::mock_anthropic::{MockAnthropic, claude_env, claude_path};
 use adaptor_integration_tests::mock_openai::{MockOpenAi, codex_env, codex_home, codex_path};
-use adaptor_integration_tests::{bin_dir, driver_path};
+use adaptor_integration_tests::{bin_dir, driver_path, proc_kib};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -282,12 +282,7 @@ impl Bench {
                 assert!(s.success(), "adaptor run --driver {driver} failed");
                 break;
             }
-            if let Ok(text) = std::fs::read_to_string(&status)
-                && let Some(kib) = text
-                    .lines()
-                    .find_map(|l| l.strip_prefix("VmHWM:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            {
+            if let Some(kib) = proc_kib(&status, "VmHWM") {
                 peak = peak.max(kib);
             }
             std::thread::sleep(Duration::from_millis(5));

@@ -93,6 +93,37 @@ pub fn agent_builder(driver: Driver, workspace: &Path) -> AgentBuilder {
         .grace_period(Duration::from_millis(300))
 }
 
+/// Live processes whose command line carries `needle` (a test's own temporary path).
+pub fn processes_with(needle: &Path) -> Vec<u32> {
+    let needle = needle.display().to_string();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(&needle) && pid_alive(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// A `Field:  N kB` value of a `/proc` file (`/proc/self/status`, `/proc/meminfo`), in KiB.
+pub fn proc_kib(file: &str, field: &str) -> Option<u64> {
+    std::fs::read_to_string(file).ok()?.lines().find_map(|l| {
+        l.strip_prefix(field)?
+            .strip_prefix(':')?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
 /// The first `Notice` of `kind` among a run's events.
 pub fn notice<'a>(events: &'a [adaptor::Event], kind: &str) -> Option<&'a adaptor::Notice> {
     events.iter().find_map(|e| match e {

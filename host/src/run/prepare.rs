@@ -28,7 +28,7 @@ impl Run {
     /// for exactly this launch (see `warm`), else a new one. An empty pool is refilled.
     pub(super) async fn prepare(&mut self) -> Result<Prepared, Error> {
         if self.inner.warm.enabled() {
-            match self.inner.warm.take(self.inner.driver.name()) {
+            match self.inner.warm.take() {
                 Some(warm) => match self.prepare_on(Some(&warm)).await {
                     Ok(Some(prepared)) => {
                         super::warm::refill(&self.inner);

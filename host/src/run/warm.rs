@@ -148,6 +148,8 @@ impl Warm {
 
 /// One agent's warm processes.
 pub(crate) struct WarmPool {
+    /// The driver's name (for the errors the pool reports).
+    driver: String,
     /// How many to keep (0: the pool is off).
     target: usize,
     idle: Duration,
@@ -196,8 +198,9 @@ impl PoolState {
 }
 
 impl WarmPool {
-    pub(crate) fn new(target: usize, idle: Duration, grace: Duration) -> WarmPool {
+    pub(crate) fn new(driver: &str, target: usize, idle: Duration, grace: Duration) -> WarmPool {
         WarmPool {
+            driver: driver.to_owned(),
             target,
             idle,
             grace,
@@ -215,12 +218,12 @@ impl WarmPool {
     /// killed); if it lived less than [`SHORT_LIVED`], the CLI does not wait for its first
     /// input in this launch (or fails at start), so the pool stops refilling until
     /// `Agent::warm_up` and the next run reports why.
-    pub(crate) fn take(&self, driver: &str) -> Option<Warm> {
+    pub(crate) fn take(&self) -> Option<Warm> {
         let mut state = self.state.lock().ok()?;
         while let Some((_, mut warm)) = state.ready.pop_front() {
             match warm.exited() {
                 None => return Some(warm),
-                Some(status) => state.lost(&warm, &status, driver),
+                Some(status) => state.lost(&warm, &status, &self.driver),
             }
         }
         None
@@ -479,38 +482,54 @@ async fn launch_differs(
     })
 }
 
-/// A run declined `warm` (its launch differs): back to the pool when a run with the agent's
-/// default options could still take it, else stopped and replaced (see [`revalidate`]). The
-/// check is one more preparation, paid only by a run that starts its own process anyway.
-pub(crate) async fn decline(inner: &Arc<AgentInner>, warm: Warm) {
+/// `warm` if a run with the agent's default options could still take it; otherwise it is
+/// stopped — it exited (a short-lived one stops the refilling, see [`PoolState::lost`]), or
+/// its launch was decided from files that changed since it started (the confinement grants
+/// state files only once they exist, and a CLI creates its own on its first start).
+async fn still_current(inner: &Arc<AgentInner>, mut warm: Warm) -> Result<Option<Warm>, Error> {
+    let grace = inner.settings.grace_period;
+    if let Some(status) = warm.exited() {
+        if let Ok(mut state) = inner.warm.state.lock() {
+            state.lost(&warm, &status, &inner.warm.driver);
+        }
+        stop(warm, grace).await;
+        return Ok(None);
+    }
     match launch_differs(inner, &warm, PROBE_PROMPT).await {
-        Ok(None) => inner.warm.put_back(warm),
-        verdict => {
-            match verdict {
-                Ok(reason) => tracing::info!(
-                    pid = warm.spawned.pid,
-                    differs_in = reason.as_deref().unwrap_or_default(),
-                    "replacing a prewarmed provider process the agent's default launch no longer matches"
-                ),
-                Err(problem) => tracing::warn!(
-                    pid = warm.spawned.pid,
-                    %problem,
-                    "could not check a prewarmed provider process; replacing it"
-                ),
-            }
-            let grace = inner.settings.grace_period;
-            inner.tracker.spawn(stop(warm, grace));
+        Ok(None) => Ok(Some(warm)),
+        Ok(Some(reason)) => {
+            tracing::info!(
+                pid = warm.spawned.pid,
+                differs_in = %reason,
+                "stopping a prewarmed provider process the agent's default launch no longer matches"
+            );
+            stop(warm, grace).await;
+            Ok(None)
+        }
+        Err(e) => {
+            stop(warm, grace).await;
+            Err(e)
+        }
+    }
+}
+
+/// A run declined `warm` (its launch differs): back to the pool when a run with the agent's
+/// default options could still take it, else replaced. The check is one more preparation,
+/// paid only by a run that starts its own process anyway.
+pub(crate) async fn decline(inner: &Arc<AgentInner>, warm: Warm) {
+    match still_current(inner, warm).await {
+        Ok(Some(warm)) => inner.warm.put_back(warm),
+        Ok(None) => refill(inner),
+        Err(problem) => {
+            tracing::warn!(%problem, "could not check a prewarmed provider process; it was stopped");
             refill(inner);
         }
     }
 }
 
-/// Stop the waiting processes a run with the agent's default options could no longer take,
-/// then start what is missing in the background. A warm process goes stale when what its
-/// launch was decided from changes after it started: the confinement grants state files
-/// only once they exist (a CLI creates its own on first start), a configured directory was
-/// created. `Agent::warm_up` calls it before filling (a run that starts meanwhile may find
-/// the pool empty and start its own process).
+/// Check every waiting process with [`still_current`], then start what is missing in the
+/// background. `Agent::warm_up` calls it before filling (a run that starts meanwhile may
+/// find the pool empty and start its own process); the first check that failed is returned.
 pub(crate) async fn revalidate(inner: &Arc<AgentInner>) -> Result<(), Error> {
     let pool = &inner.warm;
     // Counted as starts under way while checked, so a concurrent refill does not overfill.
@@ -523,33 +542,11 @@ pub(crate) async fn revalidate(inner: &Arc<AgentInner>) -> Result<(), Error> {
         Err(_) => return Ok(()),
     };
     let mut failure = None;
-    for mut warm in waiting {
-        if let Some(status) = warm.exited() {
-            if let Ok(mut state) = pool.state.lock() {
-                state.lost(&warm, &status, inner.driver.name());
-            }
-            stop(warm, inner.settings.grace_period).await;
-            pool.checked(None);
-            continue;
-        }
-        let verdict = launch_differs(inner, &warm, PROBE_PROMPT).await;
-        let still = match verdict {
-            Ok(None) => Some(warm),
-            Ok(Some(reason)) => {
-                tracing::info!(
-                    pid = warm.spawned.pid,
-                    differs_in = %reason,
-                    "stopping a prewarmed provider process the agent's default launch no longer matches"
-                );
-                stop(warm, inner.settings.grace_period).await;
-                None
-            }
-            Err(e) => {
-                stop(warm, inner.settings.grace_period).await;
-                failure.get_or_insert(e);
-                None
-            }
-        };
+    for warm in waiting {
+        let still = still_current(inner, warm).await.unwrap_or_else(|e| {
+            failure.get_or_insert(e);
+            None
+        });
         pool.checked(still);
     }
     match failure {

@@ -11,25 +11,6 @@ use std::time::Duration;
 use adaptor::{Error, Event, ProcessInfoKind, RunOptions};
 use adaptor_integration_tests::*;
 
-/// Live processes whose command line carries `needle` (a test's own temporary path).
-fn processes_with(needle: &Path) -> Vec<u32> {
-    let needle = needle.display().to_string();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(&needle) && pid_alive(pid) {
-            found.push(pid);
-        }
-    }
-    found
-}
-
 /// The pid the host spawned for provider process `provider`: its ancestor whose parent is
 /// this test process (the provider itself, or what runs its PID namespace).
 fn spawned_as(provider: u32) -> u32 {
