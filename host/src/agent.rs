@@ -669,6 +669,9 @@ impl AgentBuilder {
     /// Build the agent.
     pub fn build(self) -> Agent {
         crate::process::sweep_stale_run_dirs();
+        // In the background, so the first launch does not wait for the spawner to start.
+        #[cfg(unix)]
+        crate::process::start_spawner();
         let cancel = CancellationToken::new();
         let warm = crate::run::warm::WarmPool::new(
             self.driver.name(),

@@ -113,7 +113,7 @@ impl Containment {
 }
 
 /// What a provider may do with the files under a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PathAccess {
     /// Read files and list directories.

@@ -296,7 +296,7 @@ async fn run_probe(
     timeout: Duration,
     grace: Duration,
 ) -> ProbeOutput {
-    let mut spawned = match process::spawn(spec) {
+    let mut spawned = match process::spawn(spec).await {
         Ok(s) => s,
         Err(e) => {
             return ProbeOutput {

@@ -7,16 +7,15 @@
 //! the p50 / p99 of each run's wall time and of the host's overhead per turn (wall time minus
 //! the provider's own output span, from the run's raw chunk timeline).
 //!
-//! Then `LOAD_THREADS` (default 300) threads, each kept on its own resident provider
+//! Then `LOAD_THREADS` (default 1000) threads, each kept on its own resident provider
 //! process (the reference driver's stdio transport): all first turns at once, a pause with
 //! every session parked, then all second turns at once on the resident processes. Prints
 //! completion, lost critical events (0), the host's RSS per parked session (current RSS
 //! with every session parked, minus before, divided by the sessions), the p50 / p99 host
 //! overhead of a resident turn, the machine memory each parked session costs, and that
-//! closing the agent leaves no provider process. Not 1000 by default: on the 24 GiB machine
-//! of the README, 1000 parked sessions exhausted memory and the kernel killed the host — each
-//! provider's confinement keeps two forks of the host (the keeper and the PID namespace's
-//! reaper), whose page tables grow with the host (see the README's performance section).
+//! closing the agent leaves no provider process. (Before the spawner process, each
+//! provider's keeper and reaper were forks of the host, and 1000 parked sessions ran the
+//! 24 GiB machine of the README out of memory; now they are forks of the small spawner.)
 //!
 //! Run with `./x.sh bench` (release build).
 
@@ -165,7 +164,7 @@ async fn main() {
     let threads: usize = std::env::var("LOAD_THREADS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
+        .unwrap_or(1000);
     idle_threads(threads, state.path(), ws.path()).await;
 }
 

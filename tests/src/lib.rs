@@ -132,6 +132,23 @@ pub fn notice<'a>(events: &'a [adaptor::Event], kind: &str) -> Option<&'a adapto
     })
 }
 
+/// Read a run's events until a `Notice` of `kind` (it included); all of them if none comes.
+pub async fn events_until_notice<S>(stream: &mut S, kind: &str) -> Vec<adaptor::Event>
+where
+    S: futures::Stream<Item = adaptor::Event> + Unpin,
+{
+    use futures::StreamExt;
+    let mut events = Vec::new();
+    while let Some(event) = stream.next().await {
+        let found = matches!(&event, adaptor::Event::Notice(n) if n.notice == kind);
+        events.push(event);
+        if found {
+            break;
+        }
+    }
+    events
+}
+
 /// True if `pid` exists and is not a zombie.
 pub fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -1,9 +1,10 @@
 //! Linux confinement of a provider: Landlock and a PID namespace with a reaper as its init.
 //!
-//! The shape of one confined launch (every box is one process; the host sees only the first):
+//! The shape of one confined launch (every box is one process; the host sees only the first,
+//! as the pid its spawner reports — see `spawner.rs`):
 //!
 //! ```text
-//! host ──fork──▶ keeper (host's child, group leader; ignores INT/TERM/HUP)
+//! spawner ──fork──▶ keeper (the spawner's child, group leader; ignores INT/TERM/HUP)
 //!                  │  unshare(PID | mount [| user]) then fork
 //!                  ▼
 //!                reaper (pid 1 of the new namespace, fresh /proc, Landlock applied)
@@ -13,17 +14,19 @@
 //! ```
 //!
 //! - The **keeper** mirrors the provider's exit (code or signal), so the pipeline sees the
-//!   provider's status; it has `PR_SET_PDEATHSIG(SIGKILL)` towards the host.
+//!   provider's status; it has `PR_SET_PDEATHSIG(SIGKILL)` towards the spawner (which has it
+//!   towards the host).
 //! - The **reaper** has `PR_SET_PDEATHSIG(SIGKILL)` towards the keeper. When the provider
 //!   exits it sends SIGTERM to everything left in the namespace, waits the grace period, then
-//!   SIGKILL; when the reaper dies (the host or the keeper was killed), the kernel kills every
-//!   process of the namespace. Either way nothing started for the run survives it.
+//!   SIGKILL; when the reaper dies (the host, the spawner or the keeper was killed), the
+//!   kernel kills every process of the namespace. Either way nothing started for the run
+//!   survives it.
 //! - Signals the host sends to the process group reach the provider and its group as before:
 //!   the keeper ignores the polite ones and the reaper, as a namespace init, gets only SIGKILL
 //!   from outside.
 //! - **Landlock** is applied in the reaper before the provider is forked, so the provider and
 //!   all its descendants inherit it; `no_new_privs` is set with it. The ruleset is built in
-//!   the host before the fork (opening the rule paths); between fork and exec only
+//!   the spawner before the fork (opening the rule paths); between fork and exec only
 //!   async-signal-safe system calls run.
 //!
 //! Must not: decide what is allowed (`grant::confine` does) or allocate after fork.
@@ -58,25 +61,35 @@ pub(crate) fn landlock_abi() -> Option<u32> {
 }
 
 /// Whether this process can create a PID namespace (root, or unprivileged user namespaces).
-/// Tried once, in a short-lived child, and remembered.
+/// Tried once, by creating a child in new namespaces that exits at once, and remembered.
+/// The child shares the host's memory until it exits (`CLONE_VM | CLONE_VFORK`, as
+/// `posix_spawn` does), so the probe does not copy the host's page tables.
 pub(crate) fn pid_namespace_available() -> bool {
     static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *AVAILABLE.get_or_init(|| {
-        let flags = namespace_flags();
-        // SAFETY: the child only calls unshare(2) and _exit(2).
-        match unsafe { libc::fork() } {
-            0 => unsafe {
-                let ok = libc::unshare(flags) == 0;
-                libc::_exit(if ok { 0 } else { 1 })
-            },
-            -1 => false,
-            pid => {
-                let mut status = 0;
-                // SAFETY: waiting for our own child.
-                let r = unsafe { libc::waitpid(pid, &mut status, 0) };
-                r == pid && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
-            }
+        extern "C" fn exit_at_once(_: *mut libc::c_void) -> libc::c_int {
+            0
         }
+        let mut stack = vec![0u128; 1024]; // 16 KiB, 16-byte aligned
+        let flags = namespace_flags() | libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+        // SAFETY: the child runs `exit_at_once` on `stack` (the top of which is passed, as the
+        // stack grows down) and exits; CLONE_VFORK suspends this thread until it has, so the
+        // stack outlives it.
+        let pid = unsafe {
+            libc::clone(
+                exit_at_once,
+                stack.as_mut_ptr().add(stack.len()).cast(),
+                flags,
+                std::ptr::null_mut(),
+            )
+        };
+        if pid < 0 {
+            return false;
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        r == pid && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
     })
 }
 
@@ -91,7 +104,7 @@ fn namespace_flags() -> libc::c_int {
     }
 }
 
-/// What the child does between fork and exec, prepared in the host.
+/// What the child does between fork and exec, prepared in the spawner (see `spawner.rs`).
 pub(crate) struct Confiner {
     ruleset: Option<OwnedFd>,
     namespace: bool,
@@ -113,7 +126,7 @@ impl std::fmt::Debug for Confiner {
 }
 
 impl Confiner {
-    /// Prepare `confinement` in the host: create the missing state directories (0700), build
+    /// Prepare `confinement` in the spawner: create the missing state directories (0700), build
     /// the Landlock ruleset (opening every rule's path), fix the namespace flags.
     pub(crate) fn new(confinement: &Confinement) -> io::Result<Confiner> {
         for dir in &confinement.create {

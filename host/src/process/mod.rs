@@ -2,9 +2,9 @@
 //!
 //! Owns: program lookup (PATH, never through a workspace entry; `grant` calls it once per
 //! run), spawning a [`ProcessSpec`] as the leader of a new process group under the
-//! confinement `grant` decided (Landlock and a PID namespace on Linux, in `linux.rs`), the
-//! host's spawner thread (runs fork there, off the async runtime: [`spawn_off_runtime`]),
-//! signalling and reaping groups, the run's private directory (and sweeping the ones a
+//! confinement `grant` decided (Landlock and a PID namespace on Linux, in `linux.rs`), through
+//! the host's spawner — a small process of its own that forks every provider, so the host
+//! never forks itself (`spawner.rs`) — signalling and reaping groups, the run's private directory (and sweeping the ones a
 //! crashed host left), and the OS-specific process-group code (in `unix.rs`; macOS and
 //! Windows follow behind the same functions). Must not: decide what may be spawned (that is
 //! `grant`), parse output or decide run outcomes.
@@ -17,84 +17,16 @@ use crate::containment::{ContainmentMode, ContainmentReport, PathRule};
 
 #[cfg(target_os = "linux")]
 mod linux;
+#[cfg(unix)]
+mod spawner;
 mod tool;
 #[cfg(unix)]
 mod unix;
+#[cfg(unix)]
+pub(crate) use spawner::start_early as start_spawner;
 pub(crate) use tool::run_host_tool;
 #[cfg(unix)]
 pub(crate) use unix::{Spawned, exit_parts, group_alive, killed_status, signal_group, spawn};
-
-/// [`spawn`] on the host's spawner thread, off the async runtime. Forking a host that maps
-/// wasmtime's reservations, and creating the PID namespace, take from about a millisecond to
-/// tens of milliseconds on a loaded host; on the runtime's worker threads that stalls every
-/// task scheduled with them (measured: a thousand thread turns at once starved the lease
-/// renewals until the leases lapsed). The spawner is one thread that lives as long as the
-/// host process, because the parent-death signal fires when the *thread* that forked the
-/// provider exits (a pool thread retiring after its idle time would kill every provider it
-/// started). A caller that stops waiting drops the process, which kills it.
-#[cfg(unix)]
-pub(crate) async fn spawn_off_runtime(spec: &ProcessSpec) -> std::io::Result<Spawned> {
-    let (reply, answer) = tokio::sync::oneshot::channel();
-    let request = SpawnRequest {
-        spec: spec.clone(),
-        runtime: tokio::runtime::Handle::current(),
-        reply,
-    };
-    let gone = || std::io::Error::other("the host's spawner thread is gone");
-    spawner().send(request).map_err(|_| gone())?;
-    answer.await.unwrap_or_else(|_| Err(gone()))
-}
-
-/// One launch for the spawner thread: what to spawn, the runtime its pipes and child belong
-/// to, and where the process goes.
-#[cfg(unix)]
-struct SpawnRequest {
-    spec: ProcessSpec,
-    runtime: tokio::runtime::Handle,
-    reply: tokio::sync::oneshot::Sender<std::io::Result<Spawned>>,
-}
-
-/// The spawner thread's queue (the thread starts with the first launch).
-#[cfg(unix)]
-fn spawner() -> &'static std::sync::mpsc::Sender<SpawnRequest> {
-    static SPAWNER: std::sync::OnceLock<std::sync::mpsc::Sender<SpawnRequest>> =
-        std::sync::OnceLock::new();
-    SPAWNER.get_or_init(|| {
-        let (queue, requests) = std::sync::mpsc::channel::<SpawnRequest>();
-        let started = std::thread::Builder::new()
-            .name("adaptor-spawner".into())
-            .spawn(move || {
-                for request in requests {
-                    if request.reply.is_closed() {
-                        continue; // Its caller stopped waiting: nothing to start.
-                    }
-                    let _runtime = request.runtime.enter();
-                    // The thread must outlive every panic (its death would kill every
-                    // provider it started): a runtime shut down meanwhile makes Tokio panic.
-                    let spawned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        spawn(&request.spec)
-                    }))
-                    .unwrap_or_else(|_| {
-                        Err(std::io::Error::other(
-                            "spawning panicked (the caller's runtime was shut down?)",
-                        ))
-                    });
-                    // A caller that stopped waiting meanwhile gets nothing: the process is
-                    // dropped here, which kills it (dropping must not panic the thread either).
-                    if let Err(unwanted) = request.reply.send(spawned) {
-                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-                            drop(unwanted)
-                        }));
-                    }
-                }
-            });
-        if let Err(e) = started {
-            // Requests then fail with "the spawner thread is gone" (their queue is closed).
-            tracing::error!(error = %e, "could not start the host's spawner thread");
-        }
-        queue
-    })
-}
 
 /// How a launch is confined (decided by `grant`, applied by [`spawn`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,8 +140,8 @@ pub(crate) struct ProcessSpec {
     pub args: Vec<String>,
     pub env: Vec<(OsString, OsString)>,
     pub cwd: PathBuf,
-    /// Linux: have the kernel SIGKILL the provider if the host dies (`PR_SET_PDEATHSIG`).
-    /// Costs a fork instead of posix_spawn (about 1.2 ms per launch, measured).
+    /// Linux: have the kernel SIGKILL the provider if its parent (the spawner, which dies
+    /// with the host) dies (`PR_SET_PDEATHSIG`).
     pub parent_death_signal: bool,
     /// How the process and its descendants are confined.
     pub confinement: Confinement,

@@ -5,20 +5,55 @@
 //! `PR_SET_PDEATHSIG(SIGKILL)`, so a host that dies without cleanup still takes it down.
 
 use std::io;
-use std::process::Stdio;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{ExitStatus, Stdio};
 
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
 
 use super::{ProcessSpec, Sig};
 
 /// A spawned provider.
 pub(crate) struct Spawned {
-    pub child: Child,
+    pub child: ProviderChild,
     pub pid: u32,
     pub stdin: Option<ChildStdin>,
     pub stdout: Option<ChildStdout>,
     pub stderr: Option<ChildStderr>,
     pub guard: GroupGuard,
+}
+
+/// The provider's exit, as the spawner reports it once it has reaped the process.
+pub(crate) struct ProviderChild {
+    exit: tokio::sync::watch::Receiver<Option<i32>>,
+}
+
+impl ProviderChild {
+    /// Wait for the exit (cancel-safe). An error when the spawner ended first (the process
+    /// died with it).
+    pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
+        let status = self
+            .exit
+            .wait_for(Option::is_some)
+            .await
+            .map_err(|_| spawner_gone())?;
+        Ok(ExitStatus::from_raw(status.expect("waited for a status")))
+    }
+
+    /// The exit status if the process has ended.
+    pub(crate) fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        if let Some(status) = *self.exit.borrow() {
+            return Ok(Some(ExitStatus::from_raw(status)));
+        }
+        match self.exit.has_changed() {
+            Err(_) => Err(spawner_gone()),
+            Ok(_) => Ok(None),
+        }
+    }
+}
+
+fn spawner_gone() -> io::Error {
+    io::Error::other("the host's spawner ended before the provider's exit was reported")
 }
 
 /// Kills the process group with SIGKILL when dropped while armed (host panic, task abort,
@@ -71,9 +106,38 @@ impl Drop for GroupGuard {
     }
 }
 
-/// Spawn `spec` as the leader of a new process group, with piped stdio.
-pub(crate) fn spawn(spec: &ProcessSpec) -> io::Result<Spawned> {
-    let mut cmd = Command::new(&spec.program);
+/// Spawn `spec` as the leader of a new process group, with piped stdio, through the host's
+/// spawner (`spawner.rs`): the host itself never forks.
+pub(crate) async fn spawn(spec: &ProcessSpec) -> io::Result<Spawned> {
+    let super::spawner::Launched {
+        pid,
+        stdio: [stdin, stdout, stderr],
+        exit,
+    } = super::spawner::launch(spec).await?;
+    // Armed first: if wrapping the pipes fails, the group is killed.
+    let guard = GroupGuard {
+        pgid: pid as i32,
+        armed: true,
+    };
+    Ok(Spawned {
+        stdin: Some(ChildStdin::from_std(std::process::ChildStdin::from(stdin))?),
+        stdout: Some(ChildStdout::from_std(std::process::ChildStdout::from(
+            stdout,
+        ))?),
+        stderr: Some(ChildStderr::from_std(std::process::ChildStderr::from(
+            stderr,
+        ))?),
+        child: ProviderChild { exit },
+        pid,
+        guard,
+    })
+}
+
+/// Start `spec` (in the spawner): the leader of a new process group, its stdio piped, under
+/// its confinement. Returns its pid and the parent's ends of its stdin, stdout and stderr;
+/// the caller reaps it.
+pub(crate) fn start(spec: &ProcessSpec) -> io::Result<(u32, [OwnedFd; 3])> {
+    let mut cmd = std::process::Command::new(&spec.program);
     cmd.args(&spec.args)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -81,8 +145,7 @@ pub(crate) fn spawn(spec: &ProcessSpec) -> io::Result<Spawned> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+        .process_group(0);
     #[cfg(target_os = "linux")]
     {
         let confiner = super::linux::Confiner::new(&spec.confinement)?;
@@ -93,40 +156,46 @@ pub(crate) fn spawn(spec: &ProcessSpec) -> io::Result<Spawned> {
         unsafe {
             cmd.pre_exec(move || {
                 if death_signal {
-                    if libc::prctl(
-                        libc::PR_SET_PDEATHSIG,
-                        libc::SIGKILL as libc::c_ulong,
-                        0,
-                        0,
-                        0,
-                    ) != 0
-                    {
-                        return Err(io::Error::last_os_error());
-                    }
-                    // The parent may have died before prctl took effect.
-                    if libc::getppid() != parent {
-                        libc::_exit(137);
-                    }
+                    die_with_parent(parent)?;
                 }
                 confiner.in_child()
             });
         }
     }
     let mut child = cmd.spawn()?;
-    let pid = child
-        .id()
-        .ok_or_else(|| io::Error::other("spawned process has no pid"))?;
-    Ok(Spawned {
-        stdin: child.stdin.take(),
-        stdout: child.stdout.take(),
-        stderr: child.stderr.take(),
-        child,
-        pid,
-        guard: GroupGuard {
-            pgid: pid as i32,
-            armed: true,
-        },
-    })
+    let pid = child.id();
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        unreachable!("all three were piped");
+    };
+    Ok((pid, [stdin.into(), stdout.into(), stderr.into()]))
+}
+
+/// Between fork and exec: have the kernel SIGKILL this child when its parent (`parent`)
+/// dies (`PR_SET_PDEATHSIG`), and end it at once if the parent died before that took effect.
+///
+/// # Safety
+///
+/// Only async-signal-safe calls (prctl, getppid, _exit): callable in a forked child.
+#[cfg(target_os = "linux")]
+pub(super) unsafe fn die_with_parent(parent: libc::pid_t) -> io::Result<()> {
+    unsafe {
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::getppid() != parent {
+            libc::_exit(137);
+        }
+    }
+    Ok(())
 }
 
 /// Send `sig` to every process in group `pgid`. `Ok(false)` when the group no longer exists.

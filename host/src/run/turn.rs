@@ -98,15 +98,11 @@ impl Run {
                             .await;
                         spawned
                     }
-                    None => {
-                        process::spawn_off_runtime(&spec)
-                            .await
-                            .map_err(|source| Error::Spawn {
-                                driver: name.clone(),
-                                program: spec.program.display().to_string(),
-                                source,
-                            })?
-                    }
+                    None => process::spawn(&spec).await.map_err(|source| Error::Spawn {
+                        driver: name.clone(),
+                        program: spec.program.display().to_string(),
+                        source,
+                    })?,
                 };
                 tracing::info!(
                     pid = spawned.pid,

@@ -452,13 +452,11 @@ async fn start(inner: &Arc<AgentInner>) -> Result<Warm, Error> {
         ..
     } = run.prepare_cold().await?;
     drop(session);
-    let spawned = process::spawn_off_runtime(&spec)
-        .await
-        .map_err(|source| Error::Spawn {
-            driver: inner.driver.name().to_owned(),
-            program: spec.program.display().to_string(),
-            source,
-        })?;
+    let spawned = process::spawn(&spec).await.map_err(|source| Error::Spawn {
+        driver: inner.driver.name().to_owned(),
+        program: spec.program.display().to_string(),
+        source,
+    })?;
     tracing::info!(pid = spawned.pid, program = %spec.program.display(), "started a prewarmed provider process");
     Ok(Warm {
         spawned,

@@ -4,9 +4,7 @@
 
 use std::io::Write;
 
-use adaptor::Event;
 use adaptor_integration_tests::*;
-use futures::StreamExt;
 
 fn main() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -14,23 +12,19 @@ fn main() {
         let (state, ws) = (tmp(), tmp());
         let agent = agent_builder(reference(state.path()), ws.path()).build();
         let mut stream = agent.stream("[[grandchild]] [[ignore-term]] [[hang]] wait");
-        let mut events = Vec::new();
-        while let Some(ev) = stream.next().await {
-            events.push(ev);
-            if let Some(Event::Notice(n)) = events.last()
-                && n.notice == "pids"
-            {
-                // The provider's own pids are those of its PID namespace: report the host's.
-                let spawned = spawn_pid(&events).expect("spawn event");
-                let below = descendants(spawned);
-                println!(
-                    "PIDS {spawned} {}",
-                    below.last().expect("the provider and its grandchild")
-                );
-                std::io::stdout().flush().expect("stdout");
-                panic!("the host panics in the middle of a run");
-            }
-        }
-        panic!("the provider ended without reporting its pids");
+        let events = events_until_notice(&mut stream, "pids").await;
+        assert!(
+            notice(&events, "pids").is_some(),
+            "the provider ended without reporting its pids"
+        );
+        // The provider's own pids are those of its PID namespace: report the host's.
+        let spawned = spawn_pid(&events).expect("spawn event");
+        let below = descendants(spawned);
+        println!(
+            "PIDS {spawned} {}",
+            below.last().expect("the provider and its grandchild")
+        );
+        std::io::stdout().flush().expect("stdout");
+        panic!("the host panics in the middle of a run");
     });
 }

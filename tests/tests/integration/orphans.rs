@@ -47,3 +47,46 @@ fn a_host_panic_leaves_no_descendant_of_the_provider() {
     );
     assert!(!group_alive(provider), "process group {provider} survived");
 }
+
+/// The host's spawner process dies mid-run (killed with SIGKILL): the providers it started
+/// die with it (none survives), the run ends saying why instead of hanging, and the next run
+/// starts a new spawner and succeeds. In a helper process: the spawner is per process, and
+/// killing this test binary's would take other tests' providers with it.
+#[test]
+fn a_dead_spawner_takes_its_providers_and_the_next_run_gets_a_new_one() {
+    let out = Command::new(env!("CARGO_BIN_EXE_spawner-death-helper"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let field = |tag: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(tag))
+            .unwrap_or_else(|| panic!("no {tag:?} line: {stdout}"))
+            .to_owned()
+    };
+    let pids: Vec<u32> = field("PIDS ")
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let (provider, grandchild, spawner) = (pids[0], pids[1], pids[2]);
+    for (what, pid) in [
+        ("provider", provider),
+        ("grandchild", grandchild),
+        ("spawner", spawner),
+    ] {
+        assert!(!pid_alive(pid), "{what} {pid} survived");
+    }
+    assert!(!group_alive(provider), "process group {provider} survived");
+    let first = field("FIRST ");
+    assert!(
+        first.contains("spawner") && first.ends_with("true"),
+        "the first run ends with an error that names the spawner: {first}"
+    );
+    assert_eq!(field("SECOND "), "Reference reply: hello again", "{stdout}");
+}

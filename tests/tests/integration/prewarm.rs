@@ -12,7 +12,7 @@ use adaptor::{Error, Event, ProcessInfoKind, RunOptions};
 use adaptor_integration_tests::*;
 
 /// The pid the host spawned for provider process `provider`: its ancestor whose parent is
-/// this test process (the provider itself, or what runs its PID namespace).
+/// this test process's spawner (the provider itself, or what runs its PID namespace).
 fn spawned_as(provider: u32) -> u32 {
     let parent = |pid: u32| -> u32 {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -23,12 +23,22 @@ fn spawned_as(provider: u32) -> u32 {
     let mut pid = provider;
     loop {
         let ppid = parent(pid);
-        if ppid == std::process::id() {
+        if ppid == std::process::id() || spawner_of_this_test(ppid) {
             return pid;
         }
         assert!(ppid > 1, "process {provider} is not one of this test's");
         pid = ppid;
     }
+}
+
+/// Whether `pid` is this test process's spawner.
+fn spawner_of_this_test(pid: u32) -> bool {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let ppid = stat
+        .rsplit_once(')')
+        .and_then(|(_, f)| f.split_whitespace().nth(1)?.parse::<u32>().ok());
+    comm.trim_end() == "adaptor-spawner" && ppid == Some(std::process::id())
 }
 
 /// The run directory of process `pid` (the parent of its `TMPDIR`).

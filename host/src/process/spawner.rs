@@ -1,0 +1,1009 @@
+//! The spawner: the one process that forks providers, so the host never forks itself.
+//!
+//! Forking the host is slow and heavy once wasmtime has mapped its reservations and the
+//! host has grown: every fork copies the host's page tables, and on Linux each confined
+//! launch keeps two non-exec'd forks alive for the run (the keeper and the reaper, see
+//! `linux.rs`), each holding a copy of the host's page tables (measured: a thousand parked
+//! sessions ran a 24 GiB machine out of memory). The spawner is the host's own executable
+//! started afresh (`/proc/self/exe`), intercepted before `main` by an `.init_array` hook of
+//! this crate, so it never maps wasmtime nor starts a runtime: its forks are cheap and its
+//! keepers and reapers small. It is started once per host process, on first use (an `Agent`
+//! being built starts it in the background).
+//!
+//! ```text
+//! host ──socket──▶ spawner (own process group; PR_SET_PDEATHSIG towards the host)
+//!                    │ fork (+ confinement, as before)
+//!                    ▼
+//!                  keeper ─▶ reaper ─▶ provider      (each dies with its parent)
+//! ```
+//!
+//! Protocol (a private Unix stream socket pair, frames of a 4-byte little-endian length and a
+//! JSON body): the host sends a [`Request`] per launch; the spawner answers each with a
+//! [`Reply::Spawned`] carrying the provider's stdin, stdout and stderr as file descriptors
+//! (`SCM_RIGHTS`), or a [`Reply::Failed`], and later sends [`Reply::Exited`] with the wait
+//! status when it has reaped the process (it watches each with a pidfd).
+//!
+//! No-orphan guarantees are unchanged: the spawner has the parent-death signal towards the
+//! host's spawner thread (which lives as long as the host), every provider (or its keeper)
+//! has it towards the spawner, and a spawner that sees the host's end of the socket close
+//! kills every process group it started. If the spawner dies while the host lives, its
+//! providers die with it, their runs see their exit as an error, and the next launch starts
+//! a new spawner.
+//!
+//! When the executable cannot serve as the spawner (the hook is not linked into it, or
+//! `/proc/self/exe` cannot be executed), the same serving loop runs on a thread of the host
+//! instead: the same protocol and guarantees, with the fork cost in the host (logged once).
+//!
+//! Must not: decide what is spawned (`grant` does), nor how a launch is confined (the
+//! `Confinement` says), nor run anything in the spawner but this loop.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Confinement, ProcessSpec};
+use crate::containment::{PathAccess, PathRule};
+
+/// `argv[0]` of the spawner process.
+const SPAWNER_ARG0: &str = "adaptor-spawner";
+/// Environment variable naming the spawner's socket descriptor (with [`SPAWNER_ARG0`]).
+const SPAWNER_FD_ENV: &str = "AGENT_ADAPTOR_SPAWNER_FD";
+/// The spawner's socket descriptor number.
+const SPAWNER_SOCKET_FD: RawFd = 3;
+/// Largest frame either side accepts (a launch's argv and environment are bounded by the
+/// kernel's 2 MiB `ARG_MAX`; JSON encodes bytes of paths and environment as numbers).
+const MAX_FRAME: usize = 16 << 20;
+
+/// Set by the hook in every process this crate is linked into: proof that
+/// `/proc/self/exe`, started as the spawner, runs [`serve`] rather than the program's `main`.
+static HOOK_RAN: AtomicBool = AtomicBool::new(false);
+
+/// Runs before `main` in every executable that links this crate. In an ordinary start it
+/// only records that it ran; started as the spawner (`argv[0]` and the descriptor variable
+/// both set), it serves on the descriptor and exits without returning to `main`.
+#[cfg(target_os = "linux")]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static SPAWNER_HOOK: extern "C" fn(libc::c_int, *const *const libc::c_char) = spawner_hook;
+
+#[cfg(target_os = "linux")]
+extern "C" fn spawner_hook(argc: libc::c_int, argv: *const *const libc::c_char) {
+    HOOK_RAN.store(true, Ordering::Relaxed);
+    if argc < 1 || argv.is_null() {
+        return;
+    }
+    // SAFETY: glibc passes the program's argv to `.init_array` functions; argv[0] is a
+    // NUL-terminated string when argc >= 1.
+    let arg0 = unsafe { std::ffi::CStr::from_ptr(*argv) };
+    if arg0.to_bytes() != SPAWNER_ARG0.as_bytes() {
+        return;
+    }
+    let Some(fd) = std::env::var_os(SPAWNER_FD_ENV)
+        .and_then(|v| v.to_str().and_then(|s| s.parse::<RawFd>().ok()))
+    else {
+        return;
+    };
+    // Named for `ps` and `/proc/<pid>/comm` (otherwise `exe`, from `/proc/self/exe`).
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"adaptor-spawner".as_ptr(), 0, 0, 0) };
+    // SAFETY: the host passed this descriptor (its end of the pair) and nothing else owns it.
+    let socket = unsafe { UnixStream::from_raw_fd(fd) };
+    let code = match set_cloexec(fd).and_then(|()| serve(socket)) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    };
+    // SAFETY: ends the spawner without running the program's `main` or its destructors.
+    unsafe { libc::_exit(code) }
+}
+
+fn set_cloexec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl(2) on a descriptor this process owns.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// One launch, as the host sends it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Request {
+    /// Chosen by the host; the reply carries it back.
+    id: u64,
+    spec: WireSpec,
+}
+
+/// A [`ProcessSpec`] with every path and environment entry as bytes (JSON strings cannot
+/// hold the non-UTF-8 paths and values Unix allows).
+#[derive(Debug, Serialize, Deserialize)]
+struct WireSpec {
+    program: OsString,
+    args: Vec<String>,
+    env: Vec<(OsString, OsString)>,
+    cwd: OsString,
+    parent_death_signal: bool,
+    rules: Vec<(OsString, PathAccess, String)>,
+    create: Vec<OsString>,
+    landlock: bool,
+    pid_namespace: bool,
+    grace_ms: u64,
+}
+
+impl WireSpec {
+    fn new(spec: &ProcessSpec) -> WireSpec {
+        let c = &spec.confinement;
+        WireSpec {
+            program: spec.program.clone().into_os_string(),
+            args: spec.args.clone(),
+            env: spec.env.clone(),
+            cwd: spec.cwd.clone().into_os_string(),
+            parent_death_signal: spec.parent_death_signal,
+            rules: c
+                .rules
+                .iter()
+                .map(|r| (r.path.clone().into_os_string(), r.access, r.why.clone()))
+                .collect(),
+            create: c
+                .create
+                .iter()
+                .map(|p| p.clone().into_os_string())
+                .collect(),
+            landlock: c.landlock,
+            pid_namespace: c.pid_namespace,
+            grace_ms: c.grace.as_millis().min(u128::from(u64::MAX)) as u64,
+        }
+    }
+
+    fn into_spec(self) -> ProcessSpec {
+        ProcessSpec {
+            program: PathBuf::from(self.program),
+            args: self.args,
+            env: self.env,
+            cwd: PathBuf::from(self.cwd),
+            parent_death_signal: self.parent_death_signal,
+            confinement: Confinement {
+                rules: self
+                    .rules
+                    .into_iter()
+                    .map(|(path, access, why)| PathRule {
+                        path: PathBuf::from(path),
+                        access,
+                        why,
+                    })
+                    .collect(),
+                create: self.create.into_iter().map(PathBuf::from).collect(),
+                landlock: self.landlock,
+                pid_namespace: self.pid_namespace,
+                grace: Duration::from_millis(self.grace_ms),
+            },
+        }
+    }
+}
+
+/// What the spawner tells the host.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Reply {
+    /// Request `id` started as `pid` (the leader of its own process group); its stdin,
+    /// stdout and stderr travel with this frame, in that order.
+    Spawned { id: u64, pid: u32 },
+    /// Request `id` could not be started.
+    Failed {
+        id: u64,
+        /// The OS error number, when the failure was one.
+        errno: Option<i32>,
+        message: String,
+    },
+    /// Process `pid` ended and was reaped; `status` is its raw wait status.
+    Exited { pid: u32, status: i32 },
+}
+
+/// Write one frame (and `fds`, attached to its first byte).
+fn send_frame(socket: &UnixStream, body: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(body);
+    let mut sent = send_with_fds(socket.as_raw_fd(), &frame, fds)?;
+    while sent < frame.len() {
+        sent += send_with_fds(socket.as_raw_fd(), &frame[sent..], &[])?;
+    }
+    Ok(())
+}
+
+/// One `sendmsg` (with `SCM_RIGHTS` when `fds` is not empty; never raising SIGPIPE: the
+/// spawner runs before the standard library ignores it); returns how many bytes went.
+fn send_with_fds(socket: RawFd, bytes: &[u8], fds: &[RawFd]) -> io::Result<usize> {
+    let payload = std::mem::size_of_val(fds);
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = if fds.is_empty() {
+        0
+    } else {
+        unsafe { libc::CMSG_SPACE(payload as u32) as usize }
+    };
+    let mut control = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: msghdr is plain data; every pointer set below outlives the sendmsg call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+    }
+    // SAFETY: the control buffer has room for one header and `fds` (CMSG_SPACE).
+    if !fds.is_empty() {
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(payload as u32) as _;
+            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast(), fds.len());
+        }
+    }
+    loop {
+        // SAFETY: msg points at live buffers (above).
+        let n = unsafe { libc::sendmsg(socket, &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Reads frames and the descriptors that travel with them from a stream socket.
+struct FrameReader {
+    socket: UnixStream,
+    bytes: Vec<u8>,
+    fds: VecDeque<OwnedFd>,
+}
+
+impl FrameReader {
+    fn new(socket: UnixStream) -> FrameReader {
+        FrameReader {
+            socket,
+            bytes: Vec::new(),
+            fds: VecDeque::new(),
+        }
+    }
+
+    /// The next frame's body; `None` at end of stream.
+    fn next(&mut self) -> io::Result<Option<Vec<u8>>> {
+        loop {
+            if self.bytes.len() >= 4 {
+                let len = u32::from_le_bytes(self.bytes[..4].try_into().expect("4 bytes")) as usize;
+                if len > MAX_FRAME {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("a spawner frame of {len} bytes exceeds {MAX_FRAME}"),
+                    ));
+                }
+                if self.bytes.len() >= 4 + len {
+                    let body = self.bytes[4..4 + len].to_vec();
+                    self.bytes.drain(..4 + len);
+                    return Ok(Some(body));
+                }
+            }
+            if self.receive()? == 0 {
+                return if self.bytes.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the spawner socket closed inside a frame",
+                    ))
+                };
+            }
+        }
+    }
+
+    /// One `recvmsg`: bytes to the buffer, descriptors (close-on-exec) to the queue.
+    fn receive(&mut self) -> io::Result<usize> {
+        let mut buf = [0u8; 64 * 1024];
+        let mut control = [0u64; 32];
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: msghdr is plain data; the pointers set below outlive the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        let n = loop {
+            // SAFETY: msg points at live buffers (above).
+            let n =
+                unsafe { libc::recvmsg(self.socket.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+            if n >= 0 {
+                break n as usize;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        };
+        // SAFETY: walking the control messages the kernel wrote into `control`.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                    let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                    let len = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                    for i in 0..len / std::mem::size_of::<RawFd>() {
+                        let fd = std::ptr::read_unaligned(data.add(i));
+                        self.fds.push_back(OwnedFd::from_raw_fd(fd));
+                    }
+                }
+                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            }
+        }
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+            return Err(io::Error::other(
+                "descriptors from the spawner were truncated",
+            ));
+        }
+        self.bytes.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The serving side: runs in the spawner process (or on a host thread, as the fallback).
+// ---------------------------------------------------------------------------------------
+
+/// Serve launch requests on `socket` until the host's end closes; then kill every process
+/// group started here that is still alive, reap them and return.
+fn serve(socket: UnixStream) -> io::Result<()> {
+    const SOCKET_KEY: u64 = u64::MAX;
+    // SAFETY: epoll_create1 returns a new descriptor or -1.
+    let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if epoll < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor owned here.
+    let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
+    let watch = |fd: RawFd, key: u64| -> io::Result<()> {
+        let mut event = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: key,
+        };
+        // SAFETY: registering a live descriptor with our epoll instance.
+        if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    watch(socket.as_raw_fd(), SOCKET_KEY)?;
+    // Live children: pid → pidfd (readable once the process has ended).
+    let mut children: HashMap<u32, OwnedFd> = HashMap::new();
+    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
+    let mut reader = socket.try_clone()?;
+    let result = 'serve: loop {
+        // SAFETY: `events` has room for its length.
+        let n = unsafe {
+            libc::epoll_wait(
+                epoll.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as i32,
+                -1,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            break Err(e);
+        }
+        for event in &events[..n as usize] {
+            let key = event.u64;
+            if key == SOCKET_KEY {
+                let request = match read_request(&mut reader) {
+                    Ok(Some(r)) => r,
+                    Ok(None) => break 'serve Ok(()),
+                    Err(e) => break 'serve Err(e),
+                };
+                let id = request.id;
+                let spec = request.spec.into_spec();
+                let outcome = std::panic::catch_unwind(|| super::unix::start(&spec))
+                    .unwrap_or_else(|_| Err(io::Error::other("starting the process panicked")));
+                let sent = match outcome {
+                    Ok((pid, stdio)) => match pidfd_open(pid) {
+                        Ok(pidfd) => {
+                            let watched = watch(pidfd.as_raw_fd(), u64::from(pid));
+                            let body = encode(&Reply::Spawned { id, pid });
+                            let fds = stdio.each_ref().map(|fd| fd.as_raw_fd());
+                            let sent = send_frame(&socket, &body, &fds);
+                            drop(stdio);
+                            if watched.is_ok() {
+                                children.insert(pid, pidfd);
+                                sent
+                            } else {
+                                // Unwatched, its exit would never be reported: end it now.
+                                kill_group(pid);
+                                let status = reap(pid);
+                                sent.and_then(|()| {
+                                    send_frame(
+                                        &socket,
+                                        &encode(&Reply::Exited { pid, status }),
+                                        &[],
+                                    )
+                                })
+                            }
+                        }
+                        Err(e) => {
+                            kill_group(pid);
+                            reap(pid);
+                            send_failure(&socket, id, &e)
+                        }
+                    },
+                    Err(e) => send_failure(&socket, id, &e),
+                };
+                if let Err(e) = sent {
+                    break 'serve Err(e);
+                }
+            } else {
+                let pid = key as u32;
+                let Some(pidfd) = children.remove(&pid) else {
+                    continue;
+                };
+                drop(pidfd);
+                let status = reap(pid);
+                if let Err(e) = send_frame(&socket, &encode(&Reply::Exited { pid, status }), &[]) {
+                    break 'serve Err(e);
+                }
+            }
+        }
+    };
+    // The host is gone (or its socket broke): nothing started here may outlive it.
+    for &pid in children.keys() {
+        kill_group(pid);
+    }
+    for &pid in children.keys() {
+        reap(pid);
+    }
+    result
+}
+
+fn read_request(socket: &mut UnixStream) -> io::Result<Option<Request>> {
+    let mut len = [0u8; 4];
+    match socket.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a launch request of {len} bytes exceeds {MAX_FRAME}"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    socket.read_exact(&mut body)?;
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+fn send_failure(socket: &UnixStream, id: u64, e: &io::Error) -> io::Result<()> {
+    let errno = e.raw_os_error();
+    let reply = Reply::Failed {
+        id,
+        errno,
+        // A bare OS error is rebuilt from its number; anything else keeps its message.
+        message: if errno.is_some() {
+            String::new()
+        } else {
+            e.to_string()
+        },
+    };
+    send_frame(socket, &encode(&reply), &[])
+}
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).expect("spawner messages always encode")
+}
+
+fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open(2) returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0u32) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor owned here (pidfds are close-on-exec).
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// SIGKILL process group `pid` (each launch leads its own group).
+fn kill_group(pid: u32) {
+    // SAFETY: kill(2) on a group this loop started.
+    unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+}
+
+/// Wait for child `pid`; its raw wait status (that of SIGKILL if waiting failed).
+fn reap(pid: u32) -> i32 {
+    let mut status = 0;
+    loop {
+        // SAFETY: waiting for our own child.
+        let r = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
+        if r >= 0 {
+            return status;
+        }
+        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return libc::SIGKILL;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The host side.
+// ---------------------------------------------------------------------------------------
+
+/// A process the spawner started, as the host receives it.
+pub(crate) struct Launched {
+    /// Its pid (and process group id).
+    pub pid: u32,
+    /// Its stdin, stdout and stderr (the host's ends of the pipes).
+    pub stdio: [OwnedFd; 3],
+    /// Becomes `Some(raw wait status)` once the spawner has reaped it; closed without a
+    /// value if the spawner ended first.
+    pub exit: tokio::sync::watch::Receiver<Option<i32>>,
+}
+
+type LaunchReply = tokio::sync::oneshot::Sender<io::Result<Launched>>;
+
+/// One launch on its way to the spawner.
+struct Outgoing {
+    spec: WireSpec,
+    reply: LaunchReply,
+}
+
+/// Start `spec` through the host's spawner (started on first use).
+pub(crate) async fn launch(spec: &ProcessSpec) -> io::Result<Launched> {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let gone = || io::Error::other("the host's spawner thread is gone");
+    client()
+        .send(Some(Outgoing {
+            spec: WireSpec::new(spec),
+            reply,
+        }))
+        .map_err(|_| gone())?;
+    answer.await.unwrap_or_else(|_| Err(gone()))
+}
+
+/// Start the spawner now, in the background, so the first launch does not wait for it.
+pub(crate) fn start_early() {
+    let _ = client().send(None);
+}
+
+/// The host's spawner thread: it starts the spawner process (so the parent-death signal
+/// refers to a thread that lives as long as the host) and writes every request to it.
+/// `None` only makes sure a spawner runs.
+fn client() -> &'static mpsc::Sender<Option<Outgoing>> {
+    static CLIENT: std::sync::OnceLock<mpsc::Sender<Option<Outgoing>>> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(|| {
+        let (queue, requests) = mpsc::channel::<Option<Outgoing>>();
+        let started = std::thread::Builder::new()
+            .name("adaptor-spawner".into())
+            .spawn(move || {
+                let mut connection: Option<Connection> = None;
+                let mut next_id = 0u64;
+                for outgoing in requests {
+                    let live = connection.as_ref().is_some_and(|c| c.alive());
+                    if !live {
+                        connection = match Connection::open() {
+                            Ok(c) => Some(c),
+                            Err(e) => {
+                                if let Some(o) = outgoing {
+                                    let _ = o.reply.send(Err(io::Error::new(
+                                        e.kind(),
+                                        format!("could not start the host's spawner: {e}"),
+                                    )));
+                                }
+                                continue;
+                            }
+                        };
+                    }
+                    let (Some(outgoing), Some(conn)) = (outgoing, connection.as_ref()) else {
+                        continue;
+                    };
+                    if outgoing.reply.is_closed() {
+                        continue; // Its caller stopped waiting: nothing to start.
+                    }
+                    next_id += 1;
+                    conn.send(next_id, outgoing);
+                }
+            });
+        if let Err(e) = started {
+            // Launches then fail with "the spawner thread is gone" (their queue is closed).
+            tracing::error!(error = %e, "could not start the host's spawner thread");
+        }
+        queue
+    })
+}
+
+/// What the reader thread shares with the writer.
+#[derive(Default)]
+struct Shared {
+    /// Launches sent and not answered yet, by request id.
+    pending: HashMap<u64, LaunchReply>,
+    /// Exit reporters of the processes started and not yet reaped, by pid.
+    exits: HashMap<u32, tokio::sync::watch::Sender<Option<i32>>>,
+    /// The reader saw the spawner end.
+    closed: bool,
+}
+
+/// The host's end of one spawner (process or thread).
+struct Connection {
+    socket: UnixStream,
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl Connection {
+    /// Start a spawner: the executable itself when the hook is linked into it, else the
+    /// serving loop on a thread of this process.
+    fn open() -> io::Result<Connection> {
+        Connection::process().or_else(|why| {
+            static LOGGED: std::sync::Once = std::sync::Once::new();
+            LOGGED.call_once(|| {
+                tracing::warn!(
+                    reason = %why,
+                    "providers are forked from the host itself (no spawner process)"
+                )
+            });
+            Connection::in_process()
+        })
+    }
+
+    /// A spawner process (this executable, started afresh).
+    fn process() -> io::Result<Connection> {
+        let (host_end, spawner_end) = UnixStream::pair()?;
+        let child = start_process(&spawner_end)?;
+        drop(spawner_end);
+        Connection::with_reader(host_end, Some(child))
+    }
+
+    /// The serving loop on a thread of this process (the thread lives as long as the
+    /// connection: the parent-death signal of what it forks refers to it).
+    fn in_process() -> io::Result<Connection> {
+        let (host_end, spawner_end) = UnixStream::pair()?;
+        std::thread::Builder::new()
+            .name("adaptor-spawner-loop".into())
+            .spawn(move || {
+                if let Err(e) = serve(spawner_end) {
+                    tracing::error!(error = %e, "the in-process spawner loop failed");
+                }
+            })?;
+        Connection::with_reader(host_end, None)
+    }
+
+    fn with_reader(
+        socket: UnixStream,
+        child: Option<std::process::Child>,
+    ) -> io::Result<Connection> {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let reader = FrameReader::new(socket.try_clone()?);
+        let for_reader = shared.clone();
+        std::thread::Builder::new()
+            .name("adaptor-spawner-reader".into())
+            .spawn(move || read_replies(reader, &for_reader, child))?;
+        Ok(Connection { socket, shared })
+    }
+
+    fn alive(&self) -> bool {
+        !lock(&self.shared).closed
+    }
+
+    /// Register and write one request; a write failure answers it.
+    fn send(&self, id: u64, outgoing: Outgoing) {
+        let body = encode(&Request {
+            id,
+            spec: outgoing.spec,
+        });
+        lock(&self.shared).pending.insert(id, outgoing.reply);
+        if let Err(e) = send_frame(&self.socket, &body, &[])
+            && let Some(reply) = lock(&self.shared).pending.remove(&id)
+        {
+            let _ = reply.send(Err(io::Error::new(
+                e.kind(),
+                format!("could not reach the host's spawner: {e}"),
+            )));
+        }
+    }
+}
+
+fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    shared
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Execute `/proc/self/exe` as the spawner, with `socket` as its descriptor. Fails when this
+/// executable does not carry the hook (then it would run the program's `main`).
+fn start_process(socket: &UnixStream) -> io::Result<std::process::Child> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        if !HOOK_RAN.load(Ordering::Relaxed) {
+            return Err(io::Error::other(
+                "this executable does not carry the spawner hook",
+            ));
+        }
+        // At 3 or above (a host started with stdio closed may have it at 0..2, where the
+        // child's /dev/null would replace it).
+        // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor or -1.
+        let high = unsafe { libc::fcntl(socket.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+        if high < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor owned here (closed when this function returns).
+        let high = unsafe { OwnedFd::from_raw_fd(high) };
+        let fd = high.as_raw_fd();
+        let host = std::process::id() as libc::pid_t;
+        let mut command = std::process::Command::new("/proc/self/exe");
+        command
+            .arg0(SPAWNER_ARG0)
+            .env_clear()
+            .env(SPAWNER_FD_ENV, SPAWNER_SOCKET_FD.to_string())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            // Its own group: a Ctrl-C meant for the host must not kill every provider.
+            .process_group(0);
+        // SAFETY: only async-signal-safe calls (prctl, getppid, fcntl, _exit) between fork
+        // and exec.
+        unsafe {
+            command.pre_exec(move || {
+                super::unix::die_with_parent(host)?;
+                // The one descriptor the spawner inherits besides stdio, as descriptor 3
+                // (dup2 clears close-on-exec): descriptors the host left inheritable must
+                // not live on in the spawner (a pipe kept open there never reaches EOF).
+                let kept = if fd == SPAWNER_SOCKET_FD {
+                    libc::fcntl(fd, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(fd, SPAWNER_SOCKET_FD)
+                };
+                if kept < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                libc::syscall(
+                    libc::SYS_close_range,
+                    (SPAWNER_SOCKET_FD + 1) as u32,
+                    u32::MAX,
+                    0u32,
+                );
+                Ok(())
+            });
+        }
+        command.spawn()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = socket;
+        Err(io::Error::other("a spawner process is only used on Linux"))
+    }
+}
+
+/// The reader thread: route each reply to its launch or exit reporter until the spawner
+/// ends, then fail what waits and reap the spawner process.
+fn read_replies(
+    mut reader: FrameReader,
+    shared: &Mutex<Shared>,
+    child: Option<std::process::Child>,
+) {
+    let ended = loop {
+        let body = match reader.next() {
+            Ok(Some(body)) => body,
+            Ok(None) => break "the spawner ended".to_owned(),
+            Err(e) => break format!("reading from the spawner failed: {e}"),
+        };
+        let reply: Reply = match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => break format!("the spawner sent an unreadable reply: {e}"),
+        };
+        match reply {
+            Reply::Spawned { id, pid } => {
+                let stdio = match (
+                    reader.fds.pop_front(),
+                    reader.fds.pop_front(),
+                    reader.fds.pop_front(),
+                ) {
+                    (Some(i), Some(o), Some(e)) => [i, o, e],
+                    _ => {
+                        kill_group(pid);
+                        break format!("the spawner sent process {pid} without its stdio");
+                    }
+                };
+                let (exit_tx, exit) = tokio::sync::watch::channel(None);
+                let reply = {
+                    let mut shared = lock(shared);
+                    shared.exits.insert(pid, exit_tx);
+                    shared.pending.remove(&id)
+                };
+                let launched = Launched { pid, stdio, exit };
+                if reply.is_none_or(|r| r.send(Ok(launched)).is_err()) {
+                    // Nobody waits for it any more: it must not run unattended.
+                    kill_group(pid);
+                }
+            }
+            Reply::Failed { id, errno, message } => {
+                let error = match errno {
+                    Some(n) => io::Error::from_raw_os_error(n),
+                    None => io::Error::other(message),
+                };
+                if let Some(reply) = lock(shared).pending.remove(&id) {
+                    let _ = reply.send(Err(error));
+                }
+            }
+            Reply::Exited { pid, status } => {
+                if let Some(exit) = lock(shared).exits.remove(&pid) {
+                    let _ = exit.send(Some(status));
+                }
+            }
+        }
+    };
+    let (pending, exits) = {
+        let mut shared = lock(shared);
+        shared.closed = true;
+        (
+            std::mem::take(&mut shared.pending),
+            std::mem::take(&mut shared.exits),
+        )
+    };
+    if !pending.is_empty() || !exits.is_empty() {
+        tracing::error!(reason = %ended, running = exits.len(), "the host's spawner ended; its processes were killed with it");
+    }
+    for (_, reply) in pending {
+        let _ = reply.send(Err(io::Error::other(ended.clone())));
+    }
+    // Dropping the exit reporters tells every waiter the spawner ended first.
+    drop(exits);
+    if let Some(mut child) = child
+        && let Err(e) = child.wait()
+    {
+        tracing::warn!(error = %e, "could not reap the spawner process");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::unix::ffi::OsStringExt;
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::*;
+
+    fn shell(script: &str) -> ProcessSpec {
+        ProcessSpec {
+            program: PathBuf::from("/bin/sh"),
+            args: vec!["-c".into(), script.into()],
+            env: vec![(OsString::from("PATH"), OsString::from("/usr/bin:/bin"))],
+            cwd: PathBuf::from("/"),
+            parent_death_signal: true,
+            confinement: Confinement {
+                rules: Vec::new(),
+                create: Vec::new(),
+                landlock: false,
+                pid_namespace: false,
+                grace: Duration::from_millis(100),
+            },
+        }
+    }
+
+    async fn launch_on(conn: &Connection, id: u64, spec: &ProcessSpec) -> io::Result<Launched> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        conn.send(
+            id,
+            Outgoing {
+                spec: WireSpec::new(spec),
+                reply,
+            },
+        );
+        answer.await.expect("answered")
+    }
+
+    /// Both kinds of spawner start a process with its stdio, report its exit status once
+    /// reaped, and report a program that cannot start as the OS error it was.
+    #[tokio::test]
+    async fn either_spawner_starts_reports_exits_and_failures() {
+        for (kind, conn) in [
+            (
+                "process",
+                Connection::process().expect("the hook is linked into tests"),
+            ),
+            ("in-process", Connection::in_process().unwrap()),
+        ] {
+            let launched = launch_on(
+                &conn,
+                1,
+                &shell("read line; echo \"got $line\"; echo err >&2; exit 3"),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+            let [stdin, stdout, stderr] = launched.stdio;
+            let mut stdin = std::fs::File::from(stdin);
+            stdin.write_all(b"ping\n").unwrap();
+            drop(stdin);
+            let mut out = String::new();
+            std::fs::File::from(stdout)
+                .read_to_string(&mut out)
+                .unwrap();
+            let mut err = String::new();
+            std::fs::File::from(stderr)
+                .read_to_string(&mut err)
+                .unwrap();
+            assert_eq!(
+                (out.as_str(), err.as_str()),
+                ("got ping\n", "err\n"),
+                "{kind}"
+            );
+            let mut exit = launched.exit;
+            let status = *exit.wait_for(Option::is_some).await.unwrap();
+            let status = std::process::ExitStatus::from_raw(status.unwrap());
+            assert_eq!(status.code(), Some(3), "{kind}");
+
+            let mut missing = shell("");
+            missing.program = PathBuf::from("/nonexistent/provider");
+            let err = launch_on(&conn, 2, &missing)
+                .await
+                .err()
+                .expect("cannot start");
+            assert_eq!(err.kind(), io::ErrorKind::NotFound, "{kind}: {err}");
+        }
+    }
+
+    /// A spawner process ends when the host's end closes, and takes what it started with it.
+    #[tokio::test]
+    async fn a_spawner_whose_host_end_closes_kills_what_it_started() {
+        let conn = Connection::process().unwrap();
+        let launched = launch_on(&conn, 1, &shell("sleep 30")).await.unwrap();
+        let pid = launched.pid;
+        let mut exit = launched.exit;
+        // Closing the host's end: the spawner kills the group, reaps and exits.
+        // SAFETY: shutdown(2) on a socket this test owns.
+        unsafe { libc::shutdown(conn.socket.as_raw_fd(), libc::SHUT_RDWR) };
+        let closed =
+            tokio::time::timeout(Duration::from_secs(10), exit.wait_for(Option::is_some)).await;
+        assert!(
+            matches!(closed, Ok(Err(_)) | Ok(Ok(_))),
+            "the exit reporter settles"
+        );
+        assert!(!conn.alive(), "the reader saw the spawner end");
+        let gone = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            // SAFETY: signal 0 only checks existence.
+            unsafe { libc::kill(pid as libc::pid_t, 0) != 0 }
+        });
+        assert!(gone, "process {pid} survived its spawner");
+    }
+
+    #[test]
+    fn paths_and_variables_that_are_not_utf8_cross_intact() {
+        let mut spec = shell("true");
+        let odd = OsString::from_vec(vec![b'/', b't', 0xff, b'x']);
+        spec.cwd = PathBuf::from(odd.clone());
+        spec.env.push((OsString::from("V"), odd.clone()));
+        spec.confinement.rules.push(PathRule {
+            path: PathBuf::from(odd.clone()),
+            access: PathAccess::ReadWrite,
+            why: "test".into(),
+        });
+        let body = encode(&WireSpec::new(&spec));
+        let back: WireSpec = serde_json::from_slice(&body).unwrap();
+        assert_eq!(back.into_spec(), spec);
+    }
+}
