@@ -19,7 +19,9 @@
 //! TS SDK's (`--permission-mode default`, `CLAUDE_CODE_ENTRYPOINT=sdk-ts`, no partial
 //! messages, end at `result`), which the SDKs are compared with.
 //!
-//! Also: the `adaptor run` process's peak RSS beside the CLI (VmHWM, sampled every 5 ms) and
+//! Also: the `adaptor run` process's peak RSS beside the CLI (VmHWM, sampled every 5 ms, and
+//! the largest private share seen, `RssAnon`: the rest is clean pages of the executable and
+//! shared libraries, shared with every process running them and reclaimable) and
 //! the cold compile and cached load of the built-in drivers.
 //!
 //! Every row checks that the mock saw exactly the model requests it should (one per turn).
@@ -182,13 +184,13 @@ impl Bench {
     }
 
     /// One round of one CLI's one-shot rows, in the order of the table: raw CLI, `adaptor
-    /// run` (its peak RSS pushed to `rss`), `Agent::run` cold, then on a process prewarmed
+    /// run` (its peak RSS and private RSS, MiB, pushed to `rss`), `Agent::run` cold, then on a process prewarmed
     /// ≥ 1 s before, then each SDK script. Wall and time to first text of each.
     fn one_shot_round(
         &self,
         rt: &tokio::runtime::Runtime,
         one: &OneShot<'_>,
-        rss: &mut Vec<f64>,
+        rss: &mut Vec<(f64, f64)>,
     ) -> Vec<(f64, Option<f64>)> {
         let cli = one.cli;
         let mut sample = vec![self.on(cli, "raw CLI", 1, || match cli {
@@ -196,8 +198,8 @@ impl Bench {
             Cli::Codex => self.raw_codex(),
         })];
         sample.push(self.on(cli, "adaptor run", 1, || {
-            let (wall, peak) = self.adaptor_run(one.driver, one.program, one.env);
-            rss.push(peak as f64 / 1024.0);
+            let (wall, peak, private) = self.adaptor_run(one.driver, one.program, one.env);
+            rss.push((peak as f64 / 1024.0, private as f64 / 1024.0));
             (wall, None)
         }));
         sample.push(self.on(cli, "Agent::run", 1, || {
@@ -263,8 +265,9 @@ impl Bench {
         (ms(start.elapsed()), first)
     }
 
-    /// `adaptor run` as a whole process; its peak RSS (KiB) sampled until it exits.
-    fn adaptor_run(&self, driver: &str, cli: &Path, env: &[(String, String)]) -> (f64, u64) {
+    /// `adaptor run` as a whole process; its peak RSS and the largest private (anonymous) RSS
+    /// seen (KiB), sampled until it exits.
+    fn adaptor_run(&self, driver: &str, cli: &Path, env: &[(String, String)]) -> (f64, u64, u64) {
         let config = json!({ "command": cli.display().to_string() }).to_string();
         let mut cmd = self.command(&bin_dir().join("adaptor"), &[]);
         cmd.args(["run", "--driver", driver, "--config", &config, "--cwd"])
@@ -276,7 +279,7 @@ impl Bench {
         let start = Instant::now();
         let mut child = cmd.arg(PROMPT).spawn().expect("spawn adaptor");
         let status = format!("/proc/{}/status", child.id());
-        let mut peak = 0;
+        let (mut peak, mut private) = (0, 0);
         loop {
             if let Some(s) = child.try_wait().unwrap() {
                 assert!(s.success(), "adaptor run --driver {driver} failed");
@@ -285,9 +288,12 @@ impl Bench {
             if let Some(kib) = proc_kib(&status, "VmHWM") {
                 peak = peak.max(kib);
             }
+            if let Some(kib) = proc_kib(&status, "RssAnon") {
+                private = private.max(kib);
+            }
             std::thread::sleep(Duration::from_millis(5));
         }
-        (ms(start.elapsed()), peak)
+        (ms(start.elapsed()), peak, private)
     }
 
     /// An SDK script's `oneshot` (wall from outside) or `session` (its per-turn lines).
@@ -861,8 +867,9 @@ fn main() {
         );
     }
     println!(
-        "host RSS: `adaptor run --driver claude` peak {:.1} MiB (median of {} runs; VmHWM of the adaptor process alone, sampled every 5 ms)",
-        median(rss),
+        "host RSS: `adaptor run --driver claude` peak {:.1} MiB, of which private {:.1} MiB (medians of {} runs; VmHWM of the adaptor process alone and its largest RssAnon, sampled every 5 ms; the rest is clean pages of the executable and libraries, shared and reclaimable)",
+        median(rss.iter().map(|r| r.0).collect()),
+        median(rss.iter().map(|r| r.1).collect()),
         rounds + 1
     );
     for name in ["claude", "codex", "reference"] {

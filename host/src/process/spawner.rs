@@ -68,13 +68,15 @@ static HOOK_RAN: AtomicBool = AtomicBool::new(false);
 
 /// Runs before `main` in every executable that links this crate. In an ordinary start it
 /// only records that it ran; started as the spawner (`argv[0]` and the descriptor variable
-/// both set), it serves on the descriptor and exits without returning to `main`.
-#[cfg(target_os = "linux")]
+/// both set), it serves on the descriptor and exits without returning to `main`. glibc only:
+/// it passes `argc` and `argv` to `.init_array` functions (musl passes nothing, so there the
+/// hook is left out and the serving loop runs on a host thread).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[used]
 #[unsafe(link_section = ".init_array")]
 static SPAWNER_HOOK: extern "C" fn(libc::c_int, *const *const libc::c_char) = spawner_hook;
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 extern "C" fn spawner_hook(argc: libc::c_int, argv: *const *const libc::c_char) {
     HOOK_RAN.store(true, Ordering::Relaxed);
     if argc < 1 || argv.is_null() {
