@@ -42,8 +42,9 @@
 //!   `since_v0_2_0` for the released `0.1.0` and `0.2.0` mapped onto it, `convert`);
 //! - **`grant/` + `process/`** — the only places that decide (`grant`: the run's
 //!   `ProcessGrant`: program, workspace, environment and its denylist, the filesystem
-//!   confinement) and perform (`process`: confine with Landlock and a PID namespace, spawn,
-//!   signal, reap; `process::tool` runs the host's own tools, `git`) process actions;
+//!   confinement) and perform (`process`: confine with Landlock and a PID namespace, spawn
+//!   through the spawner, signal, reap; `process::tool` runs the host's own tools, `git`)
+//!   process actions;
 //! - **`run/`** — the one pipeline: `prepare`, `turn`, `supervise`, `output`, `classify`,
 //!   `decisions`, `resident`, `coordinator` (the thread stage);
 //! - **`store/`** — thread stores behind the `ThreadStore` trait;
@@ -63,6 +64,17 @@
 //! - `approval` ↔ `error` ↔ `event` ↔ `result` ↔ `structured`: events carry approval requests
 //!   and failure reasons, approval requests carry event metadata, results carry structured
 //!   output and thread info, errors carry partial results.
+//!
+//! ## The spawner process (what linking this crate does to your executable)
+//!
+//! The host never forks itself: providers are forked by `adaptor-spawner`, one small process
+//! per host that is your own executable started afresh from `/proc/self/exe` and taken over
+//! before `main` by an `.init_array` hook of this crate (Linux with glibc). In every other
+//! start of your program the hook only records that it ran. The spawner is started in the
+//! background when the first `Agent` is built, lives in its own process group, dies with
+//! your process, and never runs your `main`. Where your executable cannot serve as the
+//! spawner, the same loop runs on a thread of your process (a warning is logged once). The
+//! README's Embedding section says why (forking a host that maps wasmtime is slow and heavy).
 //!
 //! The sans-IO session itself is spoken in host types (`session`: launch, actions,
 //! decisions, outcome, probes); only `wasm/convert` maps them onto the WIT types.
