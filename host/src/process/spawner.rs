@@ -530,10 +530,10 @@ fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-/// SIGKILL process group `pid` (each launch leads its own group).
+/// SIGKILL process group `pid` (each launch leads its own group); a group already gone is
+/// not an error here.
 fn kill_group(pid: u32) {
-    // SAFETY: kill(2) on a group this loop started.
-    unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+    let _ = super::unix::signal_group(pid as i32, super::Sig::Kill);
 }
 
 /// Wait for child `pid`; its raw wait status (that of SIGKILL if waiting failed).
