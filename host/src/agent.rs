@@ -588,7 +588,11 @@ impl AgentBuilder {
     /// takes one only if the launch it prepares itself is identical (program, arguments,
     /// environment, working directory, private files, confinement, instructions): never
     /// across other configs, workspaces, profiles or policies. A run with other options
-    /// starts its own process and says why in a `process.prewarm_mismatch` notice. Taken
+    /// starts its own process and says why in a `process.prewarm_mismatch` notice. When the
+    /// launch's own stdin input is the same whatever the prompt (a protocol handshake: the
+    /// Codex app-server's `initialize` and `thread/start`, an ACP agent's `initialize`), it
+    /// is written to the warm process at once, and only a run bringing the same bytes takes
+    /// it (the `process.prewarmed` notice's `input_written`). Taken
     /// processes are replaced in the background; unused ones are stopped after
     /// [`prewarm_idle`](Self::prewarm_idle), by [`Agent::close`] and when the last handle
     /// is dropped, and none outlives the host (the same no-orphan guarantees as a run's).
@@ -689,6 +693,7 @@ impl AgentBuilder {
                 tracker: TaskTracker::new(),
                 residents: Arc::new(crate::run::resident::ResidentPool::default()),
                 warm: Arc::new(warm),
+                config_fingerprint: tokio::sync::OnceCell::new(),
                 #[cfg(feature = "tools")]
                 tool_server: tokio::sync::Mutex::new(None),
             }),
@@ -711,6 +716,11 @@ pub(crate) struct AgentInner {
     pub residents: Arc<crate::run::resident::ResidentPool>,
     /// Prewarmed provider processes ([`AgentBuilder::prewarm`]).
     pub warm: Arc<crate::run::warm::WarmPool>,
+    /// The driver's fingerprint of the agent's config, asked of the driver by the first
+    /// thread run and kept: the config is fixed for the agent's life, and a driver is a
+    /// deterministic function of its inputs (fixed clocks, seeded randomness), so every
+    /// later turn would get the same answer from a fresh instance.
+    pub config_fingerprint: tokio::sync::OnceCell<String>,
     /// The host tool server, started by the first run that delivers tools.
     #[cfg(feature = "tools")]
     pub tool_server: tokio::sync::Mutex<Option<crate::tools::server::ToolServer>>,

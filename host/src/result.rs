@@ -121,7 +121,9 @@ pub enum StreamKind {
 pub struct ChunkRecord {
     /// The stream.
     pub stream: StreamKind,
-    /// Time since the process was spawned.
+    /// Time since the run attached to the process: its spawn, or the moment the run took a
+    /// prewarmed or resident process. Input written to a prewarmed process before the run
+    /// took it (its launch's prompt-independent input) is recorded first, at zero.
     pub at: Duration,
     /// Offset of the chunk in that stream's bytes ([`RawStreams::stdout`], …).
     pub offset: usize,

@@ -17,7 +17,11 @@
 //! medians of turns 2–20 (turn 1 includes the start-up). Claude Code has two floors: with the
 //! driver's flags and end of turn (`idle`), which the `Thread` is compared with, and with the
 //! TS SDK's (`--permission-mode default`, `CLAUDE_CODE_ENTRYPOINT=sdk-ts`, no partial
-//! messages, end at `result`), which the SDKs are compared with.
+//! messages, end at `result`), which the SDKs are compared with. Per thread turn the bench
+//! also prints the host's own time: the caller's wall time minus the provider's span (from
+//! the prompt written to its stdin to the last output read), which is what the host adds
+//! over a loop that writes at once and returns on the last line, measured without the
+//! CLI's run-to-run noise.
 //!
 //! Also: the `adaptor run` process's peak RSS beside the CLI (VmHWM, sampled every 5 ms, and
 //! the largest private share seen, `RssAnon`: the rest is clean pages of the executable and
@@ -545,25 +549,50 @@ impl CodexFloor {
 }
 
 /// A floor session and a `Thread`, turn by turn alternately (paired samples: turn k of
-/// each ran back to back): per-turn ms of the floor and of the thread.
+/// each ran back to back): per-turn ms of the floor and of the thread, and the host's own
+/// time in each thread turn (see [`host_time`]).
 fn floor_and_thread(
     rt: &tokio::runtime::Runtime,
     mut floor: impl FnMut() -> f64,
     agent: &Agent,
     key: &str,
     turns: usize,
-) -> (Vec<f64>, Vec<f64>) {
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let thread = agent.thread(key);
-    let mut out = (Vec::new(), Vec::new());
+    let mut out = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..turns {
         out.0.push(floor());
-        out.1.push(rt.block_on(async {
+        let (wall, host) = rt.block_on(async {
             let start = Instant::now();
-            thread.run(PROMPT).await.expect("a thread turn");
-            ms(start.elapsed())
-        }));
+            let result = thread.run(PROMPT).await.expect("a thread turn");
+            let wall = start.elapsed();
+            (ms(wall), host_time(wall, result.raw()))
+        });
+        out.1.push(wall);
+        out.2.push(host);
     }
     out
+}
+
+/// The host's own time in a resident turn, ms: the caller's wall time minus the provider's
+/// span in it — from the first byte written to its stdin (the prompt) to the last output
+/// byte read. What is left is everything the host does before writing the prompt and after
+/// the turn's last line (thread lease and state, driver calls, events, the result), free of
+/// the CLI's own run-to-run noise, which dwarfs it in the paired wall times.
+fn host_time(wall: std::time::Duration, raw: &adaptor::RawStreams) -> f64 {
+    use adaptor::StreamKind;
+    let written = raw
+        .chunks
+        .iter()
+        .find(|c| c.stream == StreamKind::Stdin)
+        .expect("a resident turn writes its prompt to stdin");
+    let last_read = raw
+        .chunks
+        .iter()
+        .rev()
+        .find(|c| c.stream != StreamKind::Stdin)
+        .expect("a turn reads output");
+    ms(wall.saturating_sub(last_read.at.saturating_sub(written.at)))
 }
 
 /// Per-turn ms of turns 2.. of a session.
@@ -720,17 +749,19 @@ fn main() {
         ("codex: Thread (resident app-server)", Vec::new()),
         ("codex: TS Codex SDK thread", Vec::new()),
     ];
+    // The host's own time in each thread turn 2.. (claude, codex).
+    let mut host_times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     let session_rounds = rounds.div_ceil(5).max(1);
     for round in 0..session_rounds {
         let key = format!("bench-{round}");
-        let (claude_floor, claude_thread_turns) =
+        let (claude_floor, claude_thread_turns, claude_host) =
             b.on_claude("claude floor and thread", 2 * turns, || {
                 let mut floor = ClaudeFloor::start(&b, Flags::Driver);
                 let both = floor_and_thread(&rt, || floor.turn(), &claude_thread, &key, turns);
                 floor.pipe.close();
                 both
             });
-        let (codex_floor, codex_thread_turns) =
+        let (codex_floor, codex_thread_turns, codex_host) =
             b.on_codex("codex floor and thread", 2 * turns, || {
                 let mut floor = CodexFloor::start(&b);
                 let both = floor_and_thread(&rt, || floor.turn(), &codex_thread, &key, turns);
@@ -780,6 +811,8 @@ fn main() {
         for ((_, all), turns) in sessions.iter_mut().zip(per) {
             all.extend(later(&turns));
         }
+        host_times[0].extend(later(&claude_host));
+        host_times[1].extend(later(&codex_host));
     }
     rt.block_on(async {
         for agent in [
@@ -864,6 +897,15 @@ fn main() {
             median(diffs.clone()),
             diffs[(diffs.len() - 1) * 9 / 10],
             diffs.len()
+        );
+    }
+    for (mut times, name) in host_times.into_iter().zip(["claude", "codex"]) {
+        times.sort_by(|a, b| a.total_cmp(b));
+        println!(
+            "  {name}: host's own time per resident turn (wall − provider span, prompt written → last output read): p50 {:.2} ms · p90 {:.2} ms ({} turns)",
+            median(times.clone()),
+            times[(times.len() - 1) * 9 / 10],
+            times.len()
         );
     }
     println!(

@@ -67,8 +67,13 @@ pub fn test_driver_path(name: &str) -> PathBuf {
 
 /// A driver file configured to run the built reference provider with its state in `state`.
 pub fn configured(path: &Path, state: &Path) -> Driver {
-    Driver::from_file(path)
-        .expect("load driver")
+    with_reference_provider(Driver::from_file(path).expect("load driver"), state)
+}
+
+/// `driver` (the reference driver or one built on it) configured to run the built reference
+/// provider with its state in `state`.
+pub fn with_reference_provider(driver: Driver, state: &Path) -> Driver {
+    driver
         .with_config(serde_json::json!({
             "command": provider_path().display().to_string(),
             "state_dir": state.display().to_string(),

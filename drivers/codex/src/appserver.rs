@@ -137,11 +137,26 @@ impl CodexSession {
         } = crate::mcp_overrides(&self.request)?;
         args.extend(mcp_args);
         args.extend(extra_args(&self.config));
-        let stdin = self.call(
+        // The handshake and the call that opens the thread go out at once (the app-server
+        // reads its stdin in order): none of it depends on the prompt, so the host may write
+        // it to a prewarmed process before any run takes it, and the run then starts at
+        // `turn/start`. The skill bundle's root must be set before the thread starts, so with
+        // a bundle the thread call waits for that answer.
+        let mut stdin = self.call(
             Call::Initialize,
             "initialize",
             json!({ "clientInfo": { "name": "agent-adaptor", "title": "agent-adaptor", "version": env!("CARGO_PKG_VERSION") } }),
         );
+        stdin.extend(line(&json!({ "method": "initialized" })));
+        let next = match adaptor_sdk::skills::skill_bundle(&self.request.skill_dirs) {
+            Ok(Some(bundle)) => self.call(
+                Call::SkillRoots,
+                "skills/extraRoots/set",
+                json!({ "extraRoots": [bundle.skills_dir] }),
+            ),
+            _ => self.thread_call(),
+        };
+        stdin.extend(next);
         Ok(Launch {
             program: str_field(&self.config, "command")
                 .unwrap_or("codex")
@@ -276,22 +291,11 @@ impl CodexSession {
         }
         let result = frame.get("result").unwrap_or(&Value::Null);
         match call {
-            Call::Initialize => {
-                let mut bytes = line(&json!({ "method": "initialized" }));
-                // The skill bundle's root goes in before the thread starts (the app-server
-                // has no flag or config key for extra skill roots; a missing root would be
-                // silently empty, so `start` checked the layout).
-                let next = match adaptor_sdk::skills::skill_bundle(&self.request.skill_dirs) {
-                    Ok(Some(bundle)) => self.call(
-                        Call::SkillRoots,
-                        "skills/extraRoots/set",
-                        json!({ "extraRoots": [bundle.skills_dir] }),
-                    ),
-                    _ => self.thread_call(),
-                };
-                bytes.extend(next);
-                out.write_stdin(bytes);
-            }
+            // `initialized` and the next call went out with `initialize` (see `app_launch`).
+            Call::Initialize => {}
+            // The skill bundle's root is in before the thread starts (the app-server has no
+            // flag or config key for extra skill roots; a missing root would be silently
+            // empty, so `start` checked the layout).
             Call::SkillRoots => {
                 let next = self.thread_call();
                 out.write_stdin(next);

@@ -50,8 +50,11 @@ fn streaming_or_asking_uses_the_app_server() {
     });
     assert_eq!(launch.args[0], "app-server");
     assert!(launch.keep_stdin_open);
-    let first: Value = serde_json::from_slice(&launch.stdin).unwrap();
-    assert_eq!(first["method"], "initialize");
+    // The handshake and the thread call go out at launch, in order; none carries the prompt.
+    let frames = frames_of(&launch.stdin);
+    let methods: Vec<&str> = frames.iter().filter_map(|v| v["method"].as_str()).collect();
+    assert_eq!(methods, ["initialize", "initialized", "thread/start"]);
+    assert!(!String::from_utf8_lossy(&launch.stdin).contains("hello"));
     let launch = start({
         let mut r = request("hello");
         r.streaming = false;
@@ -347,7 +350,16 @@ fn app_server_streams_text_reasoning_and_usage() {
         })
         .collect();
     let methods: Vec<&str> = stdin.iter().filter_map(|v| v["method"].as_str()).collect();
-    assert_eq!(methods, ["initialized", "thread/start", "turn/start"]);
+    assert_eq!(methods, ["turn/start"]);
+}
+
+/// The JSON frames (one per line) of stdin bytes.
+fn frames_of(bytes: &[u8]) -> Vec<Value> {
+    String::from_utf8(bytes.to_vec())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .collect()
 }
 
 #[test]
@@ -420,7 +432,10 @@ fn the_app_server_takes_a_next_turn_on_the_same_thread() {
     assert_eq!(frame["method"], "turn/start");
     assert_eq!(frame["params"]["threadId"], "thr-1");
     assert_eq!(frame["params"]["input"][0]["text"], "again");
-    assert_eq!(frame["id"], 2, "request ids keep counting on one process");
+    assert_eq!(
+        frame["id"], 3,
+        "request ids keep counting on one process (initialize 1, thread/start 2)"
+    );
 
     // exec runs one turn per process.
     let mut exec = request("x");
@@ -586,23 +601,13 @@ fn a_fork_uses_the_app_servers_thread_fork() {
         .err()
         .expect("refused");
     assert!(matches!(err, StartError::Unsupported(m) if m.contains("thread/fork")));
-    // After initialize the driver asks for a fork of the parent, not a resume.
-    let (mut h, _) = Harness::<CodexSession>::start(fork(json!({}))).unwrap();
-    let out = h.stdout(b"{\"id\":1,\"result\":{\"userAgent\":\"codex\"}}\n");
-    let sent: Vec<Value> = out
-        .iter()
-        .filter_map(|a| match a {
-            adaptor_sdk::Action::WriteStdin(b) => Some(b.clone()),
-            _ => None,
-        })
-        .flat_map(|b| {
-            String::from_utf8(b)
-                .unwrap()
-                .lines()
-                .map(|l| serde_json::from_str::<Value>(l).unwrap())
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    // With the handshake, the driver asks for a fork of the parent, not a resume.
+    let (mut h, launch) = Harness::<CodexSession>::start(fork(json!({}))).unwrap();
+    let sent = frames_of(&launch.stdin);
+    assert!(
+        h.stdout(b"{\"id\":1,\"result\":{\"userAgent\":\"codex\"}}\n")
+            .is_empty()
+    );
     let fork_call = sent
         .iter()
         .find(|f| f["method"] == "thread/fork")

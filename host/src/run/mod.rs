@@ -194,8 +194,13 @@ enum Attach {
 
 /// What starts the turn once the process is attached.
 enum Initial {
-    /// A new process: the launch's stdin bytes, and whether stdin stays open.
-    Launch { stdin: Vec<u8>, keep_open: bool },
+    /// A new process: the launch's stdin bytes, whether stdin stays open, and whether the
+    /// bytes were written already (to a prewarmed process, before the run took it).
+    Launch {
+        stdin: Vec<u8>,
+        keep_open: bool,
+        written: bool,
+    },
     /// A resident process: the driver's `next-turn` actions (typically a stdin frame).
     Actions(Vec<Action>),
 }
@@ -211,17 +216,18 @@ struct Prepared {
     containment: crate::containment::ContainmentReport,
     /// The instructions bundle's fingerprint (what a warm process is compared on).
     bundle: Option<String>,
-    /// A prewarmed process started with exactly this launch, and how long it waited.
-    warm: Option<(crate::process::Spawned, std::time::Duration)>,
+    /// A prewarmed process started with exactly this launch, how long it waited, and whether
+    /// the launch's input was written to it already (see `warm`).
+    warm: Option<(crate::process::Spawned, std::time::Duration, bool)>,
 }
 
 impl Prepared {
     /// This preparation on `warm`'s process and private directory (it was prepared on that
     /// directory and found identical).
     fn on(mut self, warm: warm::Warm) -> Prepared {
-        let (spawned, private_dir, waited) = warm.into_parts();
+        let (spawned, private_dir, waited, input_written) = warm.into_parts();
         self.private_dir = private_dir;
-        self.warm = Some((spawned, waited));
+        self.warm = Some((spawned, waited, input_written));
         self
     }
 }
@@ -541,13 +547,8 @@ impl Run {
                 reason: "a thread run resumes its thread's own checkpoint; a per-call `resume` is not allowed".into(),
             });
         }
-        let driver = &self.inner.driver;
         let workspace = self.workspace_dir()?;
-        let mut instance = self.fresh_instance().await?;
-        let config_fingerprint = instance
-            .config_fingerprint(&driver.config.to_string())
-            .await?
-            .map_err(|e| e.into_error(name.clone()))?;
+        let config_fingerprint = self.config_fingerprint().await?;
         let tool_entries = self.inner.tool_fingerprint()?;
         let mcp_entries = self.delivery().await?.fingerprint.clone();
         let skill_entries = self
@@ -758,6 +759,32 @@ impl Run {
                     data: None,
                 }))
                 .await;
+        }
+    }
+
+    /// The driver's fingerprint of the agent's config (see `AgentInner::config_fingerprint`):
+    /// from a fresh instance on the agent's first thread run, then kept. A refusal is not
+    /// kept, so each run reports it.
+    /// (Borrows nothing of the run across the await, as [`fresh_instance`](Self::fresh_instance).)
+    fn config_fingerprint(
+        &self,
+    ) -> impl std::future::Future<Output = Result<String, Error>> + Send + 'static {
+        let inner = self.inner.clone();
+        let name = self.driver_name();
+        let fresh = self.fresh_instance();
+        async move {
+            let config = &inner.driver.config;
+            inner
+                .config_fingerprint
+                .get_or_try_init(|| async move {
+                    let mut instance = fresh.await?;
+                    instance
+                        .config_fingerprint(&config.to_string())
+                        .await?
+                        .map_err(|e| e.into_error(name))
+                })
+                .await
+                .cloned()
         }
     }
 

@@ -447,6 +447,19 @@ impl Supervisor<'_> {
         self.kill_at = Some(Instant::now() + self.grace);
     }
 
+    /// Record the launch's input a prewarmed process was written before this run took it
+    /// (byte for byte this run's own launch input): the first stdin chunk, at zero.
+    pub(super) fn record_written_before(&mut self, bytes: Vec<u8>) {
+        let offset = self.raw.stdin.len();
+        self.raw.chunks.push(ChunkRecord {
+            stream: StreamKind::Stdin,
+            at: Duration::ZERO,
+            offset,
+            len: bytes.len(),
+        });
+        self.raw.stdin.extend_from_slice(&bytes);
+    }
+
     pub(super) async fn write_stdin(&mut self, bytes: Vec<u8>) {
         let len = bytes.len();
         let offset = self.raw.stdin.len();

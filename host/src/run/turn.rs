@@ -74,8 +74,9 @@ impl Run {
                     bundle: _,
                     warm,
                 } = *prepared;
+                let input_written = warm.as_ref().is_some_and(|(_, _, written)| *written);
                 let spawned = match warm {
-                    Some((spawned, waited)) => {
+                    Some((spawned, waited, _)) => {
                         tracing::info!(
                             pid = spawned.pid,
                             waited_ms = waited.as_millis() as u64,
@@ -86,13 +87,19 @@ impl Run {
                                 meta: blank_meta(),
                                 notice: "process.prewarmed".into(),
                                 message: format!(
-                                    "this run starts on a prewarmed provider process (pid {}, started {} ms before it)",
+                                    "this run starts on a prewarmed provider process (pid {}, started {} ms before it{})",
                                     spawned.pid,
-                                    waited.as_millis()
+                                    waited.as_millis(),
+                                    if input_written {
+                                        format!(", its launch's first {} input bytes written then", launch.stdin.len())
+                                    } else {
+                                        String::new()
+                                    }
                                 ),
                                 data: Some(serde_json::json!({
                                     "pid": spawned.pid,
                                     "waited_ms": waited.as_millis() as u64,
+                                    "input_written": if input_written { launch.stdin.len() } else { 0 },
                                 })),
                             }))
                             .await;
@@ -132,6 +139,7 @@ impl Run {
                 let initial = Initial::Launch {
                     stdin: launch.stdin,
                     keep_open: launch.keep_stdin_open,
+                    written: input_written,
                 };
                 Attached {
                     session,
@@ -228,8 +236,14 @@ impl Run {
             }
         }
         match initial {
-            Initial::Launch { stdin, keep_open } => {
-                if !stdin.is_empty() {
+            Initial::Launch {
+                stdin,
+                keep_open,
+                written,
+            } => {
+                if written {
+                    sup.record_written_before(stdin);
+                } else if !stdin.is_empty() {
                     sup.write_stdin(stdin).await;
                 }
                 if !keep_open {

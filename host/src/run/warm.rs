@@ -9,8 +9,12 @@
 //! process's private directory is the very one the process was started with (program,
 //! arguments, environment, working directory, private files, confinement, instructions
 //! bundle): a warm process is never used across configs, workspaces, profiles or policies.
-//! Nothing is written to a warm process before a run takes it; what it printed meanwhile
-//! stays in its pipes for that run's driver.
+//! Before a run takes it, a warm process is written at most its launch's own input, and only
+//! when that input is the same whatever the prompt (a protocol handshake such as the Codex
+//! app-server's `initialize` and `thread/start`, an ACP agent's `initialize`): then the run
+//! that takes it must have prepared those very bytes, and starts past them. A launch whose
+//! input carries the prompt (Claude Code's stream-json user message) gets nothing. What the
+//! process printed meanwhile stays in its pipes for that run's driver.
 //!
 //! Must not: decide what to spawn (`prepare` + `grant` do), speak any protocol, or hand one
 //! process to two runs (a taken process leaves the pool for good).
@@ -37,7 +41,13 @@ const PROBE_PROMPT: &str = "(a different prompt)";
 /// after 3 s without stdin): refilling would only start and lose processes.
 const SHORT_LIVED: Duration = Duration::from_secs(60);
 
-/// A started provider process that has received nothing yet.
+/// Launch input longer than this is never written before a run takes the process: well
+/// under a pipe's capacity (64 KiB on Linux), so the write completes without the process
+/// reading it.
+const EARLY_INPUT_MAX: usize = 16 * 1024;
+
+/// A started provider process that has received nothing yet, or only its launch's
+/// prompt-independent input.
 pub(crate) struct Warm {
     spawned: process::Spawned,
     private_dir: PrivateDir,
@@ -54,6 +64,10 @@ pub(crate) struct Identity {
     spec: ProcessSpec,
     /// The instructions bundle written into the private directory (its fingerprint).
     bundle: Option<String>,
+    /// The launch's stdin bytes.
+    stdin: Vec<u8>,
+    /// Whether `stdin` was written to the process already (then a run must bring the same).
+    stdin_written: bool,
 }
 
 impl Identity {
@@ -65,6 +79,8 @@ impl Identity {
             },
             spec: spec.clone(),
             bundle,
+            stdin: launch.stdin.clone(),
+            stdin_written: false,
         }
     }
 
@@ -117,6 +133,9 @@ impl Identity {
         if self.bundle != other.bundle {
             out.push("instructions bundle");
         }
+        if self.stdin_written && self.stdin != other.stdin {
+            out.push("the input written before the run");
+        }
         out
     }
 }
@@ -131,9 +150,33 @@ impl Warm {
         &self.identity
     }
 
-    /// The process and its directory, for the run that takes it; and how long it waited.
-    pub(crate) fn into_parts(self) -> (process::Spawned, PrivateDir, Duration) {
-        (self.spawned, self.private_dir, self.born.elapsed())
+    /// The process and its directory, for the run that takes it; how long it waited; and
+    /// whether its launch's input was written to it already.
+    pub(crate) fn into_parts(self) -> (process::Spawned, PrivateDir, Duration, bool) {
+        let written = self.identity.stdin_written;
+        (self.spawned, self.private_dir, self.born.elapsed(), written)
+    }
+
+    /// Write the launch's input now, when it is the same for another prompt (`probe_stdin`,
+    /// what a run with another prompt prepared), the process keeps reading its stdin, and the
+    /// input is short (see [`EARLY_INPUT_MAX`]). Whether it was written.
+    async fn write_prompt_free_input(&mut self, probe_stdin: &[u8]) -> std::io::Result<bool> {
+        use tokio::io::AsyncWriteExt;
+        let identity = &mut self.identity;
+        if !identity.launch.keep_stdin_open
+            || identity.stdin.is_empty()
+            || identity.stdin.len() > EARLY_INPUT_MAX
+            || identity.stdin != probe_stdin
+        {
+            return Ok(false);
+        }
+        let Some(stdin) = self.spawned.stdin.as_mut() else {
+            return Ok(false);
+        };
+        stdin.write_all(&identity.stdin).await?;
+        stdin.flush().await?;
+        identity.stdin_written = true;
+        Ok(true)
     }
 
     /// `None` while it runs, else how it ended (an error reading its status counts as ended).
@@ -418,17 +461,33 @@ async fn make(inner: &Arc<AgentInner>) -> Result<Warm, Error> {
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let warm = start(inner).await?;
+        let mut warm = start(inner).await?;
         // The same preparation with another prompt must ask for the same process; the same
         // prompt again tells a prompt-dependent launch from a changed filesystem.
-        let verdict = match launch_differs(inner, &warm, PROBE_PROMPT).await {
-            Ok(None) => return Ok(warm),
-            Ok(Some(reason)) => match launch_differs(inner, &warm, WARM_PROMPT).await {
-                Ok(None) => Err(unsupported(format!(
+        let verdict = match probe(inner, &warm, PROBE_PROMPT).await {
+            Ok(Probe::Takes { stdin }) => match warm.write_prompt_free_input(&stdin).await {
+                Ok(written) => {
+                    if written {
+                        tracing::info!(
+                            pid = warm.spawned.pid,
+                            bytes = stdin.len(),
+                            "wrote the launch's prompt-independent input to the prewarmed process"
+                        );
+                    }
+                    return Ok(warm);
+                }
+                Err(source) => Err(Error::Spawn {
+                    driver: driver.clone(),
+                    program: warm.identity.spec.program.display().to_string(),
+                    source,
+                }),
+            },
+            Ok(Probe::Differs(reason)) => match probe(inner, &warm, WARM_PROMPT).await {
+                Ok(Probe::Takes { .. }) => Err(unsupported(format!(
                     "the driver's launch depends on the prompt ({reason}), so no run could take a process started before its prompt"
                 ))),
-                Ok(Some(_)) if attempts < 3 => Ok(()),
-                Ok(Some(again)) => Err(unsupported(format!(
+                Ok(Probe::Differs(_)) if attempts < 3 => Ok(()),
+                Ok(Probe::Differs(again)) => Err(unsupported(format!(
                     "the driver's launch changed ({again}) on each of {attempts} starts"
                 ))),
                 Err(e) => Err(e),
@@ -466,17 +525,23 @@ async fn start(inner: &Arc<AgentInner>) -> Result<Warm, Error> {
     })
 }
 
-/// How the launch a run with the agent's default options and `prompt` would prepare now
-/// differs from `warm`'s; `None` when such a run could take it.
-async fn launch_differs(
-    inner: &Arc<AgentInner>,
-    warm: &Warm,
-    prompt: &str,
-) -> Result<Option<String>, Error> {
-    let mut probe = Run::detached(inner, prompt.to_owned(), inner.defaults.clone());
-    Ok(match probe.prepare_on(Some(warm)).await? {
-        Some(_) => None,
-        None => Some(probe.warm_miss.take().unwrap_or_default()),
+/// Whether a run with the agent's default options and `prompt` could take `warm` now.
+enum Probe {
+    /// It could; its launch's stdin bytes.
+    Takes { stdin: Vec<u8> },
+    /// It could not: how its launch differs.
+    Differs(String),
+}
+
+/// Prepare a run with the agent's default options and `prompt` on `warm` (nothing is
+/// written or started) and compare its launch with the one `warm` was started with.
+async fn probe(inner: &Arc<AgentInner>, warm: &Warm, prompt: &str) -> Result<Probe, Error> {
+    let mut run = Run::detached(inner, prompt.to_owned(), inner.defaults.clone());
+    Ok(match run.prepare_on(Some(warm)).await? {
+        Some(prepared) => Probe::Takes {
+            stdin: prepared.launch.stdin,
+        },
+        None => Probe::Differs(run.warm_miss.take().unwrap_or_default()),
     })
 }
 
@@ -493,9 +558,9 @@ async fn still_current(inner: &Arc<AgentInner>, mut warm: Warm) -> Result<Option
         stop(warm, grace).await;
         return Ok(None);
     }
-    match launch_differs(inner, &warm, PROBE_PROMPT).await {
-        Ok(None) => Ok(Some(warm)),
-        Ok(Some(reason)) => {
+    match probe(inner, &warm, PROBE_PROMPT).await {
+        Ok(Probe::Takes { .. }) => Ok(Some(warm)),
+        Ok(Probe::Differs(reason)) => {
             tracing::info!(
                 pid = warm.spawned.pid,
                 differs_in = %reason,

@@ -2,10 +2,23 @@
 //! drivers.
 //!
 //! Owns: engine configuration (Cranelift, no unneeded proposals, fuel for guest CPU, epoch
-//! interruption for the wall-clock bound), the 10 ms epoch ticker thread, and compile-or-load with a cache keyed by the wasm's sha256,
-//! the wasmtime version and a hash of the engine configuration. Only files this module wrote
-//! are ever deserialized, and each carries a checksum that is verified before deserializing.
+//! interruption for the wall-clock bound), the 10 ms epoch ticker thread, and compile-or-load
+//! with a cache keyed by the wasm's sha256, the wasmtime version, a hash of the engine
+//! configuration and the entry layout. Only files this module wrote are ever deserialized, and
+//! each carries a checksum that is verified before deserializing.
 //! Must not: run guests or know about drivers' semantics.
+//!
+//! A cache entry is the compiled artifact exactly as [`Engine::precompile_component`] wrote it
+//! (an ELF object), followed by a 24-byte trailer: the XXH3-128 of the artifact (16 bytes,
+//! little-endian) and [`CACHE_MAGIC`]. A cached load reads the file once to check the trailer,
+//! then lets wasmtime map the file itself ([`Component::deserialize_file`]): the code is not
+//! copied into fresh memory, so it stays clean page cache shared by every host running the
+//! driver. The checksum guards against an entry damaged on disk (a torn write the rename
+//! protocol missed, a bad sector) before its native code runs in the host; it is not a
+//! signature — whoever can write this 0700 directory can replace the host's executable too.
+//! Entries are written to a temporary file, synced and renamed into place, never rewritten in
+//! place, so a file a host has mapped never changes under it (truncating an entry in place
+//! while a host maps it would fault that host; delete entries instead).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -28,8 +41,13 @@ const ENGINE_CONFIG_ID: &str =
 /// The wasmtime version this host links (pinned exactly in the workspace manifest).
 pub(crate) const WASMTIME_VERSION: &str = "48.0.8";
 
-/// Magic prefix of cache entries written by this module.
-const CACHE_MAGIC: &[u8; 8] = b"AACWASM1";
+/// The last 8 bytes of every cache entry written by this module (layout 2: artifact, then
+/// its XXH3-128, then this). Hashed into the cache key, so entries of another layout are never
+/// looked up.
+const CACHE_MAGIC: &[u8; 8] = b"AACWASM2";
+
+/// Bytes after the artifact: its checksum and [`CACHE_MAGIC`].
+const TRAILER_LEN: usize = 16 + CACHE_MAGIC.len();
 
 fn engine_config() -> Config {
     let mut config = Config::new();
@@ -94,6 +112,8 @@ fn cache_key(wasm_sha: &str) -> String {
     h.update(WASMTIME_VERSION.as_bytes());
     h.update(b"\0");
     h.update(ENGINE_CONFIG_ID.as_bytes());
+    h.update(b"\0");
+    h.update(CACHE_MAGIC);
     hex::encode(h.finalize())
 }
 
@@ -110,24 +130,37 @@ pub(crate) fn compile_cached(
     };
     let path = dir.join(format!("{}.cwasm", cache_key(wasm_sha)));
     let mut source = CompileSource::Compiled;
-    if let Ok(bytes) = std::fs::read(&path) {
-        match verified_payload(&bytes) {
-            // SAFETY: the payload was produced by `Engine::precompile_component` of this
-            // module (magic + sha256 checksum verified above, in a directory only we write,
-            // keyed by wasmtime version and engine configuration).
-            Some(payload) => match unsafe { Component::deserialize(engine, payload) } {
-                Ok(component) => return Ok((component, CompileSource::Cached)),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "discarding unusable compiled driver cache entry");
-                    source = CompileSource::Recompiled;
-                }
-            },
-            None => {
-                tracing::warn!(path = %path.display(), "discarding corrupt compiled driver cache entry");
+    let entry = match std::fs::read(&path) {
+        Ok(bytes) => Some(bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "could not read compiled driver cache entry; compiling");
+            None
+        }
+    };
+    if let Some(bytes) = entry {
+        let verdict = if verified_artifact(&bytes).is_some() {
+            drop(bytes);
+            // SAFETY: the file holds an artifact produced by `Engine::precompile_component` of
+            // this module (trailer magic and checksum verified above, in a directory only we
+            // write, keyed by wasmtime version, engine configuration and layout). Entries are
+            // renamed into place and never modified in place, so the mapping stays valid.
+            unsafe { Component::deserialize_file(engine, &path) }.map_err(|e| e.to_string())
+        } else {
+            Err("corrupt (checksum or trailer does not match)".to_owned())
+        };
+        match verdict {
+            Ok(component) => return Ok((component, CompileSource::Cached)),
+            Err(reason) => {
+                tracing::warn!(path = %path.display(), %reason, "discarding unusable compiled driver cache entry");
                 source = CompileSource::Recompiled;
             }
         }
-        let _ = std::fs::remove_file(&path);
+        if let Err(e) = std::fs::remove_file(&path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %path.display(), error = %e, "could not remove unusable compiled driver cache entry");
+        }
     }
     let compiled = engine
         .precompile_component(wasm)
@@ -160,13 +193,17 @@ fn not_a_component(name_hint: &str, wasm: &[u8], e: wasmtime::Error) -> Error {
     })
 }
 
-fn verified_payload(bytes: &[u8]) -> Option<&[u8]> {
-    let rest = bytes.strip_prefix(CACHE_MAGIC.as_slice())?;
-    if rest.len() < 32 {
-        return None;
-    }
-    let (sum, payload) = rest.split_at(32);
-    (Sha256::digest(payload).as_slice() == sum).then_some(payload)
+/// The artifact of a cache entry, if its trailer is intact and its checksum matches.
+fn verified_artifact(entry: &[u8]) -> Option<&[u8]> {
+    let artifact_len = entry.len().checked_sub(TRAILER_LEN)?;
+    let (artifact, trailer) = entry.split_at(artifact_len);
+    let (sum, magic) = trailer.split_at(16);
+    (magic == CACHE_MAGIC && sum == checksum(artifact)).then_some(artifact)
+}
+
+/// XXH3-128 of `artifact`, little-endian.
+fn checksum(artifact: &[u8]) -> [u8; 16] {
+    xxhash_rust::xxh3::xxh3_128(artifact).to_le_bytes()
 }
 
 fn write_entry(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
@@ -184,10 +221,59 @@ fn write_entry(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> 
     ));
     {
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(CACHE_MAGIC)?;
-        f.write_all(&Sha256::digest(compiled))?;
         f.write_all(compiled)?;
+        f.write_all(&checksum(compiled))?;
+        f.write_all(CACHE_MAGIC)?;
         f.sync_all()?;
     }
     std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(artifact: &[u8]) -> Vec<u8> {
+        let mut bytes = artifact.to_vec();
+        bytes.extend_from_slice(&checksum(artifact));
+        bytes.extend_from_slice(CACHE_MAGIC);
+        bytes
+    }
+
+    #[test]
+    fn an_entry_verifies_only_with_its_trailer_intact() {
+        let artifact = b"\x7fELF compiled code".as_slice();
+        let good = entry(artifact);
+        assert_eq!(verified_artifact(&good), Some(artifact));
+        // Any changed byte of the artifact, the checksum or the magic fails the check.
+        for at in 0..good.len() {
+            let mut bad = good.clone();
+            bad[at] ^= 0x01;
+            assert_eq!(verified_artifact(&bad), None, "byte {at} flipped");
+        }
+        // Shorter than a trailer, cut anywhere, or an entry of the previous layout
+        // (magic first) is refused.
+        assert_eq!(verified_artifact(&good[..TRAILER_LEN - 1]), None);
+        for len in 0..good.len() {
+            assert_eq!(verified_artifact(&good[..len]), None, "cut at {len}");
+        }
+        let mut old_layout = b"AACWASM1".to_vec();
+        old_layout.extend_from_slice(&[0; 32]);
+        old_layout.extend_from_slice(artifact);
+        assert_eq!(verified_artifact(&old_layout), None);
+    }
+
+    #[test]
+    fn cache_keys_name_the_entry_layout() {
+        // Entries of another layout are never looked up: the magic is part of the key.
+        let key = cache_key("abc");
+        let mut h = Sha256::new();
+        h.update(b"abc\0wasmtime-");
+        h.update(WASMTIME_VERSION.as_bytes());
+        h.update(b"\0");
+        h.update(ENGINE_CONFIG_ID.as_bytes());
+        assert_ne!(key, hex::encode(h.finalize()), "the key without the layout");
+        assert_eq!(key, cache_key("abc"));
+        assert_ne!(key, cache_key("abd"));
+    }
 }

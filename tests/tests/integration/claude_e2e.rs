@@ -1584,7 +1584,10 @@ async fn a_prewarmed_cli_waits_for_its_first_input_with_stream_json() {
     );
     let (events, result) = collect(agent.stream("hello there")).await;
     let r = result.expect("run succeeds");
-    assert!(notice(&events, "process.prewarmed").is_some());
+    let taken = notice(&events, "process.prewarmed").expect("the run took the warm CLI");
+    // Claude Code's stream-json input is the prompt's user message: nothing is written to
+    // the warm CLI before a run takes it.
+    assert_eq!(taken.data.as_ref().unwrap()["input_written"], 0);
     assert_eq!(
         r.text,
         "Hello from mock-anthropic! user_msgs=1 you said: hello there"

@@ -1101,3 +1101,44 @@ async fn two_agents_with_dedicated_profiles_keep_their_sessions_apart() {
     assert!(!dir_b.join("auth.json").exists());
     assert_eq!(c.mock.requests().len(), 2);
 }
+
+/// A prewarmed app-server is handed its handshake and `thread/start` before any run takes it
+/// (they do not depend on the prompt): the run starts at `turn/start` on a thread the process
+/// already opened, and its raw capture still holds every byte it was written, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prewarmed_app_server_has_its_thread_open_before_the_run() {
+    let c = Codex::new().await;
+    let agent = c.agent().streaming(true).prewarm(1).build();
+    assert_eq!(agent.warm_up().await.unwrap(), 1);
+    // The warm process answers its handshake while no run holds it; nothing reaches the
+    // model before a prompt does.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(c.mock.requests().is_empty());
+    let (events, result) = collect(agent.stream("hello there")).await;
+    let r = result.unwrap();
+    let taken = notice(&events, "process.prewarmed").expect("the run took the warm process");
+    let written = taken.data.as_ref().unwrap()["input_written"]
+        .as_u64()
+        .unwrap();
+    assert!(written > 0, "{taken:?}");
+    assert_eq!(
+        r.text,
+        "Hello from mock-openai! user_msgs=1 you said: hello there"
+    );
+    valid_checkpoint(&r);
+    let raw = r.raw();
+    let first = &raw.chunks[0];
+    assert_eq!(first.stream, adaptor::StreamKind::Stdin);
+    assert_eq!((first.at, first.len as u64), (Duration::ZERO, written));
+    let methods: Vec<String> = String::from_utf8_lossy(&raw.stdin)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["method"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        methods,
+        ["initialize", "initialized", "thread/start", "turn/start"]
+    );
+    assert_eq!(c.mock.requests().len(), 1);
+    agent.close().await;
+}

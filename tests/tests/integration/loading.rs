@@ -51,6 +51,23 @@ fn compiled_cache_is_reused_and_corrupt_entries_are_recompiled() {
     assert_eq!(first.compile_source(), CompileSource::Compiled);
     let second = Driver::from_file_with(&path, &options).unwrap();
     assert_eq!(second.compile_source(), CompileSource::Cached);
+    // The cached code (mapped from the entry) runs a turn.
+    let state = tmp();
+    let ws = tmp();
+    let cached = with_reference_provider(second, state.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let result = rt
+        .block_on(
+            agent_builder(cached, ws.path())
+                .build()
+                .run("hello from the cache"),
+        )
+        .expect("a turn through the cached driver");
+    assert_eq!(result.text, "Reference reply: hello from the cache");
+    let descriptor = first.descriptor().clone();
+    // A mapped entry must not be modified in place: the test corrupts it below, so the
+    // drivers that map it go first.
+    drop((first, result));
     let entries: Vec<_> = std::fs::read_dir(cache.path())
         .unwrap()
         .flatten()
@@ -58,8 +75,12 @@ fn compiled_cache_is_reused_and_corrupt_entries_are_recompiled() {
         .collect();
     assert_eq!(entries.len(), 1, "{entries:?}");
     let entry = &entries[0];
-    // Corrupt the compiled code: flip bytes in the middle of the payload.
     let mut bytes = std::fs::read(entry).unwrap();
+    assert!(
+        bytes.ends_with(b"AACWASM2"),
+        "entry layout: artifact, checksum, magic"
+    );
+    // Corrupt the compiled code: flip bytes in the middle of the payload.
     let mid = bytes.len() / 2;
     for b in &mut bytes[mid..mid + 64] {
         *b ^= 0xff;
@@ -67,7 +88,8 @@ fn compiled_cache_is_reused_and_corrupt_entries_are_recompiled() {
     std::fs::write(entry, &bytes).unwrap();
     let third = Driver::from_file_with(&path, &options).unwrap();
     assert_eq!(third.compile_source(), CompileSource::Recompiled);
-    assert_eq!(third.descriptor(), first.descriptor());
+    assert_eq!(third.descriptor(), &descriptor);
+    drop(third);
     // Truncated entries too.
     std::fs::write(entry, &bytes[..100]).unwrap();
     assert_eq!(
@@ -150,12 +172,7 @@ async fn a_driver_built_without_wasi_loads_and_runs() {
     assert_eq!(driver.name(), "reference");
     let state = tmp();
     let ws = tmp();
-    let driver = driver
-        .with_config(serde_json::json!({
-            "command": provider_path().display().to_string(),
-            "state_dir": state.path().display().to_string(),
-        }))
-        .unwrap();
+    let driver = with_reference_provider(driver, state.path());
     let r = agent_builder(driver, ws.path())
         .build()
         .run("no wasi")

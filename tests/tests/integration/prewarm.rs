@@ -101,6 +101,10 @@ async fn a_run_starts_on_the_prewarmed_process_and_the_pool_refills() {
         taken.data.as_ref().unwrap()["pid"].as_u64(),
         Some(warm_spawn as u64)
     );
+    // The reference provider's one-shot launch reads the prompt as its stdin: nothing was
+    // written to the warm process before the run took it.
+    assert_eq!(taken.data.as_ref().unwrap()["input_written"], 0);
+    assert!(result.raw().chunks.iter().all(|c| !c.at.is_zero()));
     assert_eq!(
         spawn_pid_of(&events),
         warm_spawn,
