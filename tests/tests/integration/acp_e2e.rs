@@ -815,3 +815,39 @@ async fn presets_resolve_to_the_acp_driver_with_their_config() {
         assert_eq!(d.config()["agent"], name);
     }
 }
+
+/// A prewarmed ACP agent is written its `initialize` before a run takes it (the request does
+/// not depend on the prompt): the run reads the buffered answer and goes on with
+/// `session/new` and the prompt, and its raw capture holds every byte it was written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prewarmed_agent_is_initialized_before_the_run() {
+    let a = Acp::new(Cli::Gemini).await;
+    let agent = a.agent().prewarm(1).build();
+    assert_eq!(agent.warm_up().await.unwrap(), 1);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(a.main_requests().is_empty(), "no prompt, no model call");
+    let (events, r) = collect(agent.stream("hello there")).await;
+    let r = r.unwrap();
+    let taken = notice(&events, "process.prewarmed").expect("the run took the warm agent");
+    let written = taken.data.as_ref().unwrap()["input_written"]
+        .as_u64()
+        .unwrap();
+    assert!(written > 0, "{taken:?}");
+    assert_eq!(r.text, Cli::Gemini.hello(1, "hello there"));
+    let raw = r.raw();
+    let first = &raw.chunks[0];
+    assert_eq!(first.stream, adaptor::StreamKind::Stdin);
+    assert_eq!((first.at, first.len as u64), (Duration::ZERO, written));
+    let methods: Vec<String> = String::from_utf8_lossy(&raw.stdin)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["method"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        methods[..3],
+        ["initialize", "session/new", "session/prompt"],
+        "{methods:?}"
+    );
+    assert_eq!(a.main_requests().len(), 1);
+    agent.close().await;
+}
