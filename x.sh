@@ -238,22 +238,37 @@ install_into() {
 }
 
 # The installed layout works from anywhere: a scratch HOME (so no user drivers or config
-# count), a working directory outside the clone, a PATH without the build tree.
+# count), a working directory outside the clone, a PATH without the build tree. The
+# install-time compile (`adaptor drivers`, as `./x.sh install` runs it) fills the compiled
+# cache with one entry per installed driver, and the run after it compiles nothing.
 install_smoke_test() {
   local scratch
   scratch="$(mktemp -d)"
   install_into "$scratch/prefix" "$TARGET/debug" 2>/dev/null
   mkdir -p "$scratch/home" "$scratch/elsewhere"
-  local out
-  out="$(cd "$scratch/elsewhere" && env -i HOME="$scratch/home" PATH="$scratch/prefix/bin:/usr/bin:/bin" \
-      adaptor run "installed hello")"
+  installed() {
+    (cd "$scratch/elsewhere" && env -i HOME="$scratch/home" PATH="$scratch/prefix/bin:/usr/bin:/bin" adaptor "$@")
+  }
+  cache_entries() {
+    { find "$scratch/home/.cache/agent-adaptor/compiled" -name '*.cwasm' 2>/dev/null || true; } | wc -l
+  }
+  local out drivers compiled after
+  installed drivers >/dev/null
+  drivers="$(find "$scratch/prefix/share/agent-adaptor/drivers" -name '*.wasm' | wc -l)"
+  compiled="$(cache_entries)"
+  out="$(installed run "installed hello")"
+  after="$(cache_entries)"
   rm -rf "$scratch"
   if [[ "$out" != *"Reference reply: installed hello"* ]]; then
     echo "x.sh: the installed adaptor did not answer from outside the clone:" >&2
     echo "$out" >&2
     exit 1
   fi
-  echo "x.sh: the installed adaptor ran a prompt from outside the clone"
+  if [[ "$compiled" != "$drivers" || "$after" != "$compiled" ]]; then
+    echo "x.sh: compiling at install time did not fill the cache: $drivers drivers, $compiled entries after \`adaptor drivers\`, $after after a run" >&2
+    exit 1
+  fi
+  echo "x.sh: the installed adaptor ran a prompt from outside the clone on the drivers compiled at install ($compiled)"
 }
 
 cmd="${1:-help}"

@@ -527,6 +527,30 @@ pub fn stdio_stamper(log: &Path) -> adaptor::Mcp {
     .into()
 }
 
+/// The JSON-RPC methods a run wrote to its provider's stdin, in order, after checking that
+/// the run took a prewarmed process which had been written its launch's input before
+/// (`process.prewarmed` with `input_written` > 0) and that those bytes are the run's first
+/// raw stdin chunk, recorded at zero.
+pub fn methods_after_prewritten_input(
+    events: &[adaptor::Event],
+    result: &adaptor::RunResult,
+) -> Vec<String> {
+    let taken = notice(events, "process.prewarmed").expect("the run took a prewarmed process");
+    let written = taken.data.as_ref().expect("notice data")["input_written"]
+        .as_u64()
+        .expect("input_written");
+    assert!(written > 0, "nothing was written before the run: {taken:?}");
+    let raw = result.raw();
+    let first = &raw.chunks[0];
+    assert_eq!(first.stream, adaptor::StreamKind::Stdin);
+    assert_eq!((first.at, first.len as u64), (Duration::ZERO, written));
+    String::from_utf8_lossy(&raw.stdin)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["method"].as_str().map(str::to_owned))
+        .collect()
+}
+
 /// The stream-json frames in `raws` (`(scenario, stdout)` pairs) that are not in `known`
 /// (`(type, subtype)`, `None` = any subtype): the drift gates of the stream-json drivers'
 /// end-to-end tests. Returns how many JSON frames were read and the unknown ones, each as

@@ -337,16 +337,9 @@ fn app_server_streams_text_reasoning_and_usage() {
     let stdin: Vec<Value> = r
         .actions
         .iter()
-        .filter_map(|a| match a {
-            Action::WriteStdin(b) => Some(b.clone()),
-            _ => None,
-        })
-        .flat_map(|b| {
-            String::from_utf8(b)
-                .unwrap()
-                .lines()
-                .map(|l| serde_json::from_str::<Value>(l).unwrap())
-                .collect::<Vec<_>>()
+        .flat_map(|a| match a {
+            Action::WriteStdin(b) => frames_of(b),
+            _ => Vec::new(),
         })
         .collect();
     let methods: Vec<&str> = stdin.iter().filter_map(|v| v["method"].as_str()).collect();

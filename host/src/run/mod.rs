@@ -216,18 +216,17 @@ struct Prepared {
     containment: crate::containment::ContainmentReport,
     /// The instructions bundle's fingerprint (what a warm process is compared on).
     bundle: Option<String>,
-    /// A prewarmed process started with exactly this launch, how long it waited, and whether
-    /// the launch's input was written to it already (see `warm`).
-    warm: Option<(crate::process::Spawned, std::time::Duration, bool)>,
+    /// A prewarmed process started with exactly this launch.
+    warm: Option<warm::Taken>,
 }
 
 impl Prepared {
     /// This preparation on `warm`'s process and private directory (it was prepared on that
     /// directory and found identical).
     fn on(mut self, warm: warm::Warm) -> Prepared {
-        let (spawned, private_dir, waited, input_written) = warm.into_parts();
+        let (taken, private_dir) = warm.into_taken();
         self.private_dir = private_dir;
-        self.warm = Some((spawned, waited, input_written));
+        self.warm = Some(taken);
         self
     }
 }

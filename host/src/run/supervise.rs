@@ -451,13 +451,18 @@ impl Supervisor<'_> {
     /// (byte for byte this run's own launch input): the first stdin chunk, at zero.
     pub(super) fn record_written_before(&mut self, bytes: Vec<u8>) {
         let offset = self.raw.stdin.len();
+        self.raw.stdin.extend_from_slice(&bytes);
+        self.stdin_chunk(offset, Duration::ZERO);
+    }
+
+    /// The stdin bytes from `offset` to the end of the capture, written at `at`, as a chunk.
+    fn stdin_chunk(&mut self, offset: usize, at: Duration) {
         self.raw.chunks.push(ChunkRecord {
             stream: StreamKind::Stdin,
-            at: Duration::ZERO,
+            at,
             offset,
-            len: bytes.len(),
+            len: self.raw.stdin.len() - offset,
         });
-        self.raw.stdin.extend_from_slice(&bytes);
     }
 
     pub(super) async fn write_stdin(&mut self, bytes: Vec<u8>) {
@@ -471,12 +476,7 @@ impl Supervisor<'_> {
             None => false,
         };
         if sent {
-            self.raw.chunks.push(ChunkRecord {
-                stream: StreamKind::Stdin,
-                at: self.spawned_at.elapsed(),
-                offset,
-                len,
-            });
+            self.stdin_chunk(offset, self.spawned_at.elapsed());
         } else {
             self.raw.stdin.truncate(offset);
         }

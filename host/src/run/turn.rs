@@ -74,9 +74,11 @@ impl Run {
                     bundle: _,
                     warm,
                 } = *prepared;
-                let input_written = warm.as_ref().is_some_and(|(_, _, written)| *written);
+                let input_written = warm.as_ref().is_some_and(|w| w.input_written);
                 let spawned = match warm {
-                    Some((spawned, waited, _)) => {
+                    Some(super::warm::Taken {
+                        spawned, waited, ..
+                    }) => {
                         tracing::info!(
                             pid = spawned.pid,
                             waited_ms = waited.as_millis() as u64,

@@ -56,6 +56,15 @@ pub(crate) struct Warm {
     born: Instant,
 }
 
+/// A warm process as the run that took it sees it.
+pub(crate) struct Taken {
+    pub spawned: process::Spawned,
+    /// How long it waited for a run.
+    pub waited: Duration,
+    /// Whether the launch's input was written to it before the run took it.
+    pub input_written: bool,
+}
+
 /// Everything a process is started with; a run takes a warm process only if its own launch
 /// has the same identity.
 pub(crate) struct Identity {
@@ -150,11 +159,14 @@ impl Warm {
         &self.identity
     }
 
-    /// The process and its directory, for the run that takes it; how long it waited; and
-    /// whether its launch's input was written to it already.
-    pub(crate) fn into_parts(self) -> (process::Spawned, PrivateDir, Duration, bool) {
-        let written = self.identity.stdin_written;
-        (self.spawned, self.private_dir, self.born.elapsed(), written)
+    /// The process, for the run that takes it, and its private directory.
+    pub(crate) fn into_taken(self) -> (Taken, PrivateDir) {
+        let taken = Taken {
+            spawned: self.spawned,
+            waited: self.born.elapsed(),
+            input_written: self.identity.stdin_written,
+        };
+        (taken, self.private_dir)
     }
 
     /// Write the launch's input now, when it is the same for another prompt (`probe_stdin`,

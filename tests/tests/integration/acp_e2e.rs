@@ -828,21 +828,8 @@ async fn a_prewarmed_agent_is_initialized_before_the_run() {
     assert!(a.main_requests().is_empty(), "no prompt, no model call");
     let (events, r) = collect(agent.stream("hello there")).await;
     let r = r.unwrap();
-    let taken = notice(&events, "process.prewarmed").expect("the run took the warm agent");
-    let written = taken.data.as_ref().unwrap()["input_written"]
-        .as_u64()
-        .unwrap();
-    assert!(written > 0, "{taken:?}");
     assert_eq!(r.text, Cli::Gemini.hello(1, "hello there"));
-    let raw = r.raw();
-    let first = &raw.chunks[0];
-    assert_eq!(first.stream, adaptor::StreamKind::Stdin);
-    assert_eq!((first.at, first.len as u64), (Duration::ZERO, written));
-    let methods: Vec<String> = String::from_utf8_lossy(&raw.stdin)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|v| v["method"].as_str().map(str::to_owned))
-        .collect();
+    let methods = methods_after_prewritten_input(&events, &r);
     assert_eq!(
         methods[..3],
         ["initialize", "session/new", "session/prompt"],
