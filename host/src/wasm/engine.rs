@@ -15,7 +15,10 @@
 //! copied into fresh memory, so it stays clean page cache shared by every host running the
 //! driver. The checksum guards against an entry damaged on disk (a torn write the rename
 //! protocol missed, a bad sector) before its native code runs in the host; it is not a
-//! signature — whoever can write this 0700 directory can replace the host's executable too.
+//! signature: whatever can write this 0700 directory can put native code into the next host
+//! that loads from it (a keyed check would not help: its key would sit in the same home
+//! directory). Providers reach it only through a workspace or `allow_write` path the caller
+//! chose above it.
 //! Entries are written to a temporary file, synced and renamed into place, never rewritten in
 //! place, so a file a host has mapped never changes under it (truncating an entry in place
 //! while a host maps it would fault that host; delete entries instead).
