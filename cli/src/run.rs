@@ -2,7 +2,7 @@
 //! defaults into one `Agent` and `RunOptions`, the event loop (view, status line, Ctrl-C, a
 //! closed stdout), recording, and the run's exit code.
 //!
-//! Must not: run anything itself — a run is the library's one pipeline (`Stream` + drain).
+//! Must not: run anything itself — a run is the library's one pipeline (`Stream` + result).
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -841,7 +841,8 @@ impl Agent {
         &self.inner.driver
     }
 
-    /// Run a prompt to completion. Same pipeline as [`Agent::stream`], drained.
+    /// Run a prompt to completion. Same pipeline as [`Agent::stream`], its events not read
+    /// ([`Stream::result`](crate::Stream::result)).
     pub async fn run(&self, prompt: impl Into<String>) -> Result<RunResult, Error> {
         self.stream(prompt).result().await
     }

@@ -11,7 +11,7 @@
 //!
 //! Nobody is asked to consent on the caller's behalf: when the last copy of a pending request
 //! is dropped unanswered (no handler, and the consumer ignored or never saw the event — as in
-//! `Agent::run`, which drains the events), the request is resolved
+//! `Agent::run`, which reads no events), the request is resolved
 //! [`Resolution::Unanswered`] and the run fails with reason `approval_unanswered`.
 //!
 //! Owns: the request/answer types, the slot's exactly-once state machine and the typed answer

@@ -353,9 +353,14 @@ impl Stream {
         self.steer.clone()
     }
 
-    /// Drain the remaining events and return the run's result.
+    /// Discard the remaining events and return the run's result.
+    ///
+    /// The events not read yet are not delivered: the run stops sending them (it no longer
+    /// wakes this task for each one), and what they carried is in the result (text,
+    /// transcript, usage, raw streams). The run itself goes on to its end as when its events
+    /// are read.
     pub async fn result(mut self) -> Result<RunResult, Error> {
-        while self.events.recv().await.is_some() {}
+        self.events.close();
         let rx = self.result.take().expect("result taken once");
         match rx.await {
             Ok(r) => r,

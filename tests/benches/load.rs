@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use adaptor::store::MemoryStore;
 use adaptor::{Agent, Driver, Event, Phase};
-use adaptor_integration_tests::{driver_path, proc_kib, processes_with, provider_path};
+use adaptor_integration_tests::{
+    driver_path, proc_kib, processes_with, provider_path, with_resident_reference_provider,
+};
 use futures::StreamExt;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -208,14 +210,10 @@ fn reused(events: &[Event]) -> bool {
 }
 
 async fn idle_threads(threads: usize, state: &std::path::Path, ws: &std::path::Path) {
-    let driver = Driver::from_file(driver_path("reference"))
-        .unwrap()
-        .with_config(serde_json::json!({
-            "command": provider_path().display().to_string(),
-            "state_dir": state.display().to_string(),
-            "transport": "stdio",
-        }))
-        .unwrap();
+    let driver = with_resident_reference_provider(
+        Driver::from_file(driver_path("reference")).unwrap(),
+        state,
+    );
     let agent = Agent::builder(driver)
         .workspace(ws)
         .timeout(Duration::from_secs(600))

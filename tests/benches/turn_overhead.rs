@@ -8,7 +8,12 @@
 //! 4. one host-tool round trip (MCP `tools/call` in, the handler, the result out) on
 //!    loopback, p50/p99 as the CLI's MCP client sees it, against a bare rmcp server with a
 //!    trivial tool (`mock_mcp::serve_http`: no bearer check, no handler wrapper), calls
-//!    interleaved on one session each.
+//!    interleaved on one session each;
+//! 5. the host's own time in a resident thread turn (`transport: stdio`, the provider kept
+//!    between turns): the caller's wall time minus the provider's span in it (first prompt
+//!    byte written → last output byte read), p50/p99 over `BENCH_RESIDENT_TURNS` turns
+//!    (default 300) — the same measure `sdk_compare` takes on the real CLIs, free of their
+//!    noise and fast enough to iterate on.
 //!
 //! Run with `./x.sh bench` (release build). Rounds: `BENCH_ROUNDS` (default 30).
 
@@ -104,6 +109,61 @@ fn direct_process(state: &Path) -> Duration {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     t.elapsed()
+}
+
+/// The `q`th percentile of `v`, ms.
+fn percentile(v: &[f64], q: usize) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[(v.len() * q / 100).min(v.len() - 1)]
+}
+
+/// `turns` turns of one resident thread (after one warm-up turn): per turn, the host's own
+/// time and the wall time, ms.
+async fn resident(
+    wasm: &[u8],
+    options: &LoadOptions,
+    state: &Path,
+    ws: &Path,
+    turns: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    use adaptor::StreamKind;
+    let driver = adaptor_integration_tests::with_resident_reference_provider(
+        Driver::from_bytes_with("reference", wasm, options).unwrap(),
+        state,
+    );
+    let agent = Agent::builder(driver)
+        .workspace(ws)
+        .thread_store(adaptor::store::MemoryStore::new())
+        .build();
+    let thread = agent.thread("resident-bench");
+    thread.run(PROMPT).await.unwrap();
+    let (mut host, mut wall) = (Vec::new(), Vec::new());
+    for _ in 0..turns {
+        let t = Instant::now();
+        let result = thread.run(PROMPT).await.unwrap();
+        let elapsed = t.elapsed();
+        let chunks = &result.raw().chunks;
+        let written = chunks
+            .iter()
+            .find(|c| c.stream == StreamKind::Stdin)
+            .expect("a resident turn writes its prompt");
+        let read = chunks
+            .iter()
+            .rev()
+            .find(|c| c.stream != StreamKind::Stdin)
+            .expect("a turn reads output");
+        assert!(
+            result.exit.kept_alive,
+            "the provider stays for the next turn"
+        );
+        host.push(ms(
+            elapsed.saturating_sub(read.at.saturating_sub(written.at))
+        ));
+        wall.push(ms(elapsed));
+    }
+    agent.close().await;
+    (host, wall)
 }
 
 fn main() {
@@ -208,6 +268,17 @@ fn main() {
         tools_agent.close().await;
         serde_json::from_str(&output).unwrap_or_else(|_| panic!("bench failed: {output}"))
     });
+    let resident_turns: usize = std::env::var("BENCH_RESIDENT_TURNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let (resident_host, resident_wall) = rt.block_on(resident(
+        &wasm,
+        &cached_opts,
+        state.path(),
+        ws.path(),
+        resident_turns,
+    ));
     let us = |server: &str, q: &str| report[server][q].as_f64().expect("a latency");
     let (d, a, l, dp, c) = (median(d), median(a), median(l), median(dp), median(c));
     println!("turn overhead ({rounds} interleaved rounds, medians)");
@@ -241,6 +312,12 @@ fn main() {
     println!(
         "instantiate + describe in a fresh sandbox: {:.1} µs (median of 200)",
         ms(median(inst)) * 1e3
+    );
+    println!(
+        "resident thread turn ({resident_turns} turns, reference provider kept between turns): host's own time p50 {:.0} µs · p99 {:.0} µs · wall p50 {:.0} µs",
+        percentile(&resident_host, 50) * 1e3,
+        percentile(&resident_host, 99) * 1e3,
+        percentile(&resident_wall, 50) * 1e3,
     );
     println!(
         "host tool round trip ({calls} interleaved calls each, loopback): p50 {:.0} µs · p99 {:.0} µs · bare rmcp server p50 {:.0} µs · p99 {:.0} µs · ratio p50 {:.2}x · p99 {:.2}x",

@@ -81,6 +81,18 @@ pub fn with_reference_provider(driver: Driver, state: &Path) -> Driver {
         .expect("config accepted")
 }
 
+/// `driver` (the reference driver) configured like [`with_reference_provider`], with the
+/// `stdio` transport: a thread keeps the provider process between its turns.
+pub fn with_resident_reference_provider(driver: Driver, state: &Path) -> Driver {
+    driver
+        .with_config(serde_json::json!({
+            "command": provider_path().display().to_string(),
+            "state_dir": state.display().to_string(),
+            "transport": "stdio",
+        }))
+        .expect("config accepted")
+}
+
 /// Reference driver, configured.
 pub fn reference(state: &Path) -> Driver {
     configured(&driver_path("reference"), state)

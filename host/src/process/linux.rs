@@ -32,7 +32,7 @@
 //! Must not: decide what is allowed (`grant::confine` does) or allocate after fork.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use landlock::{
     ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
@@ -444,7 +444,9 @@ fn build_ruleset(rules: &[PathRule]) -> io::Result<OwnedFd> {
             // Created or removed since the plan; the rule has nothing to grant.
             Err(_) => continue,
         };
-        let is_dir = rule.path.is_dir();
+        // The opened file's type (not the path's again: one path walk per rule, and no race
+        // with a rename in between).
+        let is_dir = is_directory(fd.as_fd());
         let mut access = access_for(rule.access);
         if !is_dir {
             access &= AccessFs::from_file(TARGET_ABI);
@@ -455,6 +457,16 @@ fn build_ruleset(rules: &[PathRule]) -> io::Result<OwnedFd> {
     }
     Option::<OwnedFd>::from(ruleset)
         .ok_or_else(|| io::Error::other("the kernel has no Landlock support"))
+}
+
+/// Whether `fd` (an `O_PATH` descriptor is enough) is a directory.
+fn is_directory(fd: BorrowedFd<'_>) -> bool {
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `fd` is open; fstat(2) fills `stat` when it returns 0, and only then is it read.
+    unsafe {
+        libc::fstat(fd.as_raw_fd(), stat.as_mut_ptr()) == 0
+            && stat.assume_init().st_mode & libc::S_IFMT == libc::S_IFDIR
+    }
 }
 
 fn access_for(access: PathAccess) -> BitFlags<AccessFs> {

@@ -10,7 +10,7 @@
 //!
 //! A cache entry is the compiled artifact exactly as [`Engine::precompile_component`] wrote it
 //! (an ELF object), followed by a 24-byte trailer: the XXH3-128 of the artifact (16 bytes,
-//! little-endian) and [`CACHE_MAGIC`]. A cached load reads the file once to check the trailer,
+//! little-endian) and [`CACHE_MAGIC`]. A cached load maps the file once to check the trailer,
 //! then lets wasmtime map the file itself ([`Component::deserialize_file`]): the code is not
 //! copied into fresh memory, so it stays clean page cache shared by every host running the
 //! driver. The checksum guards against an entry damaged on disk (a torn write the rename
@@ -21,7 +21,10 @@
 //! chose above it.
 //! Entries are written to a temporary file, synced and renamed into place, never rewritten in
 //! place, so a file a host has mapped never changes under it (truncating an entry in place
-//! while a host maps it would fault that host; delete entries instead).
+//! while a host maps it would fault that host; delete entries instead). A cached load marks
+//! its entry used (the modification time, at most daily); writing an entry deletes the ones
+//! not used for 30 days (other driver builds, wasmtime versions, layouts), so the directory
+//! stays bounded by what this machine runs.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -51,6 +54,12 @@ const CACHE_MAGIC: &[u8; 8] = b"AACWASM2";
 
 /// Bytes after the artifact: its checksum and [`CACHE_MAGIC`].
 const TRAILER_LEN: usize = 16 + CACHE_MAGIC.len();
+
+/// An entry not used for this long is deleted the next time this host writes an entry.
+const UNUSED_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// A cached load marks its entry as used (its modification time) at most this often.
+const MARK_USED_EVERY: Duration = Duration::from_secs(24 * 3600);
 
 fn engine_config() -> Config {
     let mut config = Config::new();
@@ -133,7 +142,7 @@ pub(crate) fn compile_cached(
     };
     let path = dir.join(format!("{}.cwasm", cache_key(wasm_sha)));
     let mut source = CompileSource::Compiled;
-    let entry = match std::fs::read(&path) {
+    let entry = match EntryBytes::open(&path) {
         Ok(bytes) => Some(bytes),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => {
@@ -153,7 +162,10 @@ pub(crate) fn compile_cached(
             Err("corrupt (checksum or trailer does not match)".to_owned())
         };
         match verdict {
-            Ok(component) => return Ok((component, CompileSource::Cached)),
+            Ok(component) => {
+                mark_used(&path);
+                return Ok((component, CompileSource::Cached));
+            }
             Err(reason) => {
                 tracing::warn!(path = %path.display(), %reason, "discarding unusable compiled driver cache entry");
                 source = CompileSource::Recompiled;
@@ -171,8 +183,13 @@ pub(crate) fn compile_cached(
     // SAFETY: `compiled` was just produced by this engine.
     let component = unsafe { Component::deserialize(engine, &compiled) }
         .map_err(|e| Error::Load(LoadError::Compile(format!("{name_hint}: {e}"))))?;
-    if let Err(e) = write_entry(dir, &path, &compiled) {
-        tracing::warn!(path = %path.display(), error = %e, "could not write compiled driver cache entry");
+    match write_entry(dir, &path, &compiled) {
+        Ok(()) => {
+            prune(dir, std::time::SystemTime::now());
+        }
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "could not write compiled driver cache entry");
+        }
     }
     Ok((component, source))
 }
@@ -196,6 +213,83 @@ fn not_a_component(name_hint: &str, wasm: &[u8], e: wasmtime::Error) -> Error {
     })
 }
 
+/// A cache entry's bytes for its checksum: mapped on Unix, so a fresh process takes them
+/// from the page cache rather than faulting in, zeroing and filling a heap copy of the whole
+/// entry (measured in a new `adaptor run`: the read of a 1.1 MB entry cost about as much as
+/// the rest of the cached load). Sound for the same reason wasmtime's own mapping is: entries
+/// are renamed into place, never rewritten.
+enum EntryBytes {
+    #[cfg(unix)]
+    Mapped {
+        ptr: std::ptr::NonNull<libc::c_void>,
+        len: usize,
+    },
+    Read(Vec<u8>),
+}
+
+impl EntryBytes {
+    fn open(path: &Path) -> std::io::Result<EntryBytes> {
+        #[cfg(unix)]
+        {
+            use std::os::fd::AsRawFd;
+            let file = std::fs::File::open(path)?;
+            let len = usize::try_from(file.metadata()?.len())
+                .map_err(|_| std::io::Error::other("cache entry larger than the address space"))?;
+            if len == 0 {
+                return Ok(EntryBytes::Read(Vec::new()));
+            }
+            // SAFETY: a private read-only mapping of a file we opened; the pointer is checked
+            // below and unmapped exactly once, in `drop`. The file is closed after mapping
+            // (the mapping keeps it).
+            let ptr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    file.as_raw_fd(),
+                    0,
+                )
+            };
+            if ptr == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error());
+            }
+            let ptr = std::ptr::NonNull::new(ptr).ok_or_else(std::io::Error::last_os_error)?;
+            Ok(EntryBytes::Mapped { ptr, len })
+        }
+        #[cfg(not(unix))]
+        {
+            std::fs::read(path).map(EntryBytes::Read)
+        }
+    }
+}
+
+impl std::ops::Deref for EntryBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            // SAFETY: `ptr` maps `len` readable bytes until `drop`.
+            #[cfg(unix)]
+            EntryBytes::Mapped { ptr, len } => unsafe {
+                std::slice::from_raw_parts(ptr.as_ptr().cast::<u8>(), *len)
+            },
+            EntryBytes::Read(bytes) => bytes,
+        }
+    }
+}
+
+impl Drop for EntryBytes {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let EntryBytes::Mapped { ptr, len } = self {
+            // SAFETY: unmapping the mapping made in `open`, once.
+            if unsafe { libc::munmap(ptr.as_ptr(), *len) } != 0 {
+                tracing::warn!(error = %std::io::Error::last_os_error(), "could not unmap a compiled driver cache entry");
+            }
+        }
+    }
+}
+
 /// The artifact of a cache entry, if its trailer is intact and its checksum matches.
 fn verified_artifact(entry: &[u8]) -> Option<&[u8]> {
     let artifact_len = entry.len().checked_sub(TRAILER_LEN)?;
@@ -207,6 +301,57 @@ fn verified_artifact(entry: &[u8]) -> Option<&[u8]> {
 /// XXH3-128 of `artifact`, little-endian.
 fn checksum(artifact: &[u8]) -> [u8; 16] {
     xxhash_rust::xxh3::xxh3_128(artifact).to_le_bytes()
+}
+
+/// Record that the entry at `path` was just used: its modification time, moved to now when
+/// it is older than [`MARK_USED_EVERY`] (one metadata read per load, a write once a day).
+/// A cache this host may not write (another user's) is used all the same; the failure is
+/// logged.
+fn mark_used(path: &Path) {
+    let now = std::time::SystemTime::now();
+    let stale = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|at| now.duration_since(at).unwrap_or_default() > MARK_USED_EVERY);
+    if stale && let Err(e) = std::fs::File::open(path).and_then(|f| f.set_modified(now)) {
+        tracing::debug!(path = %path.display(), error = %e, "could not mark a compiled driver cache entry as used");
+    }
+}
+
+/// Delete the entries of `dir` not used for [`UNUSED_FOR`] before `now` — entries of drivers,
+/// wasmtime versions and layouts no host here loads any more — and temporary files a crashed
+/// write left. Runs after this host wrote an entry (a compile: rare), never on a cached load.
+/// Returns how many files were removed; a file that cannot be removed is logged. Deleting an
+/// entry another host has mapped is safe: its mapping keeps the file's pages.
+fn prune(dir: &Path, now: std::time::SystemTime) -> usize {
+    let Ok(listing) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for item in listing.flatten() {
+        let name = item.file_name();
+        let name = name.to_string_lossy();
+        if !(name.ends_with(".cwasm") || name.ends_with(".tmp")) {
+            continue;
+        }
+        let unused = item
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|at| now.duration_since(at).unwrap_or_default() > UNUSED_FOR);
+        if !unused {
+            continue;
+        }
+        match std::fs::remove_file(item.path()) {
+            Ok(()) => removed += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %item.path().display(), error = %e, "could not remove an unused compiled driver cache entry");
+            }
+        }
+    }
+    if removed > 0 {
+        tracing::info!(dir = %dir.display(), removed, "removed compiled driver cache entries unused for 30 days");
+    }
+    removed
 }
 
 fn write_entry(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
@@ -241,6 +386,49 @@ mod tests {
         bytes.extend_from_slice(&checksum(artifact));
         bytes.extend_from_slice(CACHE_MAGIC);
         bytes
+    }
+
+    #[test]
+    fn entries_unused_for_thirty_days_are_pruned_and_a_use_marks_an_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = std::time::SystemTime::now();
+        let aged = |name: &str, age: Duration| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, b"entry").unwrap();
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(now - age)
+                .unwrap();
+            path
+        };
+        let day = Duration::from_secs(24 * 3600);
+        let old = aged("old.cwasm", UNUSED_FOR + day);
+        let old_tmp = aged(".old.cwasm.123.tmp", UNUSED_FOR + day);
+        let recent = aged("recent.cwasm", UNUSED_FOR - day);
+        let other = aged("notes.txt", UNUSED_FOR + day);
+        // Used two days ago: a load moves its time to now; one used within the day is left.
+        let used = aged("used.cwasm", 2 * day);
+        let fresh = aged("fresh.cwasm", Duration::from_secs(60));
+        let fresh_before = std::fs::metadata(&fresh).unwrap().modified().unwrap();
+        mark_used(&used);
+        mark_used(&fresh);
+        let used_at = std::fs::metadata(&used).unwrap().modified().unwrap();
+        assert!(now.duration_since(used_at).unwrap_or_default() < day);
+        assert_eq!(
+            std::fs::metadata(&fresh).unwrap().modified().unwrap(),
+            fresh_before
+        );
+
+        assert_eq!(prune(dir.path(), now), 2);
+        assert!(!old.exists() && !old_tmp.exists());
+        assert!(recent.exists() && used.exists() && fresh.exists());
+        assert!(other.exists(), "only cache files are touched");
+        // A year later everything unused since goes, the other file stays.
+        assert_eq!(prune(dir.path(), now + 365 * day), 3);
+        assert!(other.exists());
+        assert_eq!(prune(&dir.path().join("missing"), now), 0);
     }
 
     #[test]

@@ -107,6 +107,56 @@ fn compiled_cache_is_reused_and_corrupt_entries_are_recompiled() {
 }
 
 #[test]
+fn a_cached_load_marks_its_entry_used_and_a_compile_prunes_entries_unused_for_30_days() {
+    let cache = tempfile::tempdir().unwrap();
+    let options = LoadOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+    };
+    let age = |path: &std::path::Path, days: u64| {
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(
+                std::time::SystemTime::now() - std::time::Duration::from_secs(days * 24 * 3600),
+            )
+            .unwrap();
+    };
+    let days_old = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .unwrap()
+            .modified()
+            .unwrap()
+            .elapsed()
+            .unwrap_or_default()
+            .as_secs()
+            / (24 * 3600)
+    };
+    Driver::from_file_with(driver_path("reference"), &options).unwrap();
+    let entry = std::fs::read_dir(cache.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .next()
+        .expect("an entry");
+    // Last used 40 days ago; a cached load marks it used now.
+    age(&entry, 40);
+    let cached = Driver::from_file_with(driver_path("reference"), &options).unwrap();
+    assert_eq!(cached.compile_source(), CompileSource::Cached);
+    assert_eq!(days_old(&entry), 0);
+    // An entry no host here used for 40 days (another driver version, wasmtime or layout)
+    // goes when the next compile writes an entry; the one used today stays.
+    let stale = cache.path().join(format!("{}.cwasm", "0".repeat(64)));
+    std::fs::write(&stale, b"an entry of another host version").unwrap();
+    age(&stale, 40);
+    let codex = Driver::from_file_with(driver_path("codex"), &options).unwrap();
+    assert_eq!(codex.compile_source(), CompileSource::Compiled);
+    assert!(!stale.exists(), "the unused entry was pruned");
+    assert!(entry.exists());
+    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 2);
+}
+
+#[test]
 fn descriptor_and_fingerprint_are_deterministic() {
     let a = Driver::from_file(driver_path("reference")).unwrap();
     let b = Driver::from_file(driver_path("reference")).unwrap();

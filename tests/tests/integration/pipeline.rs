@@ -79,8 +79,15 @@ async fn run_and_stream_result_give_equal_results() {
         .build();
     // stdout only: the relative order of stdout and stderr chunks is up to the OS scheduler.
     let prompt = "Compare me";
+    // `run` reads no events (the run stops sending them); the stream's are all read.
     let a = agent.run(prompt).await.expect("run");
-    let b = agent.stream(prompt).result().await.expect("stream");
+    let mut stream = agent.stream(prompt);
+    let mut events = 0;
+    while stream.next().await.is_some() {
+        events += 1;
+    }
+    assert!(events > 3, "the stream delivered the run's events");
+    let b = stream.result().await.expect("stream");
     assert_ne!(a.run_id, b.run_id, "each run has its own id");
     // Field by field. The only things allowed to differ: the run id, the wall-clock duration
     // and the timing/chunking of the raw reads (`raw().chunks`), which the OS decides.

@@ -12,14 +12,10 @@ use adaptor::{Agent, AgentBuilder, Event, ProcessInfoKind, RunOptions, Spawn, Th
 use adaptor_integration_tests::*;
 
 fn stdio_reference(state: &Path) -> adaptor::Driver {
-    adaptor::Driver::from_file(driver_path("reference"))
-        .unwrap()
-        .with_config(serde_json::json!({
-            "command": provider_path().display().to_string(),
-            "state_dir": state.display().to_string(),
-            "transport": "stdio",
-        }))
-        .unwrap()
+    with_resident_reference_provider(
+        adaptor::Driver::from_file(driver_path("reference")).unwrap(),
+        state,
+    )
 }
 
 fn builder(store: Arc<dyn ThreadStore>, state: &Path, ws: &Path) -> AgentBuilder {
