@@ -295,7 +295,10 @@ pub trait Runner {
     fn stream(&self, prompt: String, options: RunOptions) -> Stream;
 
     /// Run to the end: [`stream`](Self::stream), then the stream's result (its events are
-    /// dropped unread).
+    /// dropped unread). The built-in runners start the same pipeline but let
+    /// [`Stream::result`] drive it in the caller's task instead of spawning it (no hand-off
+    /// to another task and back; a caller that stops waiting leaves the run to finish on its
+    /// own task, as a spawned run would).
     fn run(
         &self,
         prompt: String,
@@ -309,6 +312,14 @@ pub trait Runner {
 impl Runner for Agent {
     fn stream(&self, prompt: String, options: RunOptions) -> Stream {
         self.stream_with(prompt, options)
+    }
+
+    fn run(
+        &self,
+        prompt: String,
+        options: RunOptions,
+    ) -> impl std::future::Future<Output = Result<RunResult, Error>> + Send {
+        self.run_with(prompt, options)
     }
 }
 
@@ -777,12 +788,18 @@ impl AgentInner {
     pub(crate) fn materialize_profile(
         &self,
     ) -> Result<Option<crate::profile::ResolvedProfile>, crate::error::ProfileError> {
-        let env = crate::grant::base_env(&self.settings.grant_rules());
+        // Built only for a dedicated profile (the user's own needs no environment; this runs
+        // on every thread turn).
+        let env = std::cell::OnceCell::new();
         crate::profile::materialize(
             self.driver.name(),
             &self.settings.profile,
             self.driver.loaded.descriptor.profile.as_ref(),
-            &|name| env.get(std::ffi::OsStr::new(name)).cloned(),
+            &|name| {
+                env.get_or_init(|| crate::grant::base_env(&self.settings.grant_rules()))
+                    .get(std::ffi::OsStr::new(name))
+                    .cloned()
+            },
         )
     }
 
@@ -844,7 +861,7 @@ impl Agent {
     /// Run a prompt to completion. Same pipeline as [`Agent::stream`], its events not read
     /// ([`Stream::result`](crate::Stream::result)).
     pub async fn run(&self, prompt: impl Into<String>) -> Result<RunResult, Error> {
-        self.stream(prompt).result().await
+        self.run_with(prompt, RunOptions::default()).await
     }
 
     /// Run with per-call options.
@@ -853,7 +870,9 @@ impl Agent {
         prompt: impl Into<String>,
         options: RunOptions,
     ) -> Result<RunResult, Error> {
-        self.stream_with(prompt, options).result().await
+        self.start(prompt.into(), options, crate::run::Drive::InResult)
+            .result()
+            .await
     }
 
     /// Start a run and stream its events. Must be called inside a Tokio runtime.
@@ -863,10 +882,15 @@ impl Agent {
 
     /// Start a run with per-call options.
     pub fn stream_with(&self, prompt: impl Into<String>, options: RunOptions) -> Stream {
+        self.start(prompt.into(), options, crate::run::Drive::Spawned)
+    }
+
+    fn start(&self, prompt: String, options: RunOptions, drive: crate::run::Drive) -> Stream {
         crate::run::start(
             &self.inner,
-            prompt.into(),
+            prompt,
             self.inner.defaults.overridden_by(&options),
+            drive,
         )
     }
 

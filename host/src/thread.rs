@@ -103,7 +103,7 @@ impl Thread {
 
     /// Run a prompt in this thread. Same pipeline as [`Agent::run`], plus the thread stage.
     pub async fn run(&self, prompt: impl Into<String>) -> Result<RunResult, Error> {
-        self.stream(prompt).result().await
+        self.run_with(prompt, RunOptions::default()).await
     }
 
     /// Run with per-call options.
@@ -112,7 +112,9 @@ impl Thread {
         prompt: impl Into<String>,
         options: RunOptions,
     ) -> Result<RunResult, Error> {
-        self.stream_with(prompt, options).result().await
+        self.start(prompt.into(), options, crate::run::Drive::InResult)
+            .result()
+            .await
     }
 
     /// Start a run in this thread and stream its events (they carry the thread key).
@@ -123,6 +125,10 @@ impl Thread {
     /// Start a run with per-call options. A per-call `resume` checkpoint is refused: the
     /// thread chooses what to resume.
     pub fn stream_with(&self, prompt: impl Into<String>, options: RunOptions) -> Stream {
+        self.start(prompt.into(), options, crate::run::Drive::Spawned)
+    }
+
+    fn start(&self, prompt: String, options: RunOptions, drive: crate::run::Drive) -> Stream {
         let inner = &self.agent.inner;
         let binding = ThreadBinding {
             store: inner.settings.thread_store.clone(),
@@ -133,9 +139,10 @@ impl Thread {
         };
         crate::run::start_thread(
             inner,
-            prompt.into(),
+            prompt,
             inner.defaults.overridden_by(&options),
             binding,
+            drive,
         )
     }
 
@@ -166,6 +173,14 @@ impl Thread {
 impl crate::agent::Runner for Thread {
     fn stream(&self, prompt: String, options: RunOptions) -> Stream {
         self.stream_with(prompt, options)
+    }
+
+    fn run(
+        &self,
+        prompt: String,
+        options: RunOptions,
+    ) -> impl std::future::Future<Output = Result<RunResult, Error>> + Send {
+        self.run_with(prompt, options)
     }
 }
 
@@ -225,5 +240,13 @@ impl Fork {
 impl crate::agent::Runner for Fork {
     fn stream(&self, prompt: String, options: RunOptions) -> Stream {
         self.0.stream_with(prompt, options)
+    }
+
+    fn run(
+        &self,
+        prompt: String,
+        options: RunOptions,
+    ) -> impl std::future::Future<Output = Result<RunResult, Error>> + Send {
+        self.0.run_with(prompt, options)
     }
 }

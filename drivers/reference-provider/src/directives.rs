@@ -9,6 +9,7 @@ const KNOWN: &[&str] = &[
     "crash",
     "sleep",
     "hang",
+    "stall",
     "grandchild",
     "ignore-term",
     "noise",
@@ -61,6 +62,9 @@ pub struct Script {
     pub sleep_ms: u64,
     /// `[[hang]]`: sleep forever after the session line.
     pub hang: bool,
+    /// `[[stall]]`: sleep forever after the reply's text (no end of message, no result): a
+    /// turn that only a cancel or a timeout ends, once all its output is out.
+    pub stall: bool,
     /// `[[grandchild]]`: spawn a SIGTERM-ignoring grandchild process.
     pub grandchild: bool,
     /// `[[ignore-term]]`: the provider itself ignores SIGTERM.
@@ -196,6 +200,7 @@ fn apply(script: &mut Script, name: &str, arg: Option<&str>) -> Result<(), Strin
         "fail" => no_arg(&mut script.fail),
         "crash" => no_arg(&mut script.crash),
         "hang" => no_arg(&mut script.hang),
+        "stall" => no_arg(&mut script.stall),
         "grandchild" => no_arg(&mut script.grandchild),
         "ignore-term" => no_arg(&mut script.ignore_term),
         "noise" => no_arg(&mut script.noise),
@@ -330,7 +335,7 @@ mod tests {
 
     #[test]
     fn all_directives_combine() {
-        let raw = "[[fail]] [[exit 7]] [[crash]] [[sleep 10]] [[sleep 5]] [[hang]] [[grandchild]] \
+        let raw = "[[fail]] [[exit 7]] [[crash]] [[sleep 10]] [[sleep 5]] [[hang]] [[stall]] [[grandchild]] \
                    [[ignore-term]] [[noise]] [[stderr one]] [[stderr two]] [[spam 3]] [[malformed]] \
                    [[ask-permission]] [[ask-plan]] [[ask-question]] \
                    [[mcp-call srv:tool:{\"a\":1}]] [[mcp-bench a,b:echo:5]] [[await-input]] hi";
@@ -344,6 +349,7 @@ mod tests {
                 crash: true,
                 sleep_ms: 15,
                 hang: true,
+                stall: true,
                 grandchild: true,
                 ignore_term: true,
                 noise: true,

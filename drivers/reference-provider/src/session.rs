@@ -123,9 +123,11 @@ impl SessionStore {
             .dir
             .join(format!(".{id}.json.{}.tmp", std::process::id()));
         let result = (|| {
+            // One write (serde_json writes a `File` piece by piece, a syscall each).
+            let mut bytes = serde_json::to_vec_pretty(prompts)?;
+            bytes.push(b'\n');
             let mut file = fs::File::create(&tmp)?;
-            serde_json::to_writer_pretty(&mut file, prompts)?;
-            file.write_all(b"\n")?;
+            file.write_all(&bytes)?;
             file.sync_all()?;
             fs::rename(&tmp, &path)
         })();

@@ -599,6 +599,9 @@ fn write_answer<W: Write>(
     for text in deltas {
         out.event(&Event::TextDelta { id: MSG_ID, text })?;
     }
+    if script.stall {
+        process::sleep_forever();
+    }
     out.event(&Event::TextEnd { id: MSG_ID })?;
     Ok(None)
 }

@@ -11,7 +11,7 @@
 //! parent's, and checks the parent like a resume: codec, valid checkpoint, driver,
 //! fingerprint) → resolve the active
 //! record → mode logic (continue-or-start, resume-only, fork) and compatibility → the
-//! pipeline runs the driver with the resume instructions, a renewal ticker keeping the lease
+//! pipeline runs the driver with the resume instructions, the lease's renewal polled beside it
 //! (a lost lease cancels the run) → on success with a valid checkpoint, one atomic
 //! `finalize`; on failure the previous record stays → release the lease.
 
@@ -153,7 +153,6 @@ pub(crate) struct Coordinator {
     /// the parent while it is forked.
     leases: Arc<Mutex<Vec<Lease>>>,
     lost: Arc<Mutex<Option<StoreError>>>,
-    ticker: Option<tokio::task::JoinHandle<()>>,
     /// The active record this run continues (or replaces after a rejection).
     current: Option<ThreadRecord>,
     /// Fork parent (key, record).
@@ -224,7 +223,6 @@ impl Coordinator {
             owner,
             leases: Arc::new(Mutex::new(vec![lease])),
             lost: Arc::new(Mutex::new(None)),
-            ticker: None,
             current: None,
             parent: None,
             fell_back: None,
@@ -408,21 +406,27 @@ impl Coordinator {
         .into()
     }
 
-    /// Keep the lease alive while the run goes; a failed renewal records the loss and
-    /// cancels the run through `cancel`.
-    pub(crate) fn start_renewal(&mut self, cancel: CancellationToken) {
+    /// What keeps the lease alive while the run goes: a future the pipeline polls beside the
+    /// run's own work, in the run's task (no ticker task to start and stop per turn), from
+    /// the moment the lease is held until the run's result is persisted. It never ends by
+    /// itself: a failed renewal records the loss, cancels the run through `cancel`, and then
+    /// waits to be dropped.
+    pub(crate) fn renewal(
+        &self,
+        cancel: CancellationToken,
+    ) -> impl std::future::Future<Output = std::convert::Infallible> + Send + 'static {
         let store = self.store.clone();
         let leases = self.leases.clone();
         let lost = self.lost.clone();
         let ttl = self.lease_ttl;
         let key = self.key.clone();
-        self.ticker = Some(tokio::spawn(async move {
+        async move {
             let period = (ttl / 3).max(Duration::from_millis(10));
-            loop {
+            'renewing: loop {
                 tokio::time::sleep(period).await;
                 let current = match leases.lock() {
                     Ok(l) => l.clone(),
-                    Err(_) => return,
+                    Err(_) => break 'renewing,
                 };
                 for (i, lease) in current.iter().enumerate() {
                     match store.renew_lease(lease, ttl).await {
@@ -439,12 +443,13 @@ impl Coordinator {
                                 *slot = Some(e);
                             }
                             cancel.cancel();
-                            return;
+                            break 'renewing;
                         }
                     }
                 }
             }
-        }));
+            std::future::pending().await
+        }
     }
 
     /// Persist a finished run (or keep the previous record), and say how the run related to
@@ -453,10 +458,6 @@ impl Coordinator {
         &mut self,
         result: Result<RunResult, Error>,
     ) -> Result<RunResult, Error> {
-        if let Some(t) = self.ticker.take() {
-            t.abort();
-            let _ = t.await;
-        }
         let lost = self.lost.lock().map_err(|_| poisoned(&self.key))?.take();
         if lost.is_some() {
             let result = match result {
@@ -568,10 +569,6 @@ impl Coordinator {
 
     /// Give the lease up; returns a description of a failure (the caller reports it).
     pub(crate) async fn release(&mut self) -> Option<String> {
-        if let Some(t) = self.ticker.take() {
-            t.abort();
-            let _ = t.await;
-        }
         let leases = match self.leases.lock() {
             Ok(l) => l.clone(),
             Err(_) => return Some("the lease state was poisoned by a panic".into()),

@@ -73,9 +73,26 @@ pub(crate) fn new_run_id() -> String {
     )
 }
 
-/// Start a run (spawns its task) and return its stream at once.
-pub(crate) fn start(inner: &Arc<AgentInner>, prompt: String, options: RunOptions) -> Stream {
-    launch(inner, prompt, options, None)
+/// Where a run's pipeline is driven.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Drive {
+    /// On its own task, spawned at once: the stream's events arrive while the caller does
+    /// other things (`stream`).
+    Spawned,
+    /// By [`Stream::result`] in the caller's task (`run`: the caller waits for the result
+    /// anyway, and saves the hand-offs to and from another task); moved onto its own task if
+    /// the caller stops waiting before the end.
+    InResult,
+}
+
+/// Start a run and return its stream at once.
+pub(crate) fn start(
+    inner: &Arc<AgentInner>,
+    prompt: String,
+    options: RunOptions,
+    drive: Drive,
+) -> Stream {
+    launch(inner, prompt, options, None, drive)
 }
 
 /// Start a thread run: the same pipeline with the thread stage.
@@ -84,8 +101,9 @@ pub(crate) fn start_thread(
     prompt: String,
     options: RunOptions,
     binding: ThreadBinding,
+    drive: Drive,
 ) -> Stream {
-    launch(inner, prompt, options, Some(binding))
+    launch(inner, prompt, options, Some(binding), drive)
 }
 
 fn launch(
@@ -93,6 +111,7 @@ fn launch(
     prompt: String,
     options: RunOptions,
     thread: Option<ThreadBinding>,
+    drive: Drive,
 ) -> Stream {
     let run_id = new_run_id();
     let (tx, rx) = mpsc::channel(inner.settings.event_buffer.max(2));
@@ -105,7 +124,7 @@ fn launch(
         }
         _ => (None, None),
     };
-    let stream = Stream::new(run_id.clone(), rx, result_rx, cancel.clone(), steer_tx);
+    let mut stream = Stream::new(run_id.clone(), rx, result_rx, cancel.clone(), steer_tx);
     if inner.closed.load(Ordering::SeqCst) {
         let _ = result_tx.send(Err(Error::AgentClosed));
         return stream;
@@ -120,13 +139,17 @@ fn launch(
     let span = tracing::info_span!("run", run_id = %run_id, driver = %inner.driver.name());
     let mut run = Run::new(inner, run_id, prompt, options, emitter, cancel, thread);
     run.steer = steer_rx;
-    inner.tracker.spawn(
-        async move {
-            let result = run.execute().await;
-            let _ = result_tx.send(result);
+    let pipeline = async move {
+        let result = run.execute().await;
+        let _ = result_tx.send(result);
+    }
+    .instrument(span);
+    match drive {
+        Drive::Spawned => {
+            inner.tracker.spawn(pipeline);
         }
-        .instrument(span),
-    );
+        Drive::InResult => stream.hold(Box::pin(inner.tracker.track_future(pipeline))),
+    }
     stream
 }
 
@@ -163,6 +186,8 @@ struct Run {
     steer: Option<mpsc::UnboundedReceiver<crate::stream::SteerRequest>>,
     /// Why the agent's prewarmed process did not serve this run (announced once it started).
     warm_miss: Option<String>,
+    /// The canonical workspace directory, once resolved ([`Run::workspace_dir`]).
+    workspace: std::cell::OnceCell<std::path::PathBuf>,
 }
 
 /// The run's resources besides skills and the workspace, resolved once before launch.
@@ -260,6 +285,7 @@ impl Run {
             managed_workspace: None,
             steer: None,
             warm_miss: None,
+            workspace: std::cell::OnceCell::new(),
         }
     }
 
@@ -364,8 +390,17 @@ impl Run {
 
     /// The run's canonical workspace directory: the caller's directory (default: the
     /// current one), or the managed workspace resolved for this run. An unresolved managed
-    /// workspace is an error, never a silent fallback to the current directory.
+    /// workspace is an error, never a silent fallback to the current directory. Resolved
+    /// once per run (after the managed workspace, which comes first).
     fn workspace_dir(&self) -> Result<std::path::PathBuf, Error> {
+        if let Some(dir) = self.workspace.get() {
+            return Ok(dir.clone());
+        }
+        let dir = self.resolve_workspace_dir()?;
+        Ok(self.workspace.get_or_init(|| dir).clone())
+    }
+
+    fn resolve_workspace_dir(&self) -> Result<std::path::PathBuf, Error> {
         match &self.options.workspace {
             None => resolve_workspace(None),
             Some(workspace) => match workspace.as_dir() {
@@ -422,8 +457,28 @@ impl Run {
         if let Some(binding) = self.thread.take() {
             self.begin_thread(binding).await?;
         }
-        let (attach, mut fallback) = match self.attach().await {
-            Ok(p) => p,
+        // The thread lease is renewed, in this task, from the moment it is held until the
+        // run's work ends and `finish` persists it (preparing and spawning can take longer
+        // than its TTL on a loaded host: measured, a thousand first turns at once); a lost
+        // lease cancels the run.
+        let renewal = self
+            .coordinator
+            .as_ref()
+            .map(|c| c.renewal(self.cancel.clone()));
+        let attempt = match renewal {
+            None => self.attempt().await,
+            Some(renewal) => {
+                let attempt = self.attempt();
+                tokio::pin!(attempt, renewal);
+                tokio::select! {
+                    biased;
+                    done = &mut attempt => done,
+                    never = &mut renewal => match never {},
+                }
+            }
+        };
+        let mut result = match attempt {
+            Ok(result) => result,
             Err(e) => {
                 // Before `RunStarted`: no events, and no lease left behind.
                 if let Some(mut c) = self.coordinator.take()
@@ -434,47 +489,6 @@ impl Run {
                 return Err(e);
             }
         };
-        if let Some(c) = &self.coordinator {
-            self.emitter.set_turn(c.turn());
-        }
-        let program = match &attach {
-            Attach::Spawn(p) => p.spec.program.display().to_string(),
-            Attach::Reuse(r, _) => r.launch.resolved.display().to_string(),
-        };
-        self.emitter
-            .emit(Event::RunStarted(RunStarted {
-                meta: blank_meta(),
-                program,
-                model: self.options.model.clone(),
-            }))
-            .await;
-        if let Some(Fallback {
-            previous_record_id,
-            reason,
-        }) = fallback.take()
-        {
-            self.announce_fallback(previous_record_id, reason).await;
-        }
-        self.announce_warm_pool().await;
-        let mut result = self.supervise(attach).await;
-        // The provider rejected the stored session: one fresh attempt, announced.
-        if let Err(Error::Run(e)) = &result
-            && e.reason == FailureReason::ResumeRejected
-            && let Some(previous) = self
-                .coordinator
-                .as_mut()
-                .and_then(|c| c.fall_back(&e.message))
-        {
-            let reason = e.message.clone();
-            self.announce_fallback(previous, reason).await;
-            if let Some(stale) = self.kept.take() {
-                resident::stop(stale, self.inner.settings.grace_period).await;
-            }
-            result = match self.prepare().await {
-                Ok(prepared) => self.supervise(Attach::Spawn(Box::new(prepared))).await,
-                Err(e) => Err(e),
-            };
-        }
         if let Some(mut c) = self.coordinator.take() {
             result = c.finish(result).await;
             if let Some(mut kept) = self.kept.take() {
@@ -536,6 +550,56 @@ impl Run {
         result
     }
 
+    /// The run's process work, once the thread stage (if any) holds its lease: attach a
+    /// process, `RunStarted`, supervise, and one fresh attempt when the provider rejects the
+    /// stored session. `Err` is a refusal before `RunStarted` (nothing was emitted); `Ok`
+    /// holds the run's outcome.
+    async fn attempt(&mut self) -> Result<Result<RunResult, Error>, Error> {
+        let (attach, mut fallback) = self.attach().await?;
+        if let Some(c) = &self.coordinator {
+            self.emitter.set_turn(c.turn());
+        }
+        let program = match &attach {
+            Attach::Spawn(p) => p.spec.program.display().to_string(),
+            Attach::Reuse(r, _) => r.launch.resolved.display().to_string(),
+        };
+        self.emitter
+            .emit(Event::RunStarted(RunStarted {
+                meta: blank_meta(),
+                program,
+                model: self.options.model.clone(),
+            }))
+            .await;
+        if let Some(Fallback {
+            previous_record_id,
+            reason,
+        }) = fallback.take()
+        {
+            self.announce_fallback(previous_record_id, reason).await;
+        }
+        self.announce_warm_pool().await;
+        let mut result = self.supervise(attach).await;
+        // The provider rejected the stored session: one fresh attempt, announced.
+        if let Err(Error::Run(e)) = &result
+            && e.reason == FailureReason::ResumeRejected
+            && let Some(previous) = self
+                .coordinator
+                .as_mut()
+                .and_then(|c| c.fall_back(&e.message))
+        {
+            let reason = e.message.clone();
+            self.announce_fallback(previous, reason).await;
+            if let Some(stale) = self.kept.take() {
+                resident::stop(stale, self.inner.settings.grace_period).await;
+            }
+            result = match self.prepare().await {
+                Ok(prepared) => self.supervise(Attach::Spawn(Box::new(prepared))).await,
+                Err(e) => Err(e),
+            };
+        }
+        Ok(result)
+    }
+
     /// The thread stage before the driver starts: fingerprint, lease, record, mode.
     async fn begin_thread(&mut self, binding: ThreadBinding) -> Result<(), Error> {
         self.emitter.set_thread_key(&binding.key);
@@ -591,12 +655,8 @@ impl Run {
             driver.loaded.sha256.as_str(),
             self.inner.settings.accepted_components.as_slice(),
         );
-        let mut coordinator =
-            Coordinator::begin(binding, fingerprint, &name, component, sessions).await?;
-        // Renewed from the moment it is held: preparing and spawning can take longer than the
-        // lease's TTL on a loaded host (measured: a thousand first turns at once).
-        coordinator.start_renewal(self.cancel.clone());
-        self.coordinator = Some(coordinator);
+        self.coordinator =
+            Some(Coordinator::begin(binding, fingerprint, &name, component, sessions).await?);
         Ok(())
     }
 

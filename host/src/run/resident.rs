@@ -7,11 +7,8 @@
 //! store still holds the session this process continued) — nor speak any protocol.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
-
-use tokio::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use crate::process::{self, PrivateDir};
 use crate::result::LaunchRecord;
@@ -21,7 +18,7 @@ use crate::wasm::guest::GuestSession;
 pub(crate) struct Resident {
     pub session: GuestSession,
     pub spawned: process::Spawned,
-    pub stdin: mpsc::UnboundedSender<Vec<u8>>,
+    pub stdin: super::supervise::StdinSender,
     pub stdin_writer: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     pub launch: LaunchRecord,
     pub private_dir: PrivateDir,
@@ -41,20 +38,34 @@ impl Resident {
     }
 }
 
-/// The resident processes of one agent, by thread key.
+/// The resident processes of one agent, by thread key, and the one task that stops those
+/// idle past their deadline.
 #[derive(Default)]
 pub(crate) struct ResidentPool {
-    slots: Mutex<HashMap<String, (u64, Resident)>>,
-    generation: AtomicU64,
+    state: Mutex<PoolState>,
+}
+
+#[derive(Default)]
+struct PoolState {
+    /// Key → (idle deadline, process).
+    slots: HashMap<String, (Instant, Resident)>,
+    /// Whether the reaper task runs (it ends when the pool is empty; the next park starts
+    /// it again), and the deadline it sleeps until.
+    reaper: Option<Instant>,
+    /// Wakes the reaper when a park sets a deadline earlier than the one it sleeps until.
+    wake: Arc<tokio::sync::Notify>,
 }
 
 impl ResidentPool {
     /// Take the thread's resident process out of the pool (the caller owns it now).
     pub(crate) fn take(&self, key: &str) -> Option<Resident> {
-        self.slots.lock().ok()?.remove(key).map(|(_, r)| r)
+        self.state.lock().ok()?.slots.remove(key).map(|(_, r)| r)
     }
 
     /// Keep `resident` for `key`; it is stopped after `idle` without a new turn.
+    ///
+    /// One reaper task per pool stops idle processes (not a timer task per turn: a turn's
+    /// park costs a map insert, and a thousand parked threads one sleeping task).
     pub(crate) fn park(
         self: &Arc<Self>,
         key: String,
@@ -62,44 +73,81 @@ impl ResidentPool {
         idle: Duration,
         grace: Duration,
     ) {
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-        let displaced = match self.slots.lock() {
-            Ok(mut slots) => slots
-                .insert(key.clone(), (generation, resident))
-                .map(|(_, r)| r),
-            Err(_) => Some(resident),
+        let now = Instant::now();
+        // An idle time too long to represent (`Duration::MAX`): kept until the agent closes.
+        let deadline = now
+            .checked_add(idle)
+            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
+        let mut state = match self.state.lock() {
+            Ok(state) => state,
+            Err(_) => {
+                tracing::warn!(%key, "the resident pool's lock was poisoned; stopping the process instead of keeping it");
+                tokio::spawn(stop(resident, grace));
+                return;
+            }
         };
-        if let Some(old) = displaced {
+        if let Some((_, old)) = state.slots.insert(key, (deadline, resident)) {
             // Cannot happen while the key's lease serialises its runs; never leak one anyway.
             tokio::spawn(stop(old, grace));
         }
-        let pool: Weak<Self> = Arc::downgrade(self);
-        tokio::spawn(async move {
-            tokio::time::sleep(idle).await;
-            let Some(pool) = pool.upgrade() else { return };
-            let evicted = pool
-                .slots
-                .lock()
-                .ok()
-                .and_then(|mut slots| match slots.get(&key) {
-                    Some((g, _)) if *g == generation => slots.remove(&key).map(|(_, r)| r),
-                    _ => None,
-                });
-            if let Some(r) = evicted {
-                tracing::info!(%key, pid = r.spawned.pid, "stopping an idle resident provider process");
-                stop(r, grace).await;
+        match state.reaper {
+            Some(wakes_at) if wakes_at <= deadline => {}
+            Some(_) => {
+                state.reaper = Some(deadline);
+                state.wake.notify_one();
             }
-        });
+            None => {
+                state.reaper = Some(deadline);
+                tokio::spawn(reap(Arc::downgrade(self), state.wake.clone(), grace));
+            }
+        }
     }
 
     /// Stop every resident process and wait until they are gone.
     pub(crate) async fn close(&self, grace: Duration) {
-        let all: Vec<Resident> = match self.slots.lock() {
-            Ok(mut slots) => slots.drain().map(|(_, (_, r))| r).collect(),
+        let all: Vec<Resident> = match self.state.lock() {
+            Ok(mut state) => state.slots.drain().map(|(_, (_, r))| r).collect(),
             Err(_) => Vec::new(),
         };
         for r in all {
             stop(r, grace).await;
+        }
+    }
+}
+
+/// The pool's reaper: sleeps until the earliest idle deadline (or a park's earlier one),
+/// stops every process past its deadline, and ends when the pool is empty or dropped.
+async fn reap(pool: Weak<ResidentPool>, wake: Arc<tokio::sync::Notify>, grace: Duration) {
+    loop {
+        let (expired, next) = {
+            let Some(pool) = pool.upgrade() else { return };
+            let Ok(mut state) = pool.state.lock() else {
+                return;
+            };
+            let now = Instant::now();
+            let keys: Vec<String> = state
+                .slots
+                .iter()
+                .filter(|(_, (deadline, _))| *deadline <= now)
+                .map(|(key, _)| key.clone())
+                .collect();
+            let expired: Vec<(String, Resident)> = keys
+                .into_iter()
+                .filter_map(|key| state.slots.remove(&key).map(|(_, r)| (key, r)))
+                .collect();
+            let next = state.slots.values().map(|(deadline, _)| *deadline).min();
+            state.reaper = next;
+            (expired, next)
+        };
+        for (key, r) in expired {
+            tracing::info!(%key, pid = r.spawned.pid, "stopping an idle resident provider process");
+            // Each in its own task: one slow exit must not hold back the next deadline.
+            tokio::spawn(stop(r, grace));
+        }
+        let Some(next) = next else { return };
+        tokio::select! {
+            () = tokio::time::sleep_until(next.into()) => {}
+            () = wake.notified() => {}
         }
     }
 }

@@ -38,7 +38,7 @@ pub(super) struct Supervisor<'a> {
     pub(super) driver: String,
     pub(super) pgid: i32,
     pub(super) grace: Duration,
-    pub(super) stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    pub(super) stdin: Option<StdinSender>,
     pub(super) stdin_writer: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     pub(super) timers: HashMap<u64, Instant>,
     /// Decisions waiting to be delivered to the driver (`on-decision`).
@@ -469,9 +469,9 @@ impl Supervisor<'_> {
         let len = bytes.len();
         let offset = self.raw.stdin.len();
         let sent = match &self.stdin {
-            Some(tx) => {
+            Some(stdin) => {
                 self.raw.stdin.extend_from_slice(&bytes);
-                tx.send(bytes).is_ok()
+                stdin.send(bytes)
             }
             None => false,
         };
@@ -725,17 +725,104 @@ impl Supervisor<'_> {
     }
 }
 
-/// Feed queued stdin writes to the provider, then close its stdin.
-pub(super) async fn write_stdin(
-    mut stdin: tokio::process::ChildStdin,
-    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
-) -> std::io::Result<()> {
-    while let Some(bytes) = rx.recv().await {
-        stdin.write_all(&bytes).await?;
-        stdin.flush().await?;
+/// The provider's open stdin as the pipeline writes to it: bytes go into the pipe at once,
+/// from the run's own task, when nothing is queued and the pipe has room (a resident turn's
+/// prompt reaches the provider with no hand-off to another task); otherwise to the writer
+/// task ([`stdin_writer`]), which writes them in order. Dropping it ends the input: the
+/// writer writes what is queued, then closes the pipe.
+pub(crate) struct StdinSender {
+    queue: mpsc::UnboundedSender<Vec<u8>>,
+    shared: std::sync::Arc<SharedStdin>,
+}
+
+struct SharedStdin {
+    /// The pipe (taken by the writer when it closes it).
+    pipe: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
+    /// Writes sent to the writer task and not yet written: a direct write waits behind them.
+    queued: std::sync::atomic::AtomicUsize,
+}
+
+impl StdinSender {
+    /// Write `bytes` (in order after every earlier write); `false` when the input is closed
+    /// (the writer ended: the provider closed its end, or writing failed).
+    fn send(&self, bytes: Vec<u8>) -> bool {
+        use std::sync::atomic::Ordering;
+        let written = self.write_now(&bytes);
+        if written == bytes.len() {
+            return true;
+        }
+        let rest = if written == 0 {
+            bytes
+        } else {
+            bytes[written..].to_vec()
+        };
+        self.shared.queued.fetch_add(1, Ordering::AcqRel);
+        if self.queue.send(rest).is_ok() {
+            true
+        } else {
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+            false
+        }
     }
-    stdin.shutdown().await.ok();
-    Ok(())
+
+    /// As much of `bytes` as the pipe takes without waiting, when the writer has nothing
+    /// queued and is not writing (else 0: the writer keeps the order).
+    fn write_now(&self, bytes: &[u8]) -> usize {
+        use futures::FutureExt;
+        use std::sync::atomic::Ordering;
+        if self.queue.is_closed() || self.shared.queued.load(Ordering::Acquire) != 0 {
+            return 0;
+        }
+        let Ok(mut pipe) = self.shared.pipe.try_lock() else {
+            return 0;
+        };
+        let Some(pipe) = pipe.as_mut() else { return 0 };
+        let mut written = 0;
+        while written < bytes.len() {
+            // One poll: a full pipe (or an error, which the writer then meets and reports)
+            // leaves the rest to the writer.
+            match pipe.write(&bytes[written..]).now_or_never() {
+                Some(Ok(n)) if n > 0 => written += n,
+                _ => break,
+            }
+        }
+        written
+    }
+}
+
+/// The provider's stdin, open: the sender the pipeline writes through and the writer task
+/// behind it (its result: the first write error, if any).
+pub(super) fn stdin_writer(
+    stdin: tokio::process::ChildStdin,
+) -> (StdinSender, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let (queue, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let shared = std::sync::Arc::new(SharedStdin {
+        pipe: tokio::sync::Mutex::new(Some(stdin)),
+        queued: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let writer_shared = shared.clone();
+    let writer = tokio::spawn(async move {
+        use std::sync::atomic::Ordering;
+        let shared = writer_shared;
+        while let Some(bytes) = rx.recv().await {
+            let mut pipe = shared.pipe.lock().await;
+            let wrote = match pipe.as_mut() {
+                Some(pipe) => match pipe.write_all(&bytes).await {
+                    Ok(()) => pipe.flush().await,
+                    Err(e) => Err(e),
+                },
+                None => Ok(()),
+            };
+            drop(pipe);
+            shared.queued.fetch_sub(1, Ordering::AcqRel);
+            wrote?;
+        }
+        if let Some(mut pipe) = shared.pipe.lock().await.take() {
+            pipe.shutdown().await.ok();
+        }
+        Ok(())
+    });
+    (StdinSender { queue, shared }, writer)
 }
 
 async fn read_opt<R: AsyncRead + Unpin>(
@@ -775,4 +862,51 @@ async fn sleep_opt(at: Option<Instant>) {
 fn sourced(mut event: Event, source: &EventSource) -> Event {
     event.meta_mut().source = Some(source.clone());
     event
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// Writes that fit go straight into the pipe; one larger than the pipe is split between a
+    /// direct write and the writer task, and every later write waits behind it: the provider
+    /// reads every byte in order, and dropping the sender closes its input.
+    #[tokio::test]
+    async fn stdin_writes_keep_their_order_across_direct_and_queued_writes() {
+        let mut child = tokio::process::Command::new("sh")
+            .args(["-c", "sleep 1; exec cat"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let (sender, writer) = stdin_writer(child.stdin.take().expect("stdin"));
+        let mut expected = Vec::new();
+        for (i, len) in [10usize, 300_000, 7, 70_000, 3].into_iter().enumerate() {
+            let bytes = vec![b'a' + i as u8; len];
+            expected.extend_from_slice(&bytes);
+            assert!(sender.send(bytes), "write {i} accepted");
+        }
+        assert!(
+            sender
+                .shared
+                .queued
+                .load(std::sync::atomic::Ordering::Acquire)
+                > 0,
+            "a write larger than the pipe went to the writer"
+        );
+        drop(sender);
+        let mut out = Vec::new();
+        child
+            .stdout
+            .take()
+            .expect("stdout")
+            .read_to_end(&mut out)
+            .await
+            .expect("read");
+        assert_eq!(out.len(), expected.len());
+        assert!(out == expected, "bytes arrive in the order written");
+        writer.await.expect("writer task").expect("no write error");
+        child.wait().await.expect("cat exits at end of input");
+    }
 }

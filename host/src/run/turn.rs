@@ -8,14 +8,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use tokio::sync::mpsc;
-
 use super::classify::{describe_exit, exit_info};
 use super::decisions::Decisions;
 use super::guard::{Claims, Stage};
 use super::output::OutputBudget;
 use super::resident::Resident;
-use super::supervise::{LoopEnd, Supervisor, write_stdin};
+use super::supervise::{LoopEnd, StdinSender, Supervisor, stdin_writer};
 use super::{Attach, Classify, Initial, Prepared, Run, classify};
 use crate::error::{Error, FailureReason};
 use crate::event::blank_meta;
@@ -42,7 +40,7 @@ struct Attached {
 
 /// An open stdin: where the turn's writes go, and the task that writes them.
 struct StdinPipe {
-    sender: mpsc::UnboundedSender<Vec<u8>>,
+    sender: StdinSender,
     writer: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
@@ -231,9 +229,9 @@ impl Run {
             }
             None => {
                 if let Some(stdin) = spawned.stdin.take() {
-                    let (tx, rx) = mpsc::unbounded_channel();
-                    sup.stdin_writer = Some(tokio::spawn(write_stdin(stdin, rx)));
-                    sup.stdin = Some(tx);
+                    let (sender, writer) = stdin_writer(stdin);
+                    sup.stdin_writer = Some(writer);
+                    sup.stdin = Some(sender);
                 }
             }
         }

@@ -1,7 +1,8 @@
 //! [`MemoryStore`]: the reference implementation of the store semantics, in one process.
 //!
 //! Owns an in-process map of records and leases behind one mutex (so every method is
-//! atomic). Must not: outlive the process or be shared between processes — use
+//! atomic), and an index of each key's active record, so a turn's lookups and its save cost
+//! the same however many records the store holds. Must not: outlive the process or be shared between processes — use
 //! [`SqliteStore`](super::SqliteStore) or [`PostgresStore`](super::PostgresStore) for that.
 
 use std::collections::HashMap;
@@ -16,14 +17,27 @@ use super::{
 #[derive(Debug, Default)]
 struct State {
     records: HashMap<String, ThreadRecord>,
+    /// Key → id of its active record (at most one per key: a save archives the one before).
+    active: HashMap<String, String>,
     leases: HashMap<String, Lease>,
 }
 
 impl State {
     fn active_for(&self, key: &str) -> Option<&ThreadRecord> {
-        self.records
-            .values()
-            .find(|r| r.status == RecordStatus::Active && r.key == key)
+        self.active.get(key).and_then(|id| self.records.get(id))
+    }
+
+    /// Archive record `id` if it is active (and drop it from the index).
+    fn archive(&mut self, id: &str, at: SystemTime) {
+        if let Some(r) = self.records.get_mut(id)
+            && r.status == RecordStatus::Active
+        {
+            r.status = RecordStatus::Archived;
+            r.updated_at = at;
+            if self.active.get(&r.key).is_some_and(|active| active == id) {
+                self.active.remove(&r.key);
+            }
+        }
     }
 
     fn check_leases(&self, leases: &[Lease], now: SystemTime) -> Result<(), StoreError> {
@@ -118,15 +132,20 @@ impl ThreadStore for MemoryStore {
             {
                 r.status = RecordStatus::Archived;
                 r.updated_at = record.updated_at;
+                if s.active.get(&r.key) == Some(prev) {
+                    s.active.remove(&r.key);
+                }
+            }
+            if let Some(active) = s.active.get(&record.key).cloned()
+                && active != record.id
+                && record.status == RecordStatus::Active
+            {
+                s.archive(&active, record.updated_at);
             }
             if record.status == RecordStatus::Active {
-                for r in s.records.values_mut() {
-                    if r.key == record.key && r.id != record.id && r.status == RecordStatus::Active
-                    {
-                        r.status = RecordStatus::Archived;
-                        r.updated_at = record.updated_at;
-                    }
-                }
+                s.active.insert(record.key.clone(), record.id.clone());
+            } else if s.active.get(&record.key) == Some(&record.id) {
+                s.active.remove(&record.key);
             }
             s.records.insert(record.id.clone(), record);
             Ok(())
@@ -137,14 +156,10 @@ impl ThreadStore for MemoryStore {
     fn archive<'a>(&'a self, id: &'a str, leases: &'a [Lease]) -> StoreFuture<'a, ()> {
         let out = self.with(|s| {
             s.check_leases(leases, SystemTime::now())?;
-            let record = s
-                .records
-                .get_mut(id)
-                .ok_or_else(|| StoreError::NotFound { id: id.to_owned() })?;
-            if record.status == RecordStatus::Active {
-                record.status = RecordStatus::Archived;
-                record.updated_at = SystemTime::now();
+            if !s.records.contains_key(id) {
+                return Err(StoreError::NotFound { id: id.to_owned() });
             }
+            s.archive(id, SystemTime::now());
             Ok(())
         });
         Box::pin(async move { out })

@@ -236,9 +236,13 @@ fn unique_hex() -> String {
 
 /// A lease owner name unique to this process and call: `<host>:<pid>:<hex>`.
 pub fn new_owner() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "host".into());
+    // Read once per process: every thread run names an owner.
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let host = HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "host".into())
+    });
     format!("{host}:{}:{}", std::process::id(), &unique_hex()[..12])
 }
 

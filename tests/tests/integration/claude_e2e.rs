@@ -1599,7 +1599,9 @@ async fn a_prewarmed_cli_waits_for_its_first_input_with_stream_json() {
 
     let plain = c.agent().prewarm(1).build();
     assert_eq!(plain.warm_up().await.unwrap(), 1);
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Its 3 s without stdin count from when the CLI is up, which takes seconds on a loaded
+    // machine: wait well past them.
+    tokio::time::sleep(Duration::from_secs(8)).await;
     let (events, result) = collect(plain.stream("hello there")).await;
     result.expect("the run starts its own CLI");
     assert!(notice(&events, "process.prewarmed").is_none());

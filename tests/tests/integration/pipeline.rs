@@ -1082,7 +1082,9 @@ async fn cancel_unblocks_a_send_to_a_consumer_that_stopped_reading() {
             builder = builder.blocking_events();
         }
         let agent = builder.build();
-        let mut stream = agent.stream("[[spam 20000]] a chatty answer");
+        // The provider writes everything, then waits (`stall`): only the cancel ends the run,
+        // however late this task wakes from its sleep on a loaded machine.
+        let mut stream = agent.stream("[[spam 20000]] [[stall]] a chatty answer");
         // Read the first event, then stop reading while the provider keeps writing.
         assert!(matches!(stream.next().await, Some(Event::RunStarted(_))));
         tokio::time::sleep(Duration::from_millis(400)).await;

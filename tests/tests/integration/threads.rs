@@ -912,3 +912,36 @@ async fn a_record_of_another_component_resumes_only_when_the_caller_accepts_it()
         ours
     );
 }
+
+/// `run` drives its pipeline in the caller's task; a caller that stops waiting (a timeout
+/// around `run`) hands the rest of the run to a task of its own, where it ends as an
+/// abandoned spawned run does: not cancelled, its session saved, its lease released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_dropped_before_its_end_still_ends_and_releases_its_thread() {
+    let (state, ws) = (tmp(), tmp());
+    let store: Arc<dyn ThreadStore> = Arc::new(MemoryStore::new());
+    let agent = agent(store, state.path(), ws.path());
+    let thread = agent.thread("abandoned");
+    let waited = tokio::time::timeout(
+        Duration::from_millis(300),
+        thread.run("[[sleep 1500]] slow"),
+    )
+    .await;
+    assert!(waited.is_err(), "the caller stopped waiting before the end");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let saved = loop {
+        if let Some(record) = thread.record().await.expect("record") {
+            break record;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the abandoned run never saved its session"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(saved.turns, 1, "the abandoned run ran to its end");
+    // Its lease is released: the next turn runs (a held lease would refuse it as busy).
+    let next = thread.run("next").await.expect("the next turn");
+    assert_eq!(next.thread.expect("thread info").record_id, saved.id);
+    assert_eq!(thread.record().await.unwrap().unwrap().turns, 2);
+}
