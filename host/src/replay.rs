@@ -126,14 +126,14 @@ async fn drive(
     }));
     let mut raw = RawStreams {
         stdin: launch.stdin.clone(),
-        launch: Some(LaunchRecord {
+        launch: Some(std::sync::Arc::new(LaunchRecord {
             program: launch.program.clone(),
             resolved: launch.program.clone().into(),
             args: launch.args.clone(),
             cwd: workspace.to_path_buf(),
             process: None,
             containment: None,
-        }),
+        })),
         ..RawStreams::default()
     };
     for (stream, bytes) in chunks {

@@ -230,8 +230,10 @@ pub struct RawStreams {
     pub stdin: Vec<u8>,
     /// The reads and writes, in order, with timing.
     pub chunks: Vec<ChunkRecord>,
-    /// What was launched (none if the run failed before spawning).
-    pub launch: Option<LaunchRecord>,
+    /// What was launched (none if the run failed before spawning). Shared, not copied: a
+    /// thread's resident process serves many turns, and each turn's result refers to the
+    /// one record of its launch (its containment report lists every filesystem rule).
+    pub launch: Option<std::sync::Arc<LaunchRecord>>,
     /// The terminal event.
     pub terminal: Option<TerminalPayload>,
 }

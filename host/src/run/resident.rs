@@ -20,7 +20,7 @@ pub(crate) struct Resident {
     pub spawned: process::Spawned,
     pub stdin: super::supervise::StdinSender,
     pub stdin_writer: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
-    pub launch: LaunchRecord,
+    pub launch: std::sync::Arc<LaunchRecord>,
     pub private_dir: PrivateDir,
     /// What the process was started for (fingerprint, policy, transport); a run with another
     /// signature gets a new process.

@@ -111,8 +111,9 @@ impl Supervisor<'_> {
     ) -> LoopOutcome {
         let mut stdout = spawned.stdout.take();
         let mut stderr = spawned.stderr.take();
-        let mut out_buf = vec![0u8; CHUNK];
-        let mut err_buf = vec![0u8; CHUNK];
+        // Read into spare capacity: a turn's buffers are not zeroed first.
+        let mut out_buf = Vec::with_capacity(CHUNK);
+        let mut err_buf = Vec::with_capacity(CHUNK);
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut last_output = Instant::now();
         let mut status: Option<std::process::ExitStatus> = None;
@@ -827,10 +828,13 @@ pub(super) fn stdin_writer(
 
 async fn read_opt<R: AsyncRead + Unpin>(
     reader: &mut Option<R>,
-    buf: &mut [u8],
+    buf: &mut Vec<u8>,
 ) -> std::io::Result<usize> {
     match reader {
-        Some(r) => r.read(buf).await,
+        Some(r) => {
+            buf.clear();
+            r.read_buf(buf).await
+        }
         None => std::future::pending().await,
     }
 }

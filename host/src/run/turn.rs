@@ -6,6 +6,7 @@
 //! output (the driver does).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::classify::{describe_exit, exit_info};
@@ -22,13 +23,13 @@ use crate::process::{self, PrivateDir};
 use crate::result::{ExitInfo, LaunchRecord, RawStreams, RunResult};
 use crate::session::{DriverOutcome, SessionExit};
 use crate::structured;
-use crate::wasm::guest::GuestSession;
+use crate::wasm::guest::{GuestSession, Interrupt};
 
 /// The process a turn runs on, once attached (spawned, or the thread's resident one).
 struct Attached {
     session: GuestSession,
     spawned: process::Spawned,
-    launch: LaunchRecord,
+    launch: Arc<LaunchRecord>,
     private_dir: PrivateDir,
     /// What starts the turn.
     initial: Initial,
@@ -128,14 +129,14 @@ impl Run {
                     }))
                     .await;
                 let keep_alive = self.may_keep(&launch);
-                let record = LaunchRecord {
+                let record = Arc::new(LaunchRecord {
                     program: launch.program.clone(),
                     resolved: spec.program.clone(),
                     args: spec.args.clone(),
                     cwd: spec.cwd.clone(),
                     process: Some(spawned.identity()),
                     containment: Some(containment),
-                };
+                });
                 let initial = Initial::Launch {
                     stdin: launch.stdin,
                     keep_open: launch.keep_stdin_open,
@@ -254,31 +255,17 @@ impl Run {
         }
 
         // A long guest call is interrupted when the run is cancelled (Ctrl-C, `cancel`) or
-        // reaches its timeout: a watcher trips the session's interrupt at either.
+        // reaches its timeout: the session's epoch tick checks both, so no task watches them.
         // The run's timeout counts from the start of the run: what preparing it took (the
         // driver's `start`, writing its private files) is already spent.
         let timeout = self
             .options
             .timeout
             .map(|t| t.saturating_sub(self.started.elapsed()));
-        let interrupt = tokio_util::sync::CancellationToken::new();
-        let watcher = {
-            let (interrupt, cancel) = (interrupt.clone(), self.cancel.clone());
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = cancel.cancelled() => {}
-                    _ = async {
-                        match timeout {
-                            Some(t) => tokio::time::sleep(t).await,
-                            None => std::future::pending().await,
-                        }
-                    } => {}
-                }
-                interrupt.cancel();
-            })
-        };
-        let _stop_watching = tokio_util::task::AbortOnDropHandle::new(watcher);
-        sup.session.interrupt_on(Some(interrupt));
+        sup.session.interrupt_on(Some(Interrupt {
+            cancel: self.cancel.clone(),
+            deadline: timeout.map(|t| Instant::now() + t),
+        }));
         let outcome = sup
             .run_loop(
                 &mut spawned,
@@ -317,6 +304,8 @@ impl Run {
                 drop(sup);
                 let result = self.conclude(outcome, raw, exit, host_failure).await;
                 if let Some(stdin) = stdin.filter(|_| keep) {
+                    // The next turn's calls answer to the next run's cancellation and deadline.
+                    session.interrupt_on(None);
                     self.kept = Some(Resident {
                         session,
                         spawned,

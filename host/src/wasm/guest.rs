@@ -214,14 +214,34 @@ pub(crate) struct GuestState {
     /// Log messages written during the current call, and the cap.
     logs_this_call: u32,
     logs_cap: u32,
-    /// The run's cancellation: a call that has run for [`INTERRUPT_AFTER_TICKS`] epoch
-    /// ticks when it fires is interrupted.
-    interrupt: Option<tokio_util::sync::CancellationToken>,
+    /// The run's cancellation and its deadline: a call that has run for
+    /// [`INTERRUPT_AFTER_TICKS`] epoch ticks when either has come is interrupted.
+    interrupt: Option<Interrupt>,
     /// Epoch ticks the current call has run, and its wall-clock bound in ticks.
     ticks: u64,
     wall_ticks: u64,
     /// The current call was interrupted by the run's cancellation.
     interrupted: bool,
+}
+
+/// When a run's long driver calls are interrupted: its cancellation, or its deadline (the run's
+/// timeout). Checked on the epoch tick of a running call, so no task has to watch for them.
+#[derive(Debug, Clone)]
+pub(crate) struct Interrupt {
+    /// The run's cancellation.
+    pub cancel: tokio_util::sync::CancellationToken,
+    /// The run's deadline, if it has a timeout.
+    pub deadline: Option<std::time::Instant>,
+}
+
+impl Interrupt {
+    /// Whether the run was cancelled or is past its deadline.
+    fn due(&self) -> bool {
+        self.cancel.is_cancelled()
+            || self
+                .deadline
+                .is_some_and(|at| std::time::Instant::now() >= at)
+    }
 }
 
 /// A call that has been running for this many epoch ticks (50 ms) when the run is cancelled
@@ -237,7 +257,7 @@ fn on_epoch_tick(
 ) -> wasmtime::Result<wasmtime::UpdateDeadline> {
     let s = ctx.data_mut();
     s.ticks += 1;
-    if s.ticks >= INTERRUPT_AFTER_TICKS && s.interrupt.as_ref().is_some_and(|t| t.is_cancelled()) {
+    if s.ticks >= INTERRUPT_AFTER_TICKS && s.interrupt.as_ref().is_some_and(Interrupt::due) {
         s.interrupted = true;
         return Err(wasmtime::Trap::Interrupt.into());
     }
@@ -822,8 +842,8 @@ pub(crate) struct GuestSession {
 
 impl GuestSession {
     /// Interrupt this session's long calls when `token` is cancelled (`None`: never).
-    pub(crate) fn interrupt_on(&mut self, token: Option<tokio_util::sync::CancellationToken>) {
-        self.instance.store.data_mut().interrupt = token;
+    pub(crate) fn interrupt_on(&mut self, interrupt: Option<Interrupt>) {
+        self.instance.store.data_mut().interrupt = interrupt;
     }
 
     /// Whether the last call was interrupted by the run's cancellation (the instance is

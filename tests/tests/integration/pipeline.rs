@@ -107,9 +107,14 @@ async fn run_and_stream_result_give_equal_results() {
     );
     // The launch is the same; the process and its run directory are each run's own.
     let launch = |r: &adaptor::RawStreams| {
-        r.launch
-            .clone()
-            .map(|l| (l.program, l.resolved, l.args, l.cwd))
+        r.launch.as_deref().map(|l| {
+            (
+                l.program.clone(),
+                l.resolved.clone(),
+                l.args.clone(),
+                l.cwd.clone(),
+            )
+        })
     };
     assert_eq!((launch(ra), &ra.terminal), (launch(rb), &rb.terminal));
     for r in [ra, rb] {
