@@ -493,6 +493,51 @@ async fn cancel_interrupts_a_driver_call_that_runs_long() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resident_turn_answers_to_its_own_deadline_not_an_earlier_turns() {
+    // The first turn's timeout passes while its process is parked for the thread. The next
+    // turn has no timeout and nobody cancels it: its long `next-turn` call must run to the end
+    // on the resident process, not be interrupted by the earlier run's deadline.
+    let (state, ws) = (tmp(), tmp());
+    let limits = GuestLimits {
+        call_fuel: 10_000_000_000_000,
+        run_fuel: 10_000_000_000_000,
+        call_wall: Duration::from_secs(3600),
+        ..GuestLimits::default()
+    };
+    let driver = with_resident_reference_provider(
+        adaptor::Driver::from_file(test_driver_path("hostile")).unwrap(),
+        state.path(),
+    );
+    let agent = agent_builder(driver, ws.path())
+        .guest_limits(limits)
+        .thread_store(adaptor::store::MemoryStore::new())
+        .build();
+    let thread = agent.thread("deadline-of-an-earlier-turn");
+    let first = thread
+        .run_with(
+            "first",
+            adaptor::RunOptions::default().timeout(Duration::from_millis(1500)),
+        )
+        .await
+        .expect("the first turn ends well within its timeout");
+    assert!(
+        first.exit.kept_alive,
+        "the process is parked for the thread"
+    );
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let second = thread
+        .run("[[slow-next-turn]] second")
+        .await
+        .expect("a long next-turn call of a run nobody cancelled finishes");
+    assert!(second.exit.kept_alive, "it ran on the resident process");
+    assert_eq!(
+        second.text,
+        "Reference reply (turn 2, previously: first): [[slow-next-turn]] second"
+    );
+    agent.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clock_waits_in_stderr_cancel_and_next_turn_return_at_once_too() {
     let (state, ws) = (tmp(), tmp());
     let driver = adaptor::Driver::from_file(test_driver_path("hostile"))

@@ -9,6 +9,8 @@
 //! - `[[log-flood]]`: write 5 000 log messages in one call (logs per call);
 //! - `[[huge-result]]`: return a 40 MiB reply text (data copied per call);
 //! - `[[never-finish]]`: spin forever in `finish` (CPU per call);
+//! - `[[slow-next-turn]]`: a fixed, large amount of work in `next-turn` (a long call that must
+//!   finish: nothing cancelled the turn it serves);
 //! - `[[burn-cpu]]`: a fixed, large amount of work on every chunk (CPU per run);
 //! - `[[panic]]`: panic while the provider runs;
 //! - `[[block]]`: block for an hour (a WASI clock wait) in `start`, on every stdout chunk, in
@@ -517,6 +519,15 @@ impl Session for HostileSession {
         self.prompt = request.prompt.clone();
         if self.wants("block") {
             block_for_an_hour();
+        }
+        if self.wants("slow-next-turn") {
+            // Hundreds of ms of guest CPU: far more than the epoch ticks after which a call of
+            // a cancelled or timed-out run is interrupted.
+            let mut acc = 0u64;
+            for i in 0..300_000_000u64 {
+                acc = std::hint::black_box(acc.wrapping_add(i));
+            }
+            std::hint::black_box(acc);
         }
         self.inner.next_turn(request, out)
     }
