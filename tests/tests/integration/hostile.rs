@@ -16,6 +16,17 @@ fn hostile_agent(state: &std::path::Path, ws: &std::path::Path, limits: GuestLim
         .build()
 }
 
+/// Guest limits under which a call may compute for minutes (this much fuel ran out after
+/// 390 s here): only an interruption ends a long call early.
+fn minutes_of_cpu() -> GuestLimits {
+    GuestLimits {
+        call_fuel: 10_000_000_000_000,
+        run_fuel: 10_000_000_000_000,
+        call_wall: Duration::from_secs(3600),
+        ..GuestLimits::default()
+    }
+}
+
 async fn good_run_after(agent: &Agent, attack: &str) {
     let r = agent
         .run("a good prompt")
@@ -435,12 +446,7 @@ async fn cancel_interrupts_a_driver_call_that_runs_long() {
     // much fuel ran out after 390 s here): only the interruption ends the call promptly once
     // the run is cancelled.
     let (state, ws) = (tmp(), tmp());
-    let limits = GuestLimits {
-        call_fuel: 10_000_000_000_000,
-        run_fuel: 10_000_000_000_000,
-        call_wall: Duration::from_secs(3600),
-        ..GuestLimits::default()
-    };
+    let limits = minutes_of_cpu();
     let agent = hostile_agent(state.path(), ws.path(), limits);
     let mut stream = agent.stream("[[endless-loop]] spin");
     let canceller = stream.canceller();
@@ -498,12 +504,7 @@ async fn a_resident_turn_answers_to_its_own_deadline_not_an_earlier_turns() {
     // turn has no timeout and nobody cancels it: its long `next-turn` call must run to the end
     // on the resident process, not be interrupted by the earlier run's deadline.
     let (state, ws) = (tmp(), tmp());
-    let limits = GuestLimits {
-        call_fuel: 10_000_000_000_000,
-        run_fuel: 10_000_000_000_000,
-        call_wall: Duration::from_secs(3600),
-        ..GuestLimits::default()
-    };
+    let limits = minutes_of_cpu();
     let driver = with_resident_reference_provider(
         adaptor::Driver::from_file(test_driver_path("hostile")).unwrap(),
         state.path(),
