@@ -289,39 +289,50 @@ shared_options!(RunOptions);
 /// Its verbs are the contract's two, `stream` and `run` (which is `stream` plus
 /// [`Stream::result`]: one pipeline). Generic code (such as [`run_as`](crate::run_as)) takes
 /// any runner; the types also have `run`, `run_with`, `stream` and `stream_with` as inherent
-/// methods, so callers need not import this trait.
-pub trait Runner {
-    /// Start a run with per-call options and return its stream of events.
-    fn stream(&self, prompt: String, options: RunOptions) -> Stream;
-
-    /// Run to the end: [`stream`](Self::stream), then the stream's result (its events are
-    /// dropped unread). The built-in runners start the same pipeline but let
-    /// [`Stream::result`] drive it in the caller's task instead of spawning it (no hand-off
-    /// to another task and back; a caller that stops waiting leaves the run to finish on its
-    /// own task, as a spawned run would).
-    fn run(
-        &self,
-        prompt: String,
-        options: RunOptions,
-    ) -> impl std::future::Future<Output = Result<RunResult, Error>> + Send {
-        let stream = self.stream(prompt, options);
-        async move { stream.result().await }
-    }
-}
-
-impl Runner for Agent {
+/// methods, so callers need not import this trait. Sealed: only this crate's runners
+/// implement it (each starts the crate's own pipeline).
+pub trait Runner: sealed::Start {
+    /// Start a run with per-call options and return its stream of events (the run's
+    /// pipeline runs on a task of its own from now on).
     fn stream(&self, prompt: String, options: RunOptions) -> Stream {
-        self.stream_with(prompt, options)
+        self.start(prompt, options).spawned()
     }
 
+    /// Run to the end: the same pipeline as [`stream`](Self::stream), then the stream's
+    /// result (its events are dropped unread). Not spawned: the caller's task drives it (no
+    /// hand-off to another task and back); a caller that stops waiting leaves the run to
+    /// finish on a task of its own, as a spawned run would.
     fn run(
         &self,
         prompt: String,
         options: RunOptions,
     ) -> impl std::future::Future<Output = Result<RunResult, Error>> + Send {
-        self.run_with(prompt, options)
+        self.start(prompt, options).run()
     }
 }
+
+/// Keeps [`Runner`] to this crate's types.
+pub(crate) mod sealed {
+    use super::RunOptions;
+
+    /// Build a run of this runner (its stream and its pipeline, not yet driven).
+    pub trait Start {
+        /// The run of `prompt` with per-call `options` (merged over the runner's defaults).
+        fn start(&self, prompt: String, options: RunOptions) -> crate::run::Started;
+    }
+}
+
+impl sealed::Start for Agent {
+    fn start(&self, prompt: String, options: RunOptions) -> crate::run::Started {
+        crate::run::start(
+            &self.inner,
+            prompt,
+            self.inner.defaults.overridden_by(&options),
+        )
+    }
+}
+
+impl Runner for Agent {}
 
 /// Construction-only settings.
 #[derive(Debug, Clone)]
@@ -870,9 +881,7 @@ impl Agent {
         prompt: impl Into<String>,
         options: RunOptions,
     ) -> Result<RunResult, Error> {
-        self.start(prompt.into(), options, crate::run::Drive::InResult)
-            .result()
-            .await
+        Runner::run(self, prompt.into(), options).await
     }
 
     /// Start a run and stream its events. Must be called inside a Tokio runtime.
@@ -882,16 +891,7 @@ impl Agent {
 
     /// Start a run with per-call options.
     pub fn stream_with(&self, prompt: impl Into<String>, options: RunOptions) -> Stream {
-        self.start(prompt.into(), options, crate::run::Drive::Spawned)
-    }
-
-    fn start(&self, prompt: String, options: RunOptions, drive: crate::run::Drive) -> Stream {
-        crate::run::start(
-            &self.inner,
-            prompt,
-            self.inner.defaults.overridden_by(&options),
-            drive,
-        )
+        Runner::stream(self, prompt.into(), options)
     }
 
     /// What a run of `prompt` would launch — program, arguments, environment (secrets

@@ -292,35 +292,17 @@ pub struct Stream {
     result: Option<oneshot::Receiver<Result<RunResult, Error>>>,
     cancel: CancellationToken,
     steer: Steerer,
-    /// The run's pipeline when `run` (not `stream`) started it: not spawned, but driven by
-    /// [`Stream::result`] in the caller's task. (In a mutex only so that `Stream` stays
-    /// `Sync`; it is only reached through `&mut self`, never locked.)
-    held: std::sync::Mutex<Option<Held>>,
 }
 
-/// A run's pipeline that no task drives yet, and the runtime it goes to if the caller
-/// stops driving it before its end.
-struct Held {
-    pipeline: Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
-    runtime: tokio::runtime::Handle,
-}
-
-impl Held {
-    /// Give the pipeline its own task (it runs to its end there, as a spawned run does).
-    fn detach(self) {
-        self.runtime.spawn(self.pipeline);
-    }
-}
-
-/// Drives a held pipeline in place; if dropped before the pipeline ended (the caller stopped
-/// waiting for `result`), detaches the rest onto its own task — a run is never left
-/// half-done, whoever drives it.
-struct Driving(Option<Held>);
+/// Drives a run's pipeline in the caller's task; if dropped before the pipeline ended (the
+/// caller stopped waiting for the result), detaches the rest onto a task of its own — a run
+/// is never left half-done, whoever drives it.
+struct Driving(Option<(crate::run::Pipeline, tokio::runtime::Handle)>);
 
 impl Drop for Driving {
     fn drop(&mut self) {
-        if let Some(held) = self.0.take() {
-            held.detach();
+        if let Some((pipeline, runtime)) = self.0.take() {
+            runtime.spawn(pipeline);
         }
     }
 }
@@ -347,24 +329,7 @@ impl Stream {
             result: Some(result),
             cancel,
             steer: Steerer(steer),
-            held: std::sync::Mutex::new(None),
         }
-    }
-
-    /// Hold `pipeline` for [`result`](Self::result) to drive (see [`Drive`](crate::run::Drive)).
-    /// Called inside a Tokio runtime (as every run starts).
-    pub(crate) fn hold(&mut self, pipeline: Pin<Box<dyn std::future::Future<Output = ()> + Send>>) {
-        *self.held.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(Held {
-            pipeline,
-            runtime: tokio::runtime::Handle::current(),
-        });
-    }
-
-    fn take_held(&mut self) -> Option<Held> {
-        self.held
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
     }
 
     /// The run id (known before the first event).
@@ -407,17 +372,24 @@ impl Stream {
     /// wakes this task for each one), and what they carried is in the result (text,
     /// transcript, usage, raw streams). The run itself goes on to its end as when its events
     /// are read.
-    ///
-    /// For a stream that `run` / `run_with` started, this drives the run's pipeline itself,
-    /// in the caller's task; dropping this future before the end hands the rest of the run to
-    /// a task of its own, where it ends as an abandoned spawned run does (not cancelled).
-    pub async fn result(mut self) -> Result<RunResult, Error> {
+    pub async fn result(self) -> Result<RunResult, Error> {
+        self.drive_to_result(None).await
+    }
+
+    /// [`result`](Self::result), driving the run's `pipeline` (which `run` did not spawn)
+    /// in the caller's task first. Dropping this future before the end hands the rest of the
+    /// run to a task of its own, where it ends as an abandoned spawned run does (not
+    /// cancelled: the result receiver is taken first, so dropping the stream cancels nothing).
+    pub(crate) async fn drive_to_result(
+        mut self,
+        pipeline: Option<crate::run::Pipeline>,
+    ) -> Result<RunResult, Error> {
         self.events.close();
         let rx = self.result.take().expect("result taken once");
-        if let Some(held) = self.take_held() {
-            let mut driving = Driving(Some(held));
-            if let Some(held) = driving.0.as_mut() {
-                held.pipeline.as_mut().await;
+        if let Some(pipeline) = pipeline {
+            let mut driving = Driving(Some((pipeline, tokio::runtime::Handle::current())));
+            if let Some((pipeline, _)) = driving.0.as_mut() {
+                pipeline.as_mut().await;
             }
             // Ended: nothing left to detach.
             driving.0 = None;
@@ -433,10 +405,6 @@ impl futures::Stream for Stream {
     type Item = Event;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        // Read as a stream after all: the pipeline gets its own task, as `stream` gives it.
-        if let Some(held) = self.take_held() {
-            held.detach();
-        }
         self.events.poll_recv(cx)
     }
 }
@@ -445,11 +413,6 @@ impl Drop for Stream {
     fn drop(&mut self) {
         if self.result.is_some() {
             self.cancel.cancel();
-            // A held pipeline that never ran ends on its own task, cancelled, as a spawned
-            // run dropped at once does (it reports nothing: nobody holds its result).
-            if let Some(held) = self.take_held() {
-                held.detach();
-            }
         }
     }
 }

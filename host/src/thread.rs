@@ -10,7 +10,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::agent::{Agent, RunOptions};
+use crate::agent::sealed::Start;
+use crate::agent::{Agent, RunOptions, Runner};
 use crate::error::Error;
 use crate::error::ThreadError;
 use crate::result::{RunResult, SessionState};
@@ -112,9 +113,7 @@ impl Thread {
         prompt: impl Into<String>,
         options: RunOptions,
     ) -> Result<RunResult, Error> {
-        self.start(prompt.into(), options, crate::run::Drive::InResult)
-            .result()
-            .await
+        Runner::run(self, prompt.into(), options).await
     }
 
     /// Start a run in this thread and stream its events (they carry the thread key).
@@ -125,25 +124,7 @@ impl Thread {
     /// Start a run with per-call options. A per-call `resume` checkpoint is refused: the
     /// thread chooses what to resume.
     pub fn stream_with(&self, prompt: impl Into<String>, options: RunOptions) -> Stream {
-        self.start(prompt.into(), options, crate::run::Drive::Spawned)
-    }
-
-    fn start(&self, prompt: String, options: RunOptions, drive: crate::run::Drive) -> Stream {
-        let inner = &self.agent.inner;
-        let binding = ThreadBinding {
-            store: inner.settings.thread_store.clone(),
-            key: self.key.clone(),
-            resume_only: self.resume_only,
-            fork_from: self.fork_from.clone(),
-            lease_ttl: inner.settings.lease_ttl,
-        };
-        crate::run::start_thread(
-            inner,
-            prompt,
-            inner.defaults.overridden_by(&options),
-            binding,
-            drive,
-        )
+        Runner::stream(self, prompt.into(), options)
     }
 
     fn store(&self) -> Result<&Arc<dyn ThreadStore>, Error> {
@@ -170,19 +151,26 @@ impl Thread {
     }
 }
 
-impl crate::agent::Runner for Thread {
-    fn stream(&self, prompt: String, options: RunOptions) -> Stream {
-        self.stream_with(prompt, options)
-    }
-
-    fn run(
-        &self,
-        prompt: String,
-        options: RunOptions,
-    ) -> impl std::future::Future<Output = Result<RunResult, Error>> + Send {
-        self.run_with(prompt, options)
+impl Start for Thread {
+    fn start(&self, prompt: String, options: RunOptions) -> crate::run::Started {
+        let inner = &self.agent.inner;
+        let binding = ThreadBinding {
+            store: inner.settings.thread_store.clone(),
+            key: self.key.clone(),
+            resume_only: self.resume_only,
+            fork_from: self.fork_from.clone(),
+            lease_ttl: inner.settings.lease_ttl,
+        };
+        crate::run::start_thread(
+            inner,
+            prompt,
+            inner.defaults.overridden_by(&options),
+            binding,
+        )
     }
 }
+
+impl Runner for Thread {}
 
 /// A thread whose first successful run forks its parent's checkpoint
 /// ([`Thread::fork`]). It runs like a [`Thread`] (its later runs continue its own session)
@@ -237,16 +225,10 @@ impl Fork {
     }
 }
 
-impl crate::agent::Runner for Fork {
-    fn stream(&self, prompt: String, options: RunOptions) -> Stream {
-        self.0.stream_with(prompt, options)
-    }
-
-    fn run(
-        &self,
-        prompt: String,
-        options: RunOptions,
-    ) -> impl std::future::Future<Output = Result<RunResult, Error>> + Send {
-        self.0.run_with(prompt, options)
+impl Start for Fork {
+    fn start(&self, prompt: String, options: RunOptions) -> crate::run::Started {
+        self.0.start(prompt, options)
     }
 }
+
+impl Runner for Fork {}

@@ -408,8 +408,8 @@ impl Coordinator {
 
     /// What keeps the lease alive while the run goes: a future the pipeline polls beside the
     /// run's own work, in the run's task (no ticker task to start and stop per turn), from
-    /// the moment the lease is held until the run's result is persisted. It never ends by
-    /// itself: a failed renewal records the loss, cancels the run through `cancel`, and then
+    /// the moment the lease is held until the run's work ends; `finish` then persists within
+    /// the lease's remaining TTL (at least two thirds of it). It never ends by itself: a failed renewal records the loss, cancels the run through `cancel`, and then
     /// waits to be dropped.
     pub(crate) fn renewal(
         &self,

@@ -73,26 +73,40 @@ pub(crate) fn new_run_id() -> String {
     )
 }
 
-/// Where a run's pipeline is driven.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Drive {
-    /// On its own task, spawned at once: the stream's events arrive while the caller does
-    /// other things (`stream`).
-    Spawned,
-    /// By [`Stream::result`] in the caller's task (`run`: the caller waits for the result
-    /// anyway, and saves the hand-offs to and from another task); moved onto its own task if
-    /// the caller stops waiting before the end.
-    InResult,
+/// A run's pipeline, built and not yet driven (tracked by the agent's task tracker).
+pub(crate) type Pipeline = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// A run just started: its stream, and its pipeline, which nothing drives yet — `stream`
+/// spawns it at once ([`spawned`](Self::spawned)), `run` drives it in the caller's task
+/// ([`run`](Self::run)). One pipeline either way; only who polls it differs. (`pub` only
+/// because the sealed `Start` trait names it; this module is private.)
+pub struct Started {
+    stream: Stream,
+    /// None when the agent was already closed (the stream's result says so).
+    pipeline: Option<Pipeline>,
 }
 
-/// Start a run and return its stream at once.
-pub(crate) fn start(
-    inner: &Arc<AgentInner>,
-    prompt: String,
-    options: RunOptions,
-    drive: Drive,
-) -> Stream {
-    launch(inner, prompt, options, None, drive)
+impl Started {
+    /// Give the pipeline its own task and return the stream at once (`stream`): the events
+    /// arrive while the caller does other things.
+    pub(crate) fn spawned(self) -> Stream {
+        if let Some(pipeline) = self.pipeline {
+            tokio::spawn(pipeline);
+        }
+        self.stream
+    }
+
+    /// Drive the pipeline in the caller's task to the run's result, its events unread
+    /// (`run`: no hand-off to another task and back). A caller that stops waiting hands the
+    /// rest of the run to a task of its own ([`Stream::drive_to_result`]).
+    pub(crate) async fn run(self) -> Result<RunResult, Error> {
+        self.stream.drive_to_result(self.pipeline).await
+    }
+}
+
+/// Start a run: its stream and its pipeline, not yet driven.
+pub(crate) fn start(inner: &Arc<AgentInner>, prompt: String, options: RunOptions) -> Started {
+    launch(inner, prompt, options, None)
 }
 
 /// Start a thread run: the same pipeline with the thread stage.
@@ -101,9 +115,8 @@ pub(crate) fn start_thread(
     prompt: String,
     options: RunOptions,
     binding: ThreadBinding,
-    drive: Drive,
-) -> Stream {
-    launch(inner, prompt, options, Some(binding), drive)
+) -> Started {
+    launch(inner, prompt, options, Some(binding))
 }
 
 fn launch(
@@ -111,8 +124,7 @@ fn launch(
     prompt: String,
     options: RunOptions,
     thread: Option<ThreadBinding>,
-    drive: Drive,
-) -> Stream {
+) -> Started {
     let run_id = new_run_id();
     let (tx, rx) = mpsc::channel(inner.settings.event_buffer.max(2));
     let (result_tx, result_rx) = oneshot::channel();
@@ -124,10 +136,13 @@ fn launch(
         }
         _ => (None, None),
     };
-    let mut stream = Stream::new(run_id.clone(), rx, result_rx, cancel.clone(), steer_tx);
+    let stream = Stream::new(run_id.clone(), rx, result_rx, cancel.clone(), steer_tx);
     if inner.closed.load(Ordering::SeqCst) {
         let _ = result_tx.send(Err(Error::AgentClosed));
-        return stream;
+        return Started {
+            stream,
+            pipeline: None,
+        };
     }
     let emitter = Emitter::new(
         tx,
@@ -144,13 +159,10 @@ fn launch(
         let _ = result_tx.send(result);
     }
     .instrument(span);
-    match drive {
-        Drive::Spawned => {
-            inner.tracker.spawn(pipeline);
-        }
-        Drive::InResult => stream.hold(Box::pin(inner.tracker.track_future(pipeline))),
+    Started {
+        stream,
+        pipeline: Some(Box::pin(inner.tracker.track_future(pipeline))),
     }
-    stream
 }
 
 struct Run {
@@ -458,24 +470,22 @@ impl Run {
             self.begin_thread(binding).await?;
         }
         // The thread lease is renewed, in this task, from the moment it is held until the
-        // run's work ends and `finish` persists it (preparing and spawning can take longer
-        // than its TTL on a loaded host: measured, a thousand first turns at once); a lost
-        // lease cancels the run.
+        // run's work ends (preparing and spawning can take longer than its TTL on a loaded
+        // host: measured, a thousand first turns at once); a lost lease cancels the run.
         let renewal = self
             .coordinator
             .as_ref()
             .map(|c| c.renewal(self.cancel.clone()));
-        let attempt = match renewal {
-            None => self.attempt().await,
-            Some(renewal) => {
-                let attempt = self.attempt();
-                tokio::pin!(attempt, renewal);
-                tokio::select! {
-                    biased;
-                    done = &mut attempt => done,
-                    never = &mut renewal => match never {},
-                }
+        let keep_lease = async move {
+            match renewal {
+                Some(renewal) => renewal.await,
+                None => std::future::pending().await,
             }
+        };
+        let attempt = tokio::select! {
+            biased;
+            done = self.attempt() => done,
+            never = keep_lease => match never {},
         };
         let mut result = match attempt {
             Ok(result) => result,

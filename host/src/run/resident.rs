@@ -125,15 +125,10 @@ async fn reap(pool: Weak<ResidentPool>, wake: Arc<tokio::sync::Notify>, grace: D
                 return;
             };
             let now = Instant::now();
-            let keys: Vec<String> = state
+            let expired: Vec<(String, Resident)> = state
                 .slots
-                .iter()
-                .filter(|(_, (deadline, _))| *deadline <= now)
-                .map(|(key, _)| key.clone())
-                .collect();
-            let expired: Vec<(String, Resident)> = keys
-                .into_iter()
-                .filter_map(|key| state.slots.remove(&key).map(|(_, r)| (key, r)))
+                .extract_if(|_, (deadline, _)| *deadline <= now)
+                .map(|(key, (_, r))| (key, r))
                 .collect();
             let next = state.slots.values().map(|(deadline, _)| *deadline).min();
             state.reaper = next;

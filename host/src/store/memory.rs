@@ -2,8 +2,9 @@
 //!
 //! Owns an in-process map of records and leases behind one mutex (so every method is
 //! atomic), and an index of each key's active record, so a turn's lookups and its save cost
-//! the same however many records the store holds. Must not: outlive the process or be shared between processes — use
-//! [`SqliteStore`](super::SqliteStore) or [`PostgresStore`](super::PostgresStore) for that.
+//! the same however many records the store holds. Must not: outlive the process or be shared
+//! between processes — use [`SqliteStore`](super::SqliteStore) or
+//! [`PostgresStore`](super::PostgresStore) for that.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -27,11 +28,10 @@ impl State {
         self.active.get(key).and_then(|id| self.records.get(id))
     }
 
-    /// Archive record `id` if it is active (and drop it from the index).
-    fn archive(&mut self, id: &str, at: SystemTime) {
-        if let Some(r) = self.records.get_mut(id)
-            && r.status == RecordStatus::Active
-        {
+    /// Mark record `id` archived as of `at` (whatever its status, as the SQL stores' `UPDATE`
+    /// does) and drop it from the index of active records.
+    fn set_archived(&mut self, id: &str, at: SystemTime) {
+        if let Some(r) = self.records.get_mut(id) {
             r.status = RecordStatus::Archived;
             r.updated_at = at;
             if self.active.get(&r.key).is_some_and(|active| active == id) {
@@ -127,20 +127,14 @@ impl ThreadStore for MemoryStore {
             {
                 return Err(StoreError::NotFound { id: prev.clone() });
             }
-            if let Some(prev) = &request.archive_previous
-                && let Some(r) = s.records.get_mut(prev)
-            {
-                r.status = RecordStatus::Archived;
-                r.updated_at = record.updated_at;
-                if s.active.get(&r.key) == Some(prev) {
-                    s.active.remove(&r.key);
-                }
+            if let Some(prev) = &request.archive_previous {
+                s.set_archived(prev, record.updated_at);
             }
             if let Some(active) = s.active.get(&record.key).cloned()
                 && active != record.id
                 && record.status == RecordStatus::Active
             {
-                s.archive(&active, record.updated_at);
+                s.set_archived(&active, record.updated_at);
             }
             if record.status == RecordStatus::Active {
                 s.active.insert(record.key.clone(), record.id.clone());
@@ -159,7 +153,9 @@ impl ThreadStore for MemoryStore {
             if !s.records.contains_key(id) {
                 return Err(StoreError::NotFound { id: id.to_owned() });
             }
-            s.archive(id, SystemTime::now());
+            if s.records[id].status == RecordStatus::Active {
+                s.set_archived(id, SystemTime::now());
+            }
             Ok(())
         });
         Box::pin(async move { out })

@@ -841,7 +841,7 @@ pub(crate) struct GuestSession {
 }
 
 impl GuestSession {
-    /// Interrupt this session's long calls when `token` is cancelled (`None`: never).
+    /// Interrupt this session's long calls once `interrupt` is due (`None`: never).
     pub(crate) fn interrupt_on(&mut self, interrupt: Option<Interrupt>) {
         self.instance.store.data_mut().interrupt = interrupt;
     }
