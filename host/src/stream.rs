@@ -294,10 +294,14 @@ pub struct Stream {
     steer: Steerer,
 }
 
+/// A run's pipeline, built and not yet driven (tracked by the agent's task tracker): the
+/// run's task spawns it (`stream`), or [`Stream::drive_to_result`] drives it (`run`).
+pub(crate) type Pipeline = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// Drives a run's pipeline in the caller's task; if dropped before the pipeline ended (the
 /// caller stopped waiting for the result), detaches the rest onto a task of its own — a run
 /// is never left half-done, whoever drives it.
-struct Driving(Option<(crate::run::Pipeline, tokio::runtime::Handle)>);
+struct Driving(Option<(Pipeline, tokio::runtime::Handle)>);
 
 impl Drop for Driving {
     fn drop(&mut self) {
@@ -382,7 +386,7 @@ impl Stream {
     /// cancelled: the result receiver is taken first, so dropping the stream cancels nothing).
     pub(crate) async fn drive_to_result(
         mut self,
-        pipeline: Option<crate::run::Pipeline>,
+        pipeline: Option<Pipeline>,
     ) -> Result<RunResult, Error> {
         self.events.close();
         let rx = self.result.take().expect("result taken once");

@@ -46,7 +46,7 @@ use crate::event::*;
 use crate::process::{PrivateDir, ProcessSpec};
 use crate::result::RunResult;
 use crate::session::{Action, Launch};
-use crate::stream::{Emitter, Stream};
+use crate::stream::{Emitter, Pipeline, Stream};
 use crate::structured::Mechanism;
 use crate::wasm::convert::build_request;
 use crate::wasm::guest::{GuestInstance, GuestSession};
@@ -72,9 +72,6 @@ pub(crate) fn new_run_id() -> String {
         &crate::wasm::engine::sha256_hex(seed.as_bytes())[..16]
     )
 }
-
-/// A run's pipeline, built and not yet driven (tracked by the agent's task tracker).
-pub(crate) type Pipeline = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// A run just started: its stream, and its pipeline, which nothing drives yet — `stream`
 /// spawns it at once ([`spawned`](Self::spawned)), `run` drives it in the caller's task
