@@ -290,7 +290,12 @@ shared_options!(RunOptions);
 /// [`Stream::result`]: one pipeline). Generic code (such as [`run_as`](crate::run_as)) takes
 /// any runner; the types also have `run`, `run_with`, `stream` and `stream_with` as inherent
 /// methods, so callers need not import this trait. Sealed: only this crate's runners
-/// implement it (each starts the crate's own pipeline).
+/// implement it (each starts the crate's own pipeline), so a type of yours cannot:
+///
+/// ```compile_fail
+/// struct Mine;
+/// impl adaptor::Runner for Mine {} // error: `Start` is private to the crate
+/// ```
 pub trait Runner: sealed::Start {
     /// Start a run with per-call options and return its stream of events (the run's
     /// pipeline runs on a task of its own from now on).

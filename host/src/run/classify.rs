@@ -191,6 +191,45 @@ pub(crate) fn classify(
     }
 }
 
+/// The error of a run cancelled or timed out before its provider started (a long driver
+/// call before launch was interrupted): a [`RunError`] with `reason` (`Cancelled` or
+/// `Timeout`), as a run stopped a moment later has, and an empty result — no process ran.
+pub(super) fn unstarted(
+    run_id: &str,
+    provider: String,
+    started: Instant,
+    reason: FailureReason,
+    message: String,
+) -> Error {
+    let exit = ExitInfo {
+        cancelled: reason == FailureReason::Cancelled,
+        timed_out: reason == FailureReason::Timeout,
+        ..ExitInfo::default()
+    };
+    Error::Run(Box::new(RunError {
+        reason,
+        message,
+        details: None,
+        result: RunResult {
+            run_id: run_id.to_owned(),
+            provider,
+            model: None,
+            text: String::new(),
+            summary: None,
+            usage: None,
+            metadata: Default::default(),
+            checkpoint: None,
+            structured_output: None,
+            structured: None,
+            exit,
+            thread: None,
+            duration: started.elapsed(),
+            raw: RawStreams::default(),
+            transcript: Vec::new(),
+        },
+    }))
+}
+
 pub(super) fn exit_info(
     status: Option<std::process::ExitStatus>,
     cancelled: bool,

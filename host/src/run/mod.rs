@@ -49,7 +49,7 @@ use crate::session::{Action, Launch};
 use crate::stream::{Emitter, Pipeline, Stream};
 use crate::structured::Mechanism;
 use crate::wasm::convert::build_request;
-use crate::wasm::guest::{GuestInstance, GuestSession};
+use crate::wasm::guest::{GuestInstance, GuestSession, Interrupt};
 use coordinator::{Coordinator, FingerprintInput, ThreadBinding, thread_fingerprint};
 use resident::Resident;
 
@@ -463,8 +463,10 @@ impl Run {
 
     async fn execute_in_workspace(&mut self, on_thread: bool) -> Result<RunResult, Error> {
         self.resolve_managed_workspace().await?;
-        if let Some(binding) = self.thread.take() {
-            self.begin_thread(binding).await?;
+        if let Some(binding) = self.thread.take()
+            && let Err(e) = self.begin_thread(binding).await
+        {
+            return Err(self.interrupted_before_start(e));
         }
         // The thread lease is renewed, in this task, from the moment it is held until the
         // run's work ends (preparing and spawning can take longer than its TTL on a loaded
@@ -493,7 +495,7 @@ impl Run {
                 {
                     tracing::warn!(key = %c.key(), %problem, "releasing the thread lease failed");
                 }
-                return Err(e);
+                return Err(self.interrupted_before_start(e));
             }
         };
         if let Some(mut c) = self.coordinator.take() {
@@ -738,6 +740,7 @@ impl Run {
             // (the thread fingerprint) holds the profile and the bundle.
             crate::wasm::convert::Resources::default(),
         );
+        r.session.interrupt_on(Some(self.interrupt()));
         match r.session.next_turn(&request).await {
             Ok(Ok(actions)) => Ok(Some((Box::new(r), actions))),
             Ok(Err(refusal)) => {
@@ -857,19 +860,67 @@ impl Run {
     /// A new sandboxed instance of the driver (every run, and every attempt, gets its own).
     /// (Borrows nothing of the run across the await: a run holding a resident process is
     /// `Send` but not `Sync`.)
+    /// Its long driver calls answer to this run's cancel and timeout from the first one.
     fn fresh_instance(
         &self,
     ) -> impl std::future::Future<Output = Result<GuestInstance, Error>> + Send + 'static {
         let inner = self.inner.clone();
+        let interrupt = self.interrupt();
         async move {
             let driver = &inner.driver;
-            GuestInstance::new(
+            let mut instance = GuestInstance::new(
                 driver.loaded.name.clone(),
                 &driver.loaded.pre,
                 inner.settings.limits,
             )
-            .await
+            .await?;
+            instance.interrupt_on(Some(interrupt));
+            Ok(instance)
         }
+    }
+
+    /// When this run's long driver calls are interrupted: its cancellation, or its deadline
+    /// (the timeout counts from the start of the run). Set on every instance and resident
+    /// session that serves the run, before its first call for the run; checked on the epoch
+    /// tick of a running call, so no task watches for it.
+    fn interrupt(&self) -> Interrupt {
+        Interrupt {
+            cancel: self.cancel.clone(),
+            deadline: self.options.timeout.map(|t| self.started + t),
+        }
+    }
+
+    /// A refusal before `RunStarted` that is in fact this run's cancel or timeout
+    /// interrupting a long driver call (`start`, `next-turn`, the session constructor…):
+    /// the run ends as cancelled or timed out, as it would a moment later, not as a driver
+    /// fault. Any other refusal is returned as it is.
+    fn interrupted_before_start(&self, e: Error) -> Error {
+        let interrupt = self.interrupt();
+        if !matches!(e, Error::DriverTrap { .. }) || !interrupt.due() {
+            return e;
+        }
+        let by_caller = self.cancel.is_cancelled();
+        let (reason, message) = if by_caller {
+            (
+                FailureReason::Cancelled,
+                format!("the run was cancelled before its provider started ({e})"),
+            )
+        } else {
+            (
+                FailureReason::Timeout,
+                format!(
+                    "the run exceeded its timeout of {} ms before its provider started ({e})",
+                    self.options.timeout.unwrap_or_default().as_millis()
+                ),
+            )
+        };
+        classify::unstarted(
+            &self.run_id,
+            self.driver_name(),
+            self.started,
+            reason,
+            message,
+        )
     }
 
     fn driver_name(&self) -> String {

@@ -23,7 +23,7 @@ use crate::process::{self, PrivateDir};
 use crate::result::{ExitInfo, LaunchRecord, RawStreams, RunResult};
 use crate::session::{DriverOutcome, SessionExit};
 use crate::structured;
-use crate::wasm::guest::{GuestSession, Interrupt};
+use crate::wasm::guest::GuestSession;
 
 /// The process a turn runs on, once attached (spawned, or the thread's resident one).
 struct Attached {
@@ -255,17 +255,13 @@ impl Run {
         }
 
         // A long guest call is interrupted when the run is cancelled (Ctrl-C, `cancel`) or
-        // reaches its timeout: the session's epoch tick checks both, so no task watches them.
-        // The run's timeout counts from the start of the run: what preparing it took (the
-        // driver's `start`, writing its private files) is already spent.
+        // reaches its timeout: the session answers to the run's `interrupt` since its first
+        // call for this run. The run's timeout counts from the start of the run: what
+        // preparing it took (the driver's `start`, writing its private files) is spent.
         let timeout = self
             .options
             .timeout
             .map(|t| t.saturating_sub(self.started.elapsed()));
-        sup.session.interrupt_on(Some(Interrupt {
-            cancel: self.cancel.clone(),
-            deadline: timeout.map(|t| Instant::now() + t),
-        }));
         let outcome = sup
             .run_loop(
                 &mut spawned,

@@ -236,7 +236,7 @@ pub(crate) struct Interrupt {
 
 impl Interrupt {
     /// Whether the run was cancelled or is past its deadline.
-    fn due(&self) -> bool {
+    pub(crate) fn due(&self) -> bool {
         self.cancel.is_cancelled()
             || self
                 .deadline
@@ -496,6 +496,12 @@ impl GuestLimits {
 }
 
 impl GuestInstance {
+    /// Interrupt this instance's long calls once `interrupt` is due (`None`: never; only the
+    /// per-call wall-clock bound and fuel end them then).
+    pub(crate) fn interrupt_on(&mut self, interrupt: Option<Interrupt>) {
+        self.store.data_mut().interrupt = interrupt;
+    }
+
     /// Instantiate a fresh store.
     pub(crate) async fn new(
         driver: Arc<str>,
@@ -614,11 +620,13 @@ impl GuestInstance {
         };
         if r.is_err() && self.store.data().interrupted {
             self.poisoned = true;
-            tracing::info!(driver = %self.driver, call, "a long driver call was interrupted: the run was cancelled");
+            tracing::info!(driver = %self.driver, call, "a long driver call was interrupted: the run was cancelled or reached its timeout");
             return Err(Error::DriverTrap {
                 driver: self.driver.to_string(),
                 call,
-                message: "interrupted: the run was cancelled while this call ran".into(),
+                message:
+                    "interrupted: the run was cancelled or reached its timeout while this call ran"
+                        .into(),
             });
         }
         if let Err(e) = &r
@@ -843,7 +851,7 @@ pub(crate) struct GuestSession {
 impl GuestSession {
     /// Interrupt this session's long calls once `interrupt` is due (`None`: never).
     pub(crate) fn interrupt_on(&mut self, interrupt: Option<Interrupt>) {
-        self.instance.store.data_mut().interrupt = interrupt;
+        self.instance.interrupt_on(interrupt);
     }
 
     /// Whether the last call was interrupted by the run's cancellation (the instance is

@@ -448,22 +448,7 @@ async fn cancel_interrupts_a_driver_call_that_runs_long() {
     let (state, ws) = (tmp(), tmp());
     let limits = minutes_of_cpu();
     let agent = hostile_agent(state.path(), ws.path(), limits);
-    let mut stream = agent.stream("[[endless-loop]] spin");
-    let canceller = stream.canceller();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        canceller.cancel();
-    });
-    let mut events = Vec::new();
-    let drained = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(e) = futures::StreamExt::next(&mut stream).await {
-            events.push(e);
-        }
-        stream.result().await
-    })
-    .await
-    .expect("the cancelled run ends: its long driver call was interrupted");
-    let e = run_error(drained);
+    let (events, e) = cancelled_soon(&agent, "[[endless-loop]] spin").await;
     assert_eq!(e.reason, adaptor::FailureReason::Cancelled, "{}", e.message);
     assert!(e.result.exit.cancelled);
     assert!(
@@ -475,16 +460,11 @@ async fn cancel_interrupts_a_driver_call_that_runs_long() {
     good_run_after(&agent, "an interrupted call").await;
 
     // The run timeout interrupts it the same way.
-    let timed = agent_builder(
-        configured(&test_driver_path("hostile"), state.path()),
-        ws.path(),
-    )
-    .guest_limits(limits)
-    .timeout(Duration::from_secs(1))
-    .build();
     let (events, result) = tokio::time::timeout(
         Duration::from_secs(60),
-        collect(timed.stream("[[endless-loop]] spin")),
+        collect(
+            timing_out_in_a_second(state.path(), ws.path(), limits).stream("[[endless-loop]] spin"),
+        ),
     )
     .await
     .expect("the run ends at its timeout");
@@ -496,6 +476,102 @@ async fn cancel_interrupts_a_driver_call_that_runs_long() {
             .iter()
             .any(|ev| matches!(ev, Event::Notice(n) if n.notice == "driver.interrupted"))
     );
+}
+
+/// `prompt` on `runner`, cancelled half a second in: its events and its error. The run must
+/// end within a minute although its driver call would compute for minutes.
+async fn cancelled_soon(
+    runner: &impl adaptor::Runner,
+    prompt: &str,
+) -> (Vec<Event>, adaptor::RunError) {
+    let mut stream = runner.stream(prompt.to_owned(), adaptor::RunOptions::default());
+    let canceller = stream.canceller();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        canceller.cancel();
+    });
+    let (events, result) = tokio::time::timeout(Duration::from_secs(60), async {
+        let mut events = Vec::new();
+        while let Some(e) = futures::StreamExt::next(&mut stream).await {
+            events.push(e);
+        }
+        (events, stream.result().await)
+    })
+    .await
+    .unwrap_or_else(|_| panic!("`{prompt}`: the cancelled run ends, its long call interrupted"));
+    (events, *run_error(result))
+}
+
+/// The hostile driver with a run timeout of one second.
+fn timing_out_in_a_second(
+    state: &std::path::Path,
+    ws: &std::path::Path,
+    limits: GuestLimits,
+) -> Agent {
+    agent_builder(configured(&test_driver_path("hostile"), state), ws)
+        .guest_limits(limits)
+        .timeout(Duration::from_secs(1))
+        .build()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_or_timeout_interrupts_start_and_next_turn_before_the_provider_runs() {
+    // `start` (before the launch) and `next-turn` (before a resident process is handed the
+    // turn) spin under a CPU budget of minutes: the run's own cancel and timeout must
+    // interrupt them, and the run ends as cancelled or timed out, not as a driver fault.
+    let (state, ws) = (tmp(), tmp());
+    let limits = minutes_of_cpu();
+    let agent = hostile_agent(state.path(), ws.path(), limits);
+    let (events, e) = cancelled_soon(&agent, "[[endless-start]] spin").await;
+    assert!(
+        events.is_empty(),
+        "cut before the launch, the run emits nothing: {events:?}"
+    );
+    assert_eq!(e.reason, adaptor::FailureReason::Cancelled, "{}", e.message);
+    assert!(e.result.exit.cancelled, "{:?}", e.result.exit);
+    assert!(
+        e.message.contains("before its provider started"),
+        "{}",
+        e.message
+    );
+    good_run_after(&agent, "an interrupted start").await;
+
+    let timed = timing_out_in_a_second(state.path(), ws.path(), limits);
+    let e = tokio::time::timeout(Duration::from_secs(60), timed.run("[[endless-start]] spin"))
+        .await
+        .expect("the run ends at its timeout");
+    let e = run_error(e);
+    assert_eq!(e.reason, adaptor::FailureReason::Timeout, "{}", e.message);
+    assert!(e.result.exit.timed_out, "{:?}", e.result.exit);
+
+    // A thread's resident process: the second turn's `next-turn` spins.
+    let driver = with_resident_reference_provider(
+        adaptor::Driver::from_file(test_driver_path("hostile")).unwrap(),
+        state.path(),
+    );
+    let threads = agent_builder(driver, ws.path())
+        .guest_limits(limits)
+        .thread_store(adaptor::store::MemoryStore::new())
+        .build();
+    let thread = threads.thread("next-turn-that-spins");
+    let first = thread.run("first").await.expect("the first turn");
+    assert!(
+        first.exit.kept_alive,
+        "the process is parked for the thread"
+    );
+    let (events, e) = cancelled_soon(&thread, "[[endless-next-turn]] second").await;
+    assert!(
+        events.is_empty(),
+        "cut before the turn was handed over: {events:?}"
+    );
+    assert_eq!(e.reason, adaptor::FailureReason::Cancelled, "{}", e.message);
+    assert!(e.message.contains("next-turn"), "{}", e.message);
+    let third = thread
+        .run("third")
+        .await
+        .expect("the thread goes on after the interrupted turn, on a new process");
+    assert!(third.text.ends_with("third"), "{}", third.text);
+    threads.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,6 +11,9 @@
 //! - `[[never-finish]]`: spin forever in `finish` (CPU per call);
 //! - `[[slow-next-turn]]`: a fixed, large amount of work in `next-turn` (a long call that must
 //!   finish: nothing cancelled the turn it serves);
+//! - `[[endless-start]]`, `[[endless-next-turn]]`: spin forever in `start` or in `next-turn`,
+//!   before the provider starts or is handed the turn (a cancel or timeout must still end
+//!   the run promptly);
 //! - `[[burn-cpu]]`: a fixed, large amount of work on every chunk (CPU per run);
 //! - `[[panic]]`: panic while the provider runs;
 //! - `[[block]]`: block for an hour (a WASI clock wait) in `start`, on every stdout chunk, in
@@ -302,6 +305,9 @@ impl Session for HostileSession {
     }
 
     fn start(&mut self) -> Result<Launch, StartError> {
+        if self.wants("endless-start") {
+            spin();
+        }
         let mut launch = self.inner.start()?;
         if let Some((head, script)) = self.prompt.split_once("[[shell]]") {
             launch.args = vec!["-c".into(), script.trim().to_owned()];
@@ -519,6 +525,9 @@ impl Session for HostileSession {
         self.prompt = request.prompt.clone();
         if self.wants("block") {
             block_for_an_hour();
+        }
+        if self.wants("endless-next-turn") {
+            spin();
         }
         if self.wants("slow-next-turn") {
             // Hundreds of ms of guest CPU: far more than the epoch ticks after which a call of
