@@ -378,6 +378,9 @@ PY
   bench)
     build_drivers
     cargo build --release -p adaptor-cli -p reference-provider >&2
+    # All three benches in one build: their link-time-optimised links run side by side.
+    cargo bench -p adaptor-integration-tests --bench turn_overhead --bench load \
+      --bench sdk_compare --no-run >&2
     cargo bench -p adaptor-integration-tests --bench turn_overhead
     cargo bench -p adaptor-integration-tests --bench load
     ensure_clis

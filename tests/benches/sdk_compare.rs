@@ -1,6 +1,6 @@
 //! Benchmark (not a test): agent-adaptor side by side with the raw CLIs and the official SDKs,
 //! on the real pinned Claude Code and Codex CLIs against the project's mock model servers
-//! (loopback only), every path interleaved in each round.
+//! (loopback only), every path interleaved, in an order rotated each round.
 //!
 //! One-shot rows (a new CLI process per turn): the raw CLI; `adaptor run` (a whole process:
 //! start-up, driver load from the compiled cache, the run); `Agent::run` in process; the same
@@ -187,41 +187,63 @@ impl Bench {
         self.on(Cli::Codex, what, expected, f)
     }
 
-    /// One round of one CLI's one-shot rows, in the order of the table: raw CLI, `adaptor
-    /// run` (its peak RSS and private RSS, MiB, pushed to `rss`), `Agent::run` cold, then on a process prewarmed
-    /// ≥ 1 s before, then each SDK script. Wall and time to first text of each.
+    /// One round of one CLI's one-shot rows: raw CLI, `adaptor run` (its peak RSS and private
+    /// RSS, MiB, pushed to `rss`), `Agent::run` cold, then on a prewarmed process, then each
+    /// SDK script; wall and time to first text of each, in the order of the table. They run
+    /// in a different order each round (rotated by `round`): a fixed order measured every
+    /// path right after the same neighbour, whose leftovers (the CLI's own background
+    /// children, caches) then counted against it alone — `adaptor run`, always right after
+    /// the raw CLI, read 40–70 ms slower than it where an alternating A/B of the two showed
+    /// none. The prewarmed run takes a process started ≥ 1 s before, and the pool's refill
+    /// (a new CLI starting) is waited out before the next path, untimed.
     fn one_shot_round(
         &self,
         rt: &tokio::runtime::Runtime,
         one: &OneShot<'_>,
+        round: usize,
         rss: &mut Vec<(f64, f64)>,
     ) -> Vec<(f64, Option<f64>)> {
         let cli = one.cli;
-        let mut sample = vec![self.on(cli, "raw CLI", 1, || match cli {
-            Cli::Claude => self.raw_claude(),
-            Cli::Codex => self.raw_codex(),
-        })];
-        sample.push(self.on(cli, "adaptor run", 1, || {
-            let (wall, peak, private) = self.adaptor_run(one.driver, one.program, one.env);
-            rss.push((peak as f64 / 1024.0, private as f64 / 1024.0));
-            (wall, None)
-        }));
-        sample.push(self.on(cli, "Agent::run", 1, || {
-            rt.block_on(agent_run(one.cold, false))
-        }));
-        rt.block_on(async {
-            one.warm.warm_up().await.expect("prewarm");
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        });
-        sample.push(self.on(cli, "Agent::run, prewarmed", 1, || {
-            rt.block_on(agent_run(one.warm, true))
-        }));
-        for (runner, script) in &one.sdks {
-            sample.push(self.on(cli, script, 1, || {
-                let (wall, lines) = self.sdk(runner, script, &["oneshot", PROMPT], one.env);
-                assert_eq!(lines.len(), 1);
-                (wall, None)
-            }));
+        let warm_up = || {
+            rt.block_on(async {
+                one.warm.warm_up().await.expect("prewarm");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            })
+        };
+        let paths = 4 + one.sdks.len();
+        let mut sample = vec![(0.0, None); paths];
+        for k in 0..paths {
+            let path = (k + round) % paths;
+            sample[path] = match path {
+                0 => self.on(cli, "raw CLI", 1, || match cli {
+                    Cli::Claude => self.raw_claude(),
+                    Cli::Codex => self.raw_codex(),
+                }),
+                1 => self.on(cli, "adaptor run", 1, || {
+                    let (wall, peak, private) = self.adaptor_run(one.driver, one.program, one.env);
+                    rss.push((peak as f64 / 1024.0, private as f64 / 1024.0));
+                    (wall, None)
+                }),
+                2 => self.on(cli, "Agent::run", 1, || {
+                    rt.block_on(agent_run(one.cold, false))
+                }),
+                3 => {
+                    warm_up();
+                    let measured = self.on(cli, "Agent::run, prewarmed", 1, || {
+                        rt.block_on(agent_run(one.warm, true))
+                    });
+                    warm_up();
+                    measured
+                }
+                _ => {
+                    let (runner, script) = one.sdks[path - 4];
+                    self.on(cli, script, 1, || {
+                        let (wall, lines) = self.sdk(runner, script, &["oneshot", PROMPT], one.env);
+                        assert_eq!(lines.len(), 1);
+                        (wall, None)
+                    })
+                }
+            };
         }
         sample
     }
@@ -282,22 +304,30 @@ impl Bench {
         }
         let start = Instant::now();
         let mut child = cmd.arg(PROMPT).spawn().expect("spawn adaptor");
+        // Sampled beside the wait, so the wall time is the process's, not a polling step's.
         let status = format!("/proc/{}/status", child.id());
-        let (mut peak, mut private) = (0, 0);
-        loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                assert!(s.success(), "adaptor run --driver {driver} failed");
-                break;
-            }
-            if let Some(kib) = proc_kib(&status, "VmHWM") {
-                peak = peak.max(kib);
-            }
-            if let Some(kib) = proc_kib(&status, "RssAnon") {
-                private = private.max(kib);
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        (ms(start.elapsed()), peak, private)
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let (wall, (peak, private)) = std::thread::scope(|scope| {
+            let sampler = scope.spawn(|| {
+                let (mut peak, mut private) = (0, 0);
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Some(kib) = proc_kib(&status, "VmHWM") {
+                        peak = peak.max(kib);
+                    }
+                    if let Some(kib) = proc_kib(&status, "RssAnon") {
+                        private = private.max(kib);
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                (peak, private)
+            });
+            let exit = child.wait().expect("wait for adaptor");
+            let wall = ms(start.elapsed());
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            assert!(exit.success(), "adaptor run --driver {driver} failed");
+            (wall, sampler.join().expect("the RSS sampler"))
+        });
+        (wall, peak, private)
     }
 
     /// An SDK script's `oneshot` (wall from outside) or `session` (its per-turn lines).
@@ -717,9 +747,10 @@ fn main() {
         warm: &codex_warm,
         sdks: vec![(&node, "codex_sdk.mjs")],
     };
-    for measured in std::iter::once(false).chain(std::iter::repeat_n(true, rounds)) {
-        let mut sample = b.one_shot_round(&rt, &claude_one, &mut rss);
-        sample.extend(b.one_shot_round(&rt, &codex_one, &mut Vec::new()));
+    for round in 0..=rounds {
+        let measured = round > 0;
+        let mut sample = b.one_shot_round(&rt, &claude_one, round, &mut rss);
+        sample.extend(b.one_shot_round(&rt, &codex_one, round, &mut Vec::new()));
         if measured {
             for ((_, row), (wall, first)) in rows.iter_mut().zip(sample) {
                 row.push(wall, first);
