@@ -6,7 +6,9 @@
 //! kilobytes instead of the 0.9 MiB of `.rela.dyn` it read (and kept resident) at every
 //! start of `adaptor` and of the spawner it re-executes. Older glibc cannot load such an
 //! executable, and a cross build cannot tell what glibc its target has, so both keep the
-//! ordinary table.
+//! ordinary table. The linker must know the option: rustc's own LLD (the default linker of
+//! `x86_64-unknown-linux-gnu`) does, and so does GNU ld from 2.38, which every distribution
+//! shipping glibc 2.36 has.
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");

@@ -76,6 +76,17 @@ struct OneShot<'a> {
     sdks: Vec<(&'a Path, &'static str)>,
 }
 
+impl OneShot<'_> {
+    /// Fill the warm agent's pool and give the new process a second to finish starting
+    /// (untimed: nothing is measured meanwhile).
+    fn warm_up(&self, rt: &tokio::runtime::Runtime) {
+        rt.block_on(async {
+            self.warm.warm_up().await.expect("prewarm");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        })
+    }
+}
+
 /// Samples of one path: wall and time to first text (ms).
 #[derive(Default)]
 struct Row {
@@ -194,8 +205,9 @@ impl Bench {
     /// path right after the same neighbour, whose leftovers (the CLI's own background
     /// children, caches) then counted against it alone — `adaptor run`, always right after
     /// the raw CLI, read 40–70 ms slower than it where an alternating A/B of the two showed
-    /// none. The prewarmed run takes a process started ≥ 1 s before, and the pool's refill
-    /// (a new CLI starting) is waited out before the next path, untimed.
+    /// none. The prewarmed run takes a process started ≥ 1 s before: the pool is filled before
+    /// the first round and refilled right after each prewarmed run (a new CLI starting),
+    /// waited out untimed before the next path.
     fn one_shot_round(
         &self,
         rt: &tokio::runtime::Runtime,
@@ -204,12 +216,6 @@ impl Bench {
         rss: &mut Vec<(f64, f64)>,
     ) -> Vec<(f64, Option<f64>)> {
         let cli = one.cli;
-        let warm_up = || {
-            rt.block_on(async {
-                one.warm.warm_up().await.expect("prewarm");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            })
-        };
         let paths = 4 + one.sdks.len();
         let mut sample = vec![(0.0, None); paths];
         for k in 0..paths {
@@ -228,11 +234,10 @@ impl Bench {
                     rt.block_on(agent_run(one.cold, false))
                 }),
                 3 => {
-                    warm_up();
                     let measured = self.on(cli, "Agent::run, prewarmed", 1, || {
                         rt.block_on(agent_run(one.warm, true))
                     });
-                    warm_up();
+                    one.warm_up(rt);
                     measured
                 }
                 _ => {
@@ -747,6 +752,8 @@ fn main() {
         warm: &codex_warm,
         sdks: vec![(&node, "codex_sdk.mjs")],
     };
+    claude_one.warm_up(&rt);
+    codex_one.warm_up(&rt);
     for round in 0..=rounds {
         let measured = round > 0;
         let mut sample = b.one_shot_round(&rt, &claude_one, round, &mut rss);

@@ -429,37 +429,34 @@ impl ConfinementPlan {
         entries.sort();
         for (name, link) in entries {
             let path = etc.join(&name);
-            match name.to_string_lossy().as_ref() {
-                "ssl" | "pki" => {
-                    for public in ETC_TLS_PUBLIC {
-                        self.add(&path.join(public), PathAccess::Read, "system");
-                    }
+            if matches!(name.to_str(), Some("ssl" | "pki")) {
+                for public in ETC_TLS_PUBLIC {
+                    self.add(&path.join(public), PathAccess::Read, "system");
                 }
-                secret if ETC_SECRETS.contains(&secret) => {}
-                _ if !link => self.add_canonical(path, PathAccess::Read, "system"),
-                _ => {
-                    if let Ok(target) = path.canonicalize()
-                        // `/etc/mtab` → `/proc/self/mounts`: covered by `/proc`, and `self`
-                        // would resolve to the host.
-                        && !target.starts_with("/proc")
-                        && !etc_secret(&etc, &target)
-                    {
-                        self.add_canonical(target, PathAccess::Read, "system");
-                    }
-                }
+            } else if etc_secret(&etc, &path) {
+                // Skipped by name, whatever it is or leads to.
+            } else if !link {
+                self.add_canonical(path, PathAccess::Read, "system");
+            } else if let Ok(target) = path.canonicalize()
+                // `/etc/mtab` → `/proc/self/mounts`: covered by `/proc`, and `self` would
+                // resolve to the host.
+                && !target.starts_with("/proc")
+                && !etc_secret(&etc, &target)
+            {
+                self.add_canonical(target, PathAccess::Read, "system");
             }
         }
     }
 }
 
-/// Whether a link in `etc` to `target` (both canonical) leads where a rule would grant a
-/// secret: `etc` itself or above it, one of its secrets, or `ssl` or `pki` outside their
-/// public entries.
-fn etc_secret(etc: &Path, target: &Path) -> bool {
-    if etc.starts_with(target) {
+/// Whether a rule for `path` (canonical: an entry of `etc`, or a link's target) would grant
+/// a secret of `etc`: `etc` itself or above it, one of [`ETC_SECRETS`], or in `ssl` or `pki`
+/// outside [`ETC_TLS_PUBLIC`]. The one definition of what `/etc` keeps from providers.
+fn etc_secret(etc: &Path, path: &Path) -> bool {
+    if etc.starts_with(path) {
         return true;
     }
-    let Ok(rest) = target.strip_prefix(etc) else {
+    let Ok(rest) = path.strip_prefix(etc) else {
         return false;
     };
     let mut parts = rest.components().map(|c| c.as_os_str().to_string_lossy());
