@@ -205,9 +205,11 @@ impl Bench {
     /// path right after the same neighbour, whose leftovers (the CLI's own background
     /// children, caches) then counted against it alone — `adaptor run`, always right after
     /// the raw CLI, read 40–70 ms slower than it where an alternating A/B of the two showed
-    /// none. The prewarmed run takes a process started ≥ 1 s before: the pool is filled before
-    /// the first round and refilled right after each prewarmed run (a new CLI starting),
-    /// waited out untimed before the next path.
+    /// none. The prewarmed run takes a process started ≥ 1 s before, and the pool's refill
+    /// (a new CLI starting) is waited out before the next path, untimed. The pool is filled
+    /// right before the run as well, not only once before the rounds: a process warmed
+    /// before any CLI had run was refused as started for another launch (its confinement
+    /// plan still had the CLI's state directory to create).
     fn one_shot_round(
         &self,
         rt: &tokio::runtime::Runtime,
@@ -234,6 +236,7 @@ impl Bench {
                     rt.block_on(agent_run(one.cold, false))
                 }),
                 3 => {
+                    one.warm_up(rt);
                     let measured = self.on(cli, "Agent::run, prewarmed", 1, || {
                         rt.block_on(agent_run(one.warm, true))
                     });
@@ -752,8 +755,6 @@ fn main() {
         warm: &codex_warm,
         sdks: vec![(&node, "codex_sdk.mjs")],
     };
-    claude_one.warm_up(&rt);
-    codex_one.warm_up(&rt);
     for round in 0..=rounds {
         let measured = round > 0;
         let mut sample = b.one_shot_round(&rt, &claude_one, round, &mut rss);
