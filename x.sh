@@ -10,6 +10,8 @@
 #   ./x.sh bench                               turn-overhead / compile, 1000-run load, and official-SDK
 #                                              comparison benchmarks (release; installs the CLIs and SDKs)
 #   ./x.sh reports                             regenerate the conformance report in each driver README
+#   ./x.sh symbol-order                        regenerate cli/symbol-order.txt, the release adaptor's
+#                                              function order, from an instrumented build's profile
 #
 # CARGO_TARGET_DIR is honoured; drivers land in "$CARGO_TARGET_DIR/drivers".
 # `run` and `test` build with one and the same cargo invocation (build_workspace), so they
@@ -27,6 +29,9 @@ DRIVERS=("reference-driver:reference" "claude-driver:claude" "codex-driver:codex
 # stream-json mapping) build in a cargo invocation of their own, like the test drivers: in
 # one invocation feature unification would switch the library's component export on.
 LIBRARY_DRIVERS=("codebuddy-driver:codebuddy")
+# The release build (install, bench, symbol-order): one package selection, so one feature
+# resolution and the same adaptor executable from each.
+RELEASE_PACKAGES=(-p adaptor-cli -p adaptortest -p reference-provider)
 TEST_DRIVERS=("testbed-driver:testbed" "broken-driver:broken" "unstable-driver:unstable" "hostile-driver:hostile" "puppet-driver:puppet")
 
 # Real agent CLIs for the end-to-end tests, pinned, installed from npm into a cache outside
@@ -338,7 +343,7 @@ case "$cmd" in
     build_drivers
     case "$profile" in
       release)
-        cargo build --release -p adaptor-cli -p adaptortest -p reference-provider >&2
+        cargo build --release "${RELEASE_PACKAGES[@]}" >&2
         install_into "$prefix" "$TARGET/release" ;;
       dev)
         build_workspace
@@ -375,9 +380,37 @@ PY
       echo "x.sh: updated $dir/README.md" >&2
     done
     ;;
+  symbol-order)
+    # The release adaptor's function order (cli/build.rs): profile an instrumented build
+    # on the usual commands. It must be the release build itself, only instrumented: a
+    # symbol's hash depends on the profile's settings and on the features cargo resolved
+    # (RUSTFLAGS do not enter it), so any other profile or package selection names every
+    # function differently and the list would match nothing.
+    llvm="$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')"
+    command -v "llvm-profdata-$llvm" >/dev/null || apt_install "llvm-$llvm"
+    ensure_clis
+    build_drivers
+    build_workspace
+    work="$TARGET/symbol-order"
+    CARGO_TARGET_DIR="$work/target" RUSTFLAGS="-Cprofile-generate=$work/unprofiled" \
+      cargo build --release "${RELEASE_PACKAGES[@]}" >&2
+    python3 cli/symbol-order.py profile "$work/target/release/adaptor" "$TARGET" "$work/runs" \
+      "llvm-profdata-$llvm" cli/symbol-order.txt
+    # The optimised build keeps some functions out of line under names the profile lacks:
+    # link with the list, add the functions of ours that page-fault, until none is left
+    # (each round is one release link).
+    command -v perf >/dev/null || apt_install linux-perf
+    for round in 1 2 3; do
+      cargo build --release "${RELEASE_PACKAGES[@]}" >&2
+      added="$(python3 cli/symbol-order.py faults "$TARGET/release/adaptor" "$TARGET" \
+        "$work/runs" cli/symbol-order.txt)"
+      [[ "$added" -eq 0 ]] && break
+    done
+    cargo build --release "${RELEASE_PACKAGES[@]}" >&2
+    ;;
   bench)
     build_drivers
-    cargo build --release -p adaptor-cli -p reference-provider >&2
+    cargo build --release "${RELEASE_PACKAGES[@]}" >&2
     # All three benches in one build: their link-time-optimised links run side by side.
     cargo bench -p adaptor-integration-tests --bench turn_overhead --bench load \
       --bench sdk_compare --no-run >&2
@@ -390,7 +423,7 @@ PY
     cargo bench -p adaptor-integration-tests --bench sdk_compare
     ;;
   *)
-    sed -n '2,10p' "$0"
+    sed -n '2,14p' "$0"
     exit 2
     ;;
 esac

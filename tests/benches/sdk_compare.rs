@@ -207,9 +207,10 @@ impl Bench {
     /// the raw CLI, read 40–70 ms slower than it where an alternating A/B of the two showed
     /// none. The prewarmed run takes a process started ≥ 1 s before, and the pool's refill
     /// (a new CLI starting) is waited out before the next path, untimed. The pool is filled
-    /// right before the run as well, not only once before the rounds: a process warmed
-    /// before any CLI had run was refused as started for another launch (its confinement
-    /// plan still had the CLI's state directory to create).
+    /// right before the run as well, not only once before the rounds: the paths outside
+    /// our confinement (the raw CLI, the SDKs) create Claude Code's `~/.claude.json` on
+    /// their first run, and a process warmed before that file existed is rightly refused
+    /// (the confinement grants a state file only once it exists, so its rules differ).
     fn one_shot_round(
         &self,
         rt: &tokio::runtime::Runtime,
