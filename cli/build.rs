@@ -12,8 +12,8 @@
 //!
 //! In release builds the functions a run executes are laid out first and together
 //! (`--symbol-ordering-file`, from `symbol-order.txt`): a process's code is mapped from the
-//! page cache in 64 KiB steps, and the ~10 000 functions a run executes, scattered over the
-//! 26 MB of code, made `adaptor` map 9.4 MiB of it beside each CLI. The list is a profile of
+//! page cache in 64 KiB steps, and the ~3 000 functions a run executes, scattered over the
+//! 26 MB of code, kept 9.3 MiB of it resident in each `adaptor` process (3.9 MiB ordered). The list is a profile of
 //! an instrumented build running the usual commands (`./x.sh symbol-order` regenerates it;
 //! `symbol-order.py` says how). A stale list costs only memory: a function it does not name
 //! is placed after the block, a name no longer in the build is ignored. Symbol names carry
@@ -23,9 +23,13 @@
 //! here, does; GNU ld does not): a one-line program is linked with it first, by the same
 //! rustc, target, flags and linker.
 
+/// A variable cargo sets for build scripts (empty when unset).
+fn var(name: &str) -> String {
+    std::env::var(name).unwrap_or_default()
+}
+
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
-    let var = |name: &str| std::env::var(name).unwrap_or_default();
     let native = var("TARGET") == var("HOST");
     if native
         && var("CARGO_CFG_TARGET_OS") == "linux"
@@ -43,7 +47,6 @@ fn main() {
 /// Hand the linker `symbol-order.txt` when it lists this compiler's names and the linker
 /// takes the option; otherwise say why the executable is linked in the default order.
 fn symbol_order() {
-    let var = |name: &str| std::env::var(name).unwrap_or_default();
     let order = std::path::Path::new(&var("CARGO_MANIFEST_DIR")).join("symbol-order.txt");
     let text = std::fs::read_to_string(&order).unwrap_or_default();
     // Symbol hashes differ from one compiler to the next: the list names the one it was
@@ -86,7 +89,6 @@ fn symbol_order() {
 /// Whether the linker of this build accepts `args`: a one-line program is linked with them
 /// by the same rustc, for the same target, with the same flags and linker.
 fn linker_accepts(args: &[String]) -> bool {
-    let var = |name: &str| std::env::var(name).unwrap_or_default();
     let out = std::path::PathBuf::from(var("OUT_DIR"));
     let source = out.join("link_probe.rs");
     if std::fs::write(&source, "fn main() {}\n").is_err() {
@@ -108,7 +110,8 @@ fn linker_accepts(args: &[String]) -> bool {
     {
         rustc.arg(flag);
     }
-    if let Ok(linker) = std::env::var("RUSTC_LINKER") {
+    let linker = var("RUSTC_LINKER");
+    if !linker.is_empty() {
         rustc.arg(format!("-Clinker={linker}"));
     }
     rustc
