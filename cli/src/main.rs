@@ -150,6 +150,15 @@ fn main() -> ExitCode {
         }
     };
     let color = cli.color;
+    // Commands that start providers fork their spawner now, while this process is small
+    // and has one thread (before the runtime below starts its workers). A refusal changes
+    // nothing (the spawner is then started on first use) and is logged by the library.
+    if matches!(
+        cli.command,
+        Command::Run(_) | Command::Acp(_) | Command::Threads(threads::ThreadsCommand::Fork { .. })
+    ) {
+        let _refused = adaptor::fork_spawner();
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

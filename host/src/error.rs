@@ -1007,6 +1007,27 @@ pub enum InstallError {
     NoStore,
 }
 
+/// Why [`fork_spawner`](crate::fork_spawner) did not fork; nothing changed, and the
+/// spawner starts the usual way (the executable started afresh) on first use.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnerForkError {
+    /// It was called from a thread other than the main one (the spawner dies with the
+    /// thread that forked it, so it must be the one that lives as long as the process).
+    #[error("fork_spawner must be called from the main thread")]
+    NotMainThread,
+    /// The process already runs other threads (a fork copies only the caller, so locks
+    /// they hold would stay held in the spawner).
+    #[error("fork_spawner must be called while the process has one thread; it has {0}")]
+    Threads(usize),
+    /// A spawner forked earlier still waits for its first launch.
+    #[error("a spawner was already forked")]
+    AlreadyForked,
+    /// A system call failed (reading the thread count, the socket pair, `fork`).
+    #[error("could not fork the spawner: {0}")]
+    Io(#[source] std::io::Error),
+}
+
 /// Why a signature did not verify. Nothing was installed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

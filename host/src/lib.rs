@@ -131,7 +131,8 @@ pub use descriptor::{
 pub use driver::{Driver, LoadOptions, available_drivers, driver_dirs};
 pub use error::{
     Error, FailureReason, InputRefusal, InstallError, InstructionsError, LaunchRefusal, Limit,
-    LoadError, ProfileError, RunError, SignatureError, StartRefusal, SteerError, ThreadError,
+    LoadError, ProfileError, RunError, SignatureError, SpawnerForkError, StartRefusal, SteerError,
+    ThreadError,
 };
 pub use event::{
     ApprovalResolved, DropReason, Dropped, Event, EventMeta, EventSource, ItemEvent, Notice, Phase,
@@ -153,6 +154,7 @@ pub use packages::{
     is_installable_name,
 };
 pub use policy::{ApprovalPolicy, DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
+pub use process::fork_spawner;
 pub use profile::{ClonedProfile, Observed, Profile, ProfileFileState, ProfileState};
 pub use result::{
     Checkpoint, ChunkRecord, ExitInfo, ItemKind, LaunchPlan, LaunchRecord, ProcessIdentity,

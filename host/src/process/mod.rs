@@ -28,6 +28,35 @@ pub(crate) use tool::run_host_tool;
 #[cfg(unix)]
 pub(crate) use unix::{Spawned, exit_parts, group_alive, killed_status, signal_group, spawn};
 
+/// Start this process's spawner now by forking the process itself, for a program that
+/// calls it first thing in `main`: the spawner then starts from a small process that has
+/// mapped nothing yet, instead of as the executable started afresh on the first
+/// [`AgentBuilder::build`](crate::AgentBuilder::build) (loading and relocating a large
+/// executable costs about a millisecond of CPU, measured on `adaptor run`, which calls this).
+///
+/// The forked spawner is the same as the started one: the same serving loop, its own
+/// process group, the parent-death signal towards the main thread, stdio on `/dev/null`,
+/// no other inherited descriptor, an empty environment, SIGPIPE at its default. The first
+/// connection takes it; if it died meanwhile, a spawner is started the usual way.
+///
+/// Refused with a [`SpawnerForkError`](crate::SpawnerForkError), and nothing changed, when
+/// called from a thread other than the main one or while the process has any other thread
+/// (a fork copies only the caller: a lock another thread held would stay held in the
+/// spawner), or a second time (logged at debug level too). Does nothing on systems other
+/// than Linux, where no spawner process is used.
+pub fn fork_spawner() -> Result<(), crate::error::SpawnerForkError> {
+    #[cfg(target_os = "linux")]
+    {
+        spawner::fork_at_start().inspect_err(|e| {
+            tracing::debug!(error = %e, "no spawner forked; it will be started on first use");
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Ok(())
+    }
+}
+
 /// How a launch is confined (decided by `grant`, applied by [`spawn`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Confinement {

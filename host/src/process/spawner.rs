@@ -8,7 +8,10 @@
 //! started afresh (`/proc/self/exe`), intercepted before `main` by an `.init_array` hook of
 //! this crate, so it never maps wasmtime nor starts a runtime: its forks are cheap and its
 //! keepers and reapers small. It is started once per host process, on first use (an `Agent`
-//! being built starts it in the background).
+//! being built starts it in the background). A program may instead fork it first thing in
+//! `main` (`crate::process::fork_spawner`, as `adaptor run` does): the process is then small
+//! and single-threaded, and the fork spares starting the executable a second time; the child
+//! sets itself up as a started spawner is set up and runs the same [`serve`].
 //!
 //! ```text
 //! host ──socket──▶ spawner (own process group; PR_SET_PDEATHSIG towards the host)
@@ -620,7 +623,13 @@ fn client() -> &'static mpsc::Sender<Option<Outgoing>> {
                             }
                         };
                     }
-                    let (Some(outgoing), Some(conn)) = (outgoing, connection.as_ref()) else {
+                    let Some(outgoing) = outgoing else {
+                        // Started early: also probe what the kernel offers (a namespace
+                        // probe costs about a millisecond), off the first run's path.
+                        super::kernel_support();
+                        continue;
+                    };
+                    let Some(conn) = connection.as_ref() else {
                         continue;
                     };
                     if outgoing.reply.is_closed() {
@@ -671,12 +680,16 @@ impl Connection {
         })
     }
 
-    /// A spawner process (this executable, started afresh).
+    /// A spawner process: the one [`fork_at_start`] left, while it lives, else this
+    /// executable started afresh.
     fn process() -> io::Result<Connection> {
+        if let Some(forked) = take_forked() {
+            return Connection::with_reader(forked.socket, Some(SpawnerChild::Forked(forked.pid)));
+        }
         let (host_end, spawner_end) = UnixStream::pair()?;
         let child = start_process(&spawner_end)?;
         drop(spawner_end);
-        Connection::with_reader(host_end, Some(child))
+        Connection::with_reader(host_end, Some(SpawnerChild::Executed(child)))
     }
 
     /// The serving loop on a thread of this process (the thread lives as long as the
@@ -693,10 +706,7 @@ impl Connection {
         Connection::with_reader(host_end, None)
     }
 
-    fn with_reader(
-        socket: UnixStream,
-        child: Option<std::process::Child>,
-    ) -> io::Result<Connection> {
+    fn with_reader(socket: UnixStream, child: Option<SpawnerChild>) -> io::Result<Connection> {
         let shared = Arc::new(Mutex::new(Shared::default()));
         let reader = FrameReader::new(socket.try_clone()?);
         let for_reader = shared.clone();
@@ -802,11 +812,7 @@ fn start_process(socket: &UnixStream) -> io::Result<std::process::Child> {
 
 /// The reader thread: route each reply to its launch or exit reporter until the spawner
 /// ends, then fail what waits and reap the spawner process.
-fn read_replies(
-    mut reader: FrameReader,
-    shared: &Mutex<Shared>,
-    child: Option<std::process::Child>,
-) {
+fn read_replies(mut reader: FrameReader, shared: &Mutex<Shared>, child: Option<SpawnerChild>) {
     let ended = loop {
         let body = match reader.next() {
             Ok(Some(body)) => body,
@@ -874,11 +880,165 @@ fn read_replies(
     }
     // Dropping the exit reporters tells every waiter the spawner ended first.
     drop(exits);
-    if let Some(mut child) = child
+    if let Some(child) = child
         && let Err(e) = child.wait()
     {
         tracing::warn!(error = %e, "could not reap the spawner process");
     }
+}
+
+/// The spawner process a connection talks to, reaped when it ends.
+enum SpawnerChild {
+    /// This executable started afresh ([`start_process`]).
+    Executed(std::process::Child),
+    /// Forked at start-up ([`fork_at_start`]).
+    Forked(u32),
+}
+
+impl SpawnerChild {
+    fn wait(self) -> io::Result<()> {
+        match self {
+            SpawnerChild::Executed(mut child) => child.wait().map(drop),
+            SpawnerChild::Forked(pid) => loop {
+                let mut status = 0;
+                // SAFETY: waiting for this process's own child.
+                if unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) } >= 0 {
+                    return Ok(());
+                }
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            },
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A spawner forked at start-up (see `crate::process::fork_spawner`).
+// ---------------------------------------------------------------------------------------
+
+/// A spawner [`fork_at_start`] started, until the first connection takes it.
+struct Forked {
+    socket: UnixStream,
+    pid: u32,
+}
+
+static FORKED: Mutex<Option<Forked>> = Mutex::new(None);
+
+/// The forked spawner, if one waits and still lives (one that died is reaped and dropped:
+/// the connection then starts one afresh).
+fn take_forked() -> Option<Forked> {
+    let forked = FORKED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .take()?;
+    let mut status = 0;
+    // SAFETY: a non-blocking wait for this process's own child.
+    let ended = unsafe { libc::waitpid(forked.pid as libc::pid_t, &mut status, libc::WNOHANG) };
+    (ended == 0).then_some(forked)
+}
+
+/// The number of threads of this process (`/proc/self/stat`, field 20).
+#[cfg(target_os = "linux")]
+fn thread_count() -> io::Result<usize> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    stat.rsplit_once(')')
+        .and_then(|(_, fields)| fields.split_whitespace().nth(17))
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| io::Error::other("/proc/self/stat has no thread count"))
+}
+
+/// Fork the spawner from this process now (see `crate::process::fork_spawner`, which
+/// documents the conditions; they are checked here).
+#[cfg(target_os = "linux")]
+pub(crate) fn fork_at_start() -> Result<(), crate::error::SpawnerForkError> {
+    use crate::error::SpawnerForkError;
+    // SAFETY: getpid(2) and gettid(2) have no preconditions.
+    let (pid, tid) = unsafe { (libc::getpid(), libc::gettid()) };
+    if pid != tid {
+        return Err(SpawnerForkError::NotMainThread);
+    }
+    // With one thread (this one), no other can start one before the fork below.
+    let threads = thread_count().map_err(SpawnerForkError::Io)?;
+    if threads != 1 {
+        return Err(SpawnerForkError::Threads(threads));
+    }
+    let mut slot = FORKED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if slot.is_some() {
+        return Err(SpawnerForkError::AlreadyForked);
+    }
+    let (host_end, spawner_end) = UnixStream::pair().map_err(SpawnerForkError::Io)?;
+    // SAFETY: this process has one thread (checked above), so the child starts with every
+    // lock free and may allocate; it never returns from `serve_forked`.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Err(SpawnerForkError::Io(io::Error::last_os_error()));
+    }
+    if child == 0 {
+        drop(host_end);
+        serve_forked(spawner_end, pid);
+    }
+    drop(spawner_end);
+    *slot = Some(Forked {
+        socket: host_end,
+        pid: child as u32,
+    });
+    Ok(())
+}
+
+/// The forked spawner's life: set up as [`start_process`] sets up an executed one (its own
+/// process group, the parent-death signal, stdio on `/dev/null`, no other descriptor, an
+/// empty environment, SIGPIPE at its default so the providers start with it), serve, exit.
+#[cfg(target_os = "linux")]
+fn serve_forked(socket: UnixStream, host: libc::pid_t) -> ! {
+    // Above stdio first (a host started with stdio closed may have it at 0..2, where
+    // /dev/null goes below).
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor or -1.
+    let fd = unsafe { libc::fcntl(socket.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    drop(socket);
+    if fd < 0 {
+        // SAFETY: ends the child without returning into the program.
+        unsafe { libc::_exit(1) }
+    }
+    // SAFETY: a fresh descriptor owned here.
+    let socket = unsafe { UnixStream::from_raw_fd(fd) };
+    let setup = || -> io::Result<()> {
+        // SAFETY: plain system calls on this (single-threaded) process's own state.
+        unsafe {
+            super::unix::die_with_parent(host)?;
+            if libc::setpgid(0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            libc::prctl(libc::PR_SET_NAME, c"adaptor-spawner".as_ptr(), 0, 0, 0);
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+            if null < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            for stdio in 0..3 {
+                if libc::dup2(null, stdio) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            // Every descriptor but stdio and the socket (the null one too): what the host
+            // left inheritable must not live on here.
+            if fd > 3 {
+                libc::syscall(libc::SYS_close_range, 3u32, (fd - 1) as u32, 0u32);
+            }
+            libc::syscall(libc::SYS_close_range, (fd + 1) as u32, u32::MAX, 0u32);
+            libc::clearenv();
+        }
+        Ok(())
+    };
+    let code = match setup().and_then(|()| serve(socket)) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    };
+    // SAFETY: ends the spawner without returning into the program.
+    unsafe { libc::_exit(code) }
 }
 
 #[cfg(test)]
@@ -991,6 +1151,18 @@ mod tests {
             unsafe { libc::kill(pid as libc::pid_t, 0) != 0 }
         });
         assert!(gone, "process {pid} survived its spawner");
+    }
+
+    /// A test runs on a thread of its own, never the main one: the fork is refused and
+    /// nothing is left for a connection to take.
+    #[test]
+    fn a_fork_from_a_thread_other_than_the_main_one_is_refused() {
+        let e = crate::process::fork_spawner().unwrap_err();
+        assert!(
+            matches!(e, crate::error::SpawnerForkError::NotMainThread),
+            "{e}"
+        );
+        assert!(take_forked().is_none());
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! a run whose provider forks a SIGTERM-ignoring grandchild, kills the host's spawner with
 //! SIGKILL, drains the run, then runs a second prompt, and prints what it saw:
 //! `PIDS <provider> <grandchild> <spawner>`, `FIRST <how the first run ended>`,
-//! `SECOND <the second run's text or error>`.
+//! `SECOND <the second run's text or error>`, and `SPAWNER <the spawner's argv[0]>`. With
+//! `--fork-spawner` the spawner is forked at start (`AGAIN <why a second fork was refused>`);
+//! without, `LATE <why a fork after the runtime started was refused>`.
 
 use std::io::Write;
 use std::time::Duration;
@@ -27,7 +29,20 @@ fn parent_of(pid: u32) -> (u32, String) {
 }
 
 fn main() {
+    // `--fork-spawner`: the spawner is forked first thing (`adaptor::fork_spawner`), as
+    // `adaptor run` does; otherwise it is started on first use, and a fork asked for once
+    // the runtime's threads run is refused.
+    let fork = std::env::args().any(|a| a == "--fork-spawner");
+    if fork {
+        adaptor::fork_spawner().expect("forked from main, with one thread");
+        let again = adaptor::fork_spawner().expect_err("one forked spawner at a time");
+        println!("AGAIN {again}");
+    }
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    if !fork {
+        let late = adaptor::fork_spawner().expect_err("refused once other threads run");
+        println!("LATE {late}");
+    }
     runtime.block_on(async {
         let (state, ws) = (tmp(), tmp());
         let agent = agent_builder(reference(state.path()), ws.path()).build();
@@ -53,6 +68,9 @@ fn main() {
             "PIDS {spawned} {} {spawner}",
             below.last().expect("the provider and its grandchild")
         );
+        let cmdline = std::fs::read(format!("/proc/{spawner}/cmdline")).expect("cmdline");
+        let arg0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+        println!("SPAWNER {}", String::from_utf8_lossy(arg0));
         std::io::stdout().flush().expect("stdout");
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(spawner as libc::pid_t, libc::SIGKILL) };

@@ -145,21 +145,20 @@ fn drivers_lists_the_builtin_reference_driver() {
     assert!(first["descriptor"]["name"].is_string());
 }
 
-#[test]
-fn ctrl_c_cancels_cleanly_and_leaves_no_process() {
-    let state = tempfile::tempdir().unwrap();
-    let mut child = adaptor()
-        .args([
-            "run",
-            "--json",
-            "--config",
-            &config(state.path()),
-            "[[grandchild]] [[hang]] interrupt me",
-        ])
+/// `adaptor run --json PROMPT` on the reference driver, its stdout and stderr piped.
+fn json_run(state: &std::path::Path, prompt: &str) -> std::process::Child {
+    adaptor()
+        .args(["run", "--json", "--config", &config(state), prompt])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn ctrl_c_cancels_cleanly_and_leaves_no_process() {
+    let state = tempfile::tempdir().unwrap();
+    let mut child = json_run(state.path(), "[[grandchild]] [[hang]] interrupt me");
     let stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
         use std::io::BufRead;
@@ -193,6 +192,77 @@ fn ctrl_c_cancels_cleanly_and_leaves_no_process() {
     assert_eq!(lines.last().unwrap()["failure"]["reason"], "cancelled");
     std::thread::sleep(Duration::from_millis(50));
     assert!(!pid_alive(provider) && !pid_alive(grandchild));
+}
+
+/// `adaptor run` forks its spawner at start (`adaptor::fork_spawner`), not the executable
+/// started afresh: the spawner carries adaptor's own command line, and is set up as a started
+/// one would be (its own process group, stdio on /dev/null, SIGPIPE at its default so the
+/// providers start with it). Killed with SIGKILL, adaptor takes it and the provider with it.
+#[test]
+fn adaptor_run_forks_its_spawner_which_dies_with_it() {
+    let state = tempfile::tempdir().unwrap();
+    let mut child = json_run(state.path(), "[[hang]] wait for the kill");
+    let host = child.id();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let spawned = loop {
+        let line = lines.next().expect("a spawn event").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v["kind"] == "process_info" && v["process"] == "spawn" {
+            break v["pid"].as_u64().expect("the spawned pid") as u32;
+        }
+    };
+    let stat = |pid: u32| -> Vec<String> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let (_, fields) = stat.rsplit_once(')').unwrap();
+        fields.split_whitespace().map(str::to_owned).collect()
+    };
+    // Fields after the command name: state, ppid, pgrp, …
+    let spawner: u32 = stat(spawned)[1].parse().unwrap();
+    let comm = std::fs::read_to_string(format!("/proc/{spawner}/comm")).unwrap();
+    assert_eq!(comm.trim_end(), "adaptor-spawner");
+    assert_eq!(
+        stat(spawner)[1],
+        host.to_string(),
+        "the spawner is adaptor's child"
+    );
+    assert_eq!(
+        stat(spawner)[2],
+        spawner.to_string(),
+        "in its own process group"
+    );
+    let cmdline = std::fs::read(format!("/proc/{spawner}/cmdline")).unwrap();
+    let arg0 = cmdline.split(|b| *b == 0).next().unwrap();
+    assert!(
+        arg0.ends_with(b"/adaptor"),
+        "forked: adaptor's own command line, not a fresh `adaptor-spawner` ({})",
+        String::from_utf8_lossy(&cmdline)
+    );
+    for fd in 0..3 {
+        let target = std::fs::read_link(format!("/proc/{spawner}/fd/{fd}")).unwrap();
+        assert_eq!(target, std::path::Path::new("/dev/null"), "fd {fd}");
+    }
+    let status = std::fs::read_to_string(format!("/proc/{spawner}/status")).unwrap();
+    let ignored = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|hex| u64::from_str_radix(hex.trim(), 16).unwrap())
+        .unwrap();
+    assert_eq!(
+        ignored & (1 << (libc::SIGPIPE - 1)),
+        0,
+        "SIGPIPE is not ignored"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let gone = (0..250).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        !pid_alive(spawner) && !group_alive(spawned)
+    });
+    assert!(
+        gone,
+        "the spawner {spawner} or the provider's group outlived adaptor"
+    );
 }
 
 static CHILD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

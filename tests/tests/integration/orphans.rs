@@ -54,22 +54,54 @@ fn a_host_panic_leaves_no_descendant_of_the_provider() {
 /// killing this test binary's would take other tests' providers with it.
 #[test]
 fn a_dead_spawner_takes_its_providers_and_the_next_run_gets_a_new_one() {
-    let out = Command::new(env!("CARGO_BIN_EXE_spawner-death-helper"))
-        .output()
-        .unwrap();
+    let stdout = dead_spawner(false);
+    assert_eq!(
+        line(&stdout, "SPAWNER "),
+        "adaptor-spawner",
+        "started afresh"
+    );
+    let late = line(&stdout, "LATE ");
+    assert!(late.contains("one thread; it has"), "{late}");
+}
+
+/// The same with the spawner forked first thing in `main` (`adaptor::fork_spawner`): it
+/// serves the first run, dies the same way, and the next run starts one afresh.
+#[test]
+fn a_dead_forked_spawner_takes_its_providers_and_the_next_run_gets_a_new_one() {
+    let stdout = dead_spawner(true);
+    let helper = env!("CARGO_BIN_EXE_spawner-death-helper");
+    assert_eq!(
+        line(&stdout, "SPAWNER "),
+        helper,
+        "forked: the helper's own argv"
+    );
+    assert_eq!(line(&stdout, "AGAIN "), "a spawner was already forked");
+}
+
+/// The `tag` line of the helper's output, without the tag.
+fn line(stdout: &str, tag: &str) -> String {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(tag))
+        .unwrap_or_else(|| panic!("no {tag:?} line: {stdout}"))
+        .to_owned()
+}
+
+/// Run the spawner-death helper (forking its spawner first when `fork`), check what every
+/// variant must show, and return its output.
+fn dead_spawner(fork: bool) -> String {
+    let mut helper = Command::new(env!("CARGO_BIN_EXE_spawner-death-helper"));
+    if fork {
+        helper.arg("--fork-spawner");
+    }
+    let out = helper.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let field = |tag: &str| {
-        stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(tag))
-            .unwrap_or_else(|| panic!("no {tag:?} line: {stdout}"))
-            .to_owned()
-    };
+    let field = |tag: &str| line(&stdout, tag);
     let pids: Vec<u32> = field("PIDS ")
         .split_whitespace()
         .map(|p| p.parse().unwrap())
@@ -89,4 +121,5 @@ fn a_dead_spawner_takes_its_providers_and_the_next_run_gets_a_new_one() {
         "the first run ends with an error that names the spawner: {first}"
     );
     assert_eq!(field("SECOND "), "Reference reply: hello again", "{stdout}");
+    stdout.into_owned()
 }
