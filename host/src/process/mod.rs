@@ -30,14 +30,15 @@ pub(crate) use unix::{Spawned, exit_parts, group_alive, killed_status, signal_gr
 
 /// Start this process's spawner now by forking the process itself, for a program that
 /// calls it first thing in `main`: the spawner then starts from a small process that has
-/// mapped nothing yet, instead of as the executable started afresh on the first
-/// [`AgentBuilder::build`](crate::AgentBuilder::build) (loading and relocating a large
-/// executable costs about a millisecond of CPU, measured on `adaptor run`, which calls this).
+/// not mapped wasmtime nor started a runtime, instead of as the executable started afresh
+/// on the first [`AgentBuilder::build`](crate::AgentBuilder::build) (loading, relocating
+/// and starting the executable again cost about 1.8 ms of CPU in a profile of
+/// `adaptor run`, which calls this).
 ///
 /// The forked spawner is the same as the started one: the same serving loop, its own
 /// process group, the parent-death signal towards the main thread, stdio on `/dev/null`,
-/// no other inherited descriptor, an empty environment, SIGPIPE at its default. The first
-/// connection takes it; if it died meanwhile, a spawner is started the usual way.
+/// no other inherited descriptor, its environment cleared, SIGPIPE at its default. The
+/// first `Agent` built takes it; if it died meanwhile, a spawner is started the usual way.
 ///
 /// Refused with a [`SpawnerForkError`](crate::SpawnerForkError), and nothing changed, when
 /// called from a thread other than the main one or while the process has any other thread
