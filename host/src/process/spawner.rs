@@ -96,6 +96,14 @@ extern "C" fn spawner_hook(argc: libc::c_int, argv: *const *const libc::c_char) 
     else {
         return;
     };
+    become_spawner(fd)
+}
+
+/// The spawner's life once its socket is descriptor `fd` and nothing else of the host's is
+/// open (an executed spawner from the hook, a forked one from [`serve_forked`]): named,
+/// the socket close-on-exec again, serve, exit without returning into the program.
+#[cfg(target_os = "linux")]
+fn become_spawner(fd: RawFd) -> ! {
     // Named for `ps` and `/proc/<pid>/comm` (otherwise `exe`, from `/proc/self/exe`).
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"adaptor-spawner".as_ptr(), 0, 0, 0) };
@@ -107,6 +115,35 @@ extern "C" fn spawner_hook(argc: libc::c_int, argv: *const *const libc::c_char) 
     };
     // SAFETY: ends the spawner without running the program's `main` or its destructors.
     unsafe { libc::_exit(code) }
+}
+
+/// Make `fd` (at 3 or above) the spawner's socket as [`SPAWNER_SOCKET_FD`], inheritable,
+/// and close every descriptor above it: what the host left inheritable must not live on in
+/// the spawner (a pipe kept open there never reaches EOF). Async-signal-safe (it runs
+/// between fork and exec).
+///
+/// # Safety
+/// Only in a freshly forked child that owns `fd`.
+#[cfg(target_os = "linux")]
+unsafe fn keep_only_socket(fd: RawFd) -> io::Result<()> {
+    // SAFETY: plain system calls on the child's own descriptors (dup2 clears close-on-exec).
+    unsafe {
+        let kept = if fd == SPAWNER_SOCKET_FD {
+            libc::fcntl(fd, libc::F_SETFD, 0)
+        } else {
+            libc::dup2(fd, SPAWNER_SOCKET_FD)
+        };
+        if kept < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        libc::syscall(
+            libc::SYS_close_range,
+            (SPAWNER_SOCKET_FD + 1) as u32,
+            u32::MAX,
+            0u32,
+        );
+    }
+    Ok(())
 }
 
 fn set_cloexec(fd: RawFd) -> io::Result<()> {
@@ -781,24 +818,7 @@ fn start_process(socket: &UnixStream) -> io::Result<std::process::Child> {
         unsafe {
             command.pre_exec(move || {
                 super::unix::die_with_parent(host)?;
-                // The one descriptor the spawner inherits besides stdio, as descriptor 3
-                // (dup2 clears close-on-exec): descriptors the host left inheritable must
-                // not live on in the spawner (a pipe kept open there never reaches EOF).
-                let kept = if fd == SPAWNER_SOCKET_FD {
-                    libc::fcntl(fd, libc::F_SETFD, 0)
-                } else {
-                    libc::dup2(fd, SPAWNER_SOCKET_FD)
-                };
-                if kept < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                libc::syscall(
-                    libc::SYS_close_range,
-                    (SPAWNER_SOCKET_FD + 1) as u32,
-                    u32::MAX,
-                    0u32,
-                );
-                Ok(())
+                keep_only_socket(fd)
             });
         }
         command.spawn()
@@ -990,55 +1010,46 @@ pub(crate) fn fork_at_start() -> Result<(), crate::error::SpawnerForkError> {
 }
 
 /// The forked spawner's life: set up as [`start_process`] sets up an executed one (its own
-/// process group, the parent-death signal, stdio on `/dev/null`, no other descriptor, an
-/// empty environment, SIGPIPE at its default so the providers start with it), serve, exit.
+/// process group, the parent-death signal, stdio on `/dev/null`, the socket as descriptor 3
+/// and no other, its environment cleared, SIGPIPE at its default so the providers start
+/// with it), then the same [`become_spawner`].
 #[cfg(target_os = "linux")]
 fn serve_forked(socket: UnixStream, host: libc::pid_t) -> ! {
     // Above stdio first (a host started with stdio closed may have it at 0..2, where
-    // /dev/null goes below).
+    // /dev/null goes below), as `start_process` does.
     // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor or -1.
     let fd = unsafe { libc::fcntl(socket.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
     drop(socket);
-    if fd < 0 {
+    // What `start_process` asks of `Command` (stdio on /dev/null, its own group) and of
+    // its pre-exec step; what exec would reset (the environment, SIGPIPE, which std
+    // ignores and providers would inherit).
+    // SAFETY: plain system calls on this single-threaded child's own state.
+    let setup = || unsafe {
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        super::unix::die_with_parent(host)?;
+        if libc::setpgid(0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::clearenv();
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if null < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for stdio in 0..3 {
+            if libc::dup2(null, stdio) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        keep_only_socket(fd)
+    };
+    if setup().is_err() {
         // SAFETY: ends the child without returning into the program.
         unsafe { libc::_exit(1) }
     }
-    // SAFETY: a fresh descriptor owned here.
-    let socket = unsafe { UnixStream::from_raw_fd(fd) };
-    let setup = || -> io::Result<()> {
-        // SAFETY: plain system calls on this (single-threaded) process's own state.
-        unsafe {
-            super::unix::die_with_parent(host)?;
-            if libc::setpgid(0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            libc::prctl(libc::PR_SET_NAME, c"adaptor-spawner".as_ptr(), 0, 0, 0);
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
-            if null < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            for stdio in 0..3 {
-                if libc::dup2(null, stdio) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            // Every descriptor but stdio and the socket (the null one too): what the host
-            // left inheritable must not live on here.
-            if fd > 3 {
-                libc::syscall(libc::SYS_close_range, 3u32, (fd - 1) as u32, 0u32);
-            }
-            libc::syscall(libc::SYS_close_range, (fd + 1) as u32, u32::MAX, 0u32);
-            libc::clearenv();
-        }
-        Ok(())
-    };
-    let code = match setup().and_then(|()| serve(socket)) {
-        Ok(()) => 0,
-        Err(_) => 1,
-    };
-    // SAFETY: ends the spawner without returning into the program.
-    unsafe { libc::_exit(code) }
+    become_spawner(SPAWNER_SOCKET_FD)
 }
 
 #[cfg(test)]
