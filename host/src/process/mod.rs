@@ -28,24 +28,9 @@ pub(crate) use tool::run_host_tool;
 #[cfg(unix)]
 pub(crate) use unix::{Spawned, exit_parts, group_alive, killed_status, signal_group, spawn};
 
-/// Start this process's spawner now by forking the process itself, for a program that
-/// calls it first thing in `main`: the spawner then starts from a small process that has
-/// not mapped wasmtime nor started a runtime, instead of as the executable started afresh
-/// on the first [`AgentBuilder::build`](crate::AgentBuilder::build) (loading, relocating
-/// and starting the executable again cost about 1.8 ms of CPU in a profile of
-/// `adaptor run`, which calls this).
-///
-/// The forked spawner is the same as the started one: the same serving loop, its own
-/// process group, the parent-death signal towards the main thread, stdio on `/dev/null`,
-/// no other inherited descriptor, its environment cleared, SIGPIPE at its default. The
-/// first `Agent` built takes it; if it died meanwhile, a spawner is started the usual way.
-///
-/// Refused with a [`SpawnerForkError`](crate::SpawnerForkError), and nothing changed, when
-/// called from a thread other than the main one or while the process has any other thread
-/// (a fork copies only the caller: a lock another thread held would stay held in the
-/// spawner), or a second time (logged at debug level too). Does nothing on systems other
-/// than Linux, where no spawner process is used.
-pub fn fork_spawner() -> Result<(), crate::error::SpawnerForkError> {
+/// Fork this process's spawner now (see [`crate::fork_spawner`], which also starts the
+/// spawner thread and prepares the first launch).
+pub(crate) fn fork_spawner() -> Result<(), crate::error::SpawnerForkError> {
     #[cfg(target_os = "linux")]
     {
         spawner::fork_at_start().inspect_err(|e| {

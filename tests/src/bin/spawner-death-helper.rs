@@ -35,7 +35,7 @@ fn main() {
     let fork = std::env::args().any(|a| a == "--fork-spawner");
     if fork {
         adaptor::fork_spawner().expect("forked from main, with one thread");
-        let again = adaptor::fork_spawner().expect_err("one forked spawner at a time");
+        let again = adaptor::fork_spawner().expect_err("the spawner thread runs");
         println!("AGAIN {again}");
     }
     let runtime = tokio::runtime::Runtime::new().expect("runtime");

@@ -75,7 +75,9 @@ fn a_dead_forked_spawner_takes_its_providers_and_the_next_run_gets_a_new_one() {
         helper,
         "forked: the helper's own argv"
     );
-    assert_eq!(line(&stdout, "AGAIN "), "a spawner was already forked");
+    // The first fork started the spawner thread: a second one is refused for it.
+    let again = line(&stdout, "AGAIN ");
+    assert!(again.contains("one thread; it has"), "{again}");
 }
 
 /// The `tag` line of the helper's output, without the tag.
