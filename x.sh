@@ -344,6 +344,8 @@ case "$cmd" in
     case "$profile" in
       release)
         cargo build --release "${RELEASE_PACKAGES[@]}" >&2
+        python3 cli/symbol-order.py coverage "$TARGET/release/adaptor" cli/symbol-order.txt >&2 \
+          || echo "x.sh: warning: installing an adaptor laid out in the default order (more resident memory)" >&2
         install_into "$prefix" "$TARGET/release" ;;
       dev)
         build_workspace
@@ -408,10 +410,14 @@ PY
       [[ "$added" -eq 0 ]] && break
     done
     cargo build --release "${RELEASE_PACKAGES[@]}" >&2
+    # How many listed functions the final build has, for `coverage` to compare with later.
+    python3 cli/symbol-order.py record "$TARGET/release/adaptor" cli/symbol-order.txt
     ;;
   bench)
     build_drivers
     cargo build --release "${RELEASE_PACKAGES[@]}" >&2
+    # The figures must be those of the build that ships: with its function order.
+    python3 cli/symbol-order.py coverage "$TARGET/release/adaptor" cli/symbol-order.txt >&2
     # All three benches in one build: their link-time-optimised links run side by side.
     cargo bench -p adaptor-integration-tests --bench turn_overhead --bench load \
       --bench sdk_compare --no-run >&2

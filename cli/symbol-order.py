@@ -17,6 +17,16 @@ compiler's functions do not join the block a run touches.
       listed — the profile misses functions the optimised build keeps out of line under
       another name. Prints how many it added (0: nothing left to add).
 
+  symbol-order.py record ADAPTOR OUTPUT
+      ADAPTOR is the release build linked with OUTPUT's final list: write into OUTPUT's
+      header how many of its functions that build has (`# matched N`).
+  symbol-order.py coverage ADAPTOR OUTPUT
+      How many of OUTPUT's functions the release build ADAPTOR has, against the recorded
+      count; fails (exit 1) below 95 % of it: the names no longer match the build (another
+      feature resolution or profile setting, a renamed crate) and the order mostly does
+      nothing until the list is regenerated. Run by `./x.sh install` (a warning) and
+      `./x.sh bench` (an error: the figures would not be those of the shipped build).
+
 TARGET_DIR holds drivers/ and debug/ (mock-serve, reference-provider); WORK_DIR is scratch;
 the CLIs come from ADAPTOR_CLAUDE_BIN and ADAPTOR_CODEX_BIN. Any command that fails stops the
 script, and the list is only replaced whole.
@@ -95,15 +105,59 @@ def run_commands(adaptor, target, work, wrap):
             proc.wait()
 
 
-def write_list(names, output):
+MATCHED = "# matched "
+# Below this share of the recorded count, `coverage` fails.
+COVERAGE_FLOOR = 0.95
+
+
+def write_list(names, output, matched=None):
     # Symbol hashes change with the compiler: cli/build.rs compares this line with its own.
     rustc = subprocess.run(["rustc", "-V"], check=True, capture_output=True, text=True).stdout
     tmp = output + ".tmp"
     with open(tmp, "w") as f:
         f.write(HEADER)
         f.write(f"# {rustc.strip()}\n")
+        if matched is not None:
+            f.write(f"{MATCHED}{matched} functions of the release build it was written for\n")
         f.write("".join(n + "\n" for n in names))
     os.replace(tmp, output)
+
+
+def read_list(output):
+    """The listed names and the recorded match count (None when not recorded)."""
+    names, recorded = [], None
+    with open(output) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line.startswith(MATCHED):
+                recorded = int(line[len(MATCHED):].split()[0])
+            elif line and not line.startswith("#"):
+                names.append(line)
+    return names, recorded
+
+
+def matched(adaptor, names):
+    """How many of `names` the executable `adaptor` defines."""
+    nm = subprocess.run(["nm", "--defined-only", adaptor], check=True, capture_output=True,
+                        text=True).stdout
+    defined = {fields[2] for fields in (l.split() for l in nm.splitlines()) if len(fields) == 3}
+    return sum(1 for n in names if n in defined)
+
+
+def record(adaptor, output):
+    names, _ = read_list(output)
+    write_list(names, output, matched(adaptor, names))
+
+
+def coverage(adaptor, output):
+    names, recorded = read_list(output)
+    found = matched(adaptor, names)
+    print(f"cli/symbol-order.txt: {found} of its {len(names)} functions are in this build"
+          + (f" ({recorded} when it was written)" if recorded is not None else ""))
+    if recorded is not None and found < COVERAGE_FLOOR * recorded:
+        sys.exit("cli/symbol-order.txt no longer names this build's functions (another feature "
+                 "resolution, profile setting or dependency renamed them), so the release adaptor "
+                 "is laid out mostly in the default order: run ./x.sh symbol-order")
 
 
 def profile(adaptor, target, work, profdata, output):
@@ -156,7 +210,7 @@ def faults(adaptor, target, work, output):
         return ["perf", "record", "-q", "-e", "page-faults", "-c", "1", "-d", "-o", data, "--", *command]
 
     run_commands(adaptor, target, work, wrap)
-    listed = [l.rstrip("\n") for l in open(output) if not l.startswith("#")]
+    listed, _ = read_list(output)
     known = set(listed)
     added = []
     for data in sorted(os.listdir(records)):
@@ -183,16 +237,16 @@ def faults(adaptor, target, work, output):
 
 
 def main():
-    mode, args = sys.argv[1], sys.argv[2:]
+    mode, args = (sys.argv[1], sys.argv[2:]) if len(sys.argv) > 1 else ("", [])
+    if mode in ("record", "coverage") and len(args) == 2:
+        (record if mode == "record" else coverage)(*args)
+        return
+    if (mode, len(args)) not in (("profile", 5), ("faults", 4)):
+        sys.exit(__doc__)
     work = args[2]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    if mode == "profile" and len(args) == 5:
-        profile(*args)
-    elif mode == "faults" and len(args) == 4:
-        faults(*args)
-    else:
-        sys.exit(__doc__)
+    (profile if mode == "profile" else faults)(*args)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,20 @@ fn symbol_order_is_one_linkable_symbol_per_line() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/symbol-order.txt");
     let text = std::fs::read_to_string(path).expect("cli/symbol-order.txt (./x.sh symbol-order)");
     let mut seen = std::collections::HashSet::new();
-    let mut lines = text.lines().enumerate();
-    // The header: what it is, and the compiler whose symbol names it lists (`build.rs`
-    // compares that with its own). The linker skips lines starting with `#`.
-    let header: Vec<&str> = lines.by_ref().take(2).map(|(_, l)| l).collect();
+    let header: Vec<&str> = text.lines().take_while(|l| l.starts_with('#')).collect();
+    // The header: what it is, the compiler whose symbol names it lists (`build.rs` compares
+    // that with its own) and how many of them the release build it was written for had
+    // (`symbol-order.py coverage` compares a build with that). The linker skips lines
+    // starting with `#`.
+    assert_eq!(header.len(), 3, "{header:?}");
     assert!(header[0].starts_with("# "), "{:?}", header[0]);
     assert!(header[1].starts_with("# rustc "), "{:?}", header[1]);
-    for (n, line) in lines {
+    let matched: usize = header[2]
+        .strip_prefix("# matched ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("not `# matched N …`: {:?}", header[2]));
+    for (n, line) in text.lines().enumerate().skip(header.len()) {
         assert!(
             !line.is_empty() && !line.contains(char::is_whitespace),
             "line {}: not a symbol: {line:?}",
@@ -30,6 +37,11 @@ fn symbol_order_is_one_linkable_symbol_per_line() {
     assert!(
         seen.len() >= 1000,
         "only {} symbols: the profile behind the list missed most of a run",
+        seen.len()
+    );
+    assert!(
+        (1000..=seen.len()).contains(&matched),
+        "matched {matched} of {}: the count was not taken from the build the list was linked into",
         seen.len()
     );
     // A run's own code is in it, mangled as the linker sees it (the crates built here with
