@@ -159,7 +159,21 @@ fn main() -> ExitCode {
     ) {
         let _refused = adaptor::fork_spawner();
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    // The runtime starts (its worker threads, its drivers) on a thread of its own while
+    // `adaptor run` resolves its settings and loads its driver, which need no runtime.
+    let starting = std::thread::Builder::new()
+        .name("adaptor-runtime-start".into())
+        .spawn(tokio::runtime::Runtime::new);
+    let configured = match &cli.command {
+        Command::Run(args) => Some(run::configure(args)),
+        _ => None,
+    };
+    let started = starting.and_then(|thread| {
+        thread
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the thread starting it panicked")))
+    });
+    let runtime = match started {
         Ok(rt) => rt,
         Err(e) => {
             errln!("adaptor: cannot start the async runtime: {e}");
@@ -168,7 +182,10 @@ fn main() -> ExitCode {
     };
     let code = match cli.command {
         Command::Drivers { command, json } => drivers::main(command, json),
-        Command::Run(args) => runtime.block_on(run::run(*args, None, color)),
+        Command::Run(args) => match configured.unwrap_or_else(|| run::configure(&args)) {
+            Ok(configured) => runtime.block_on(run::run(*args, configured, None, color)),
+            Err(code) => code,
+        },
         Command::Acp(args) => runtime.block_on(acp::main(*args)),
         Command::Threads(cmd) => runtime.block_on(threads::main(cmd, color)),
         Command::Inspect {

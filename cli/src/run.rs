@@ -12,7 +12,7 @@ use adaptor::{Error, RunOptions};
 use futures::StreamExt;
 
 use crate::output::{self, ColorChoice, sanitize};
-use crate::settings::{DriverArgs, Flags, PolicyPreset};
+use crate::settings::{DriverArgs, Flags, PolicyPreset, Settings};
 use crate::status::{StatusLine, terminal_allows_status};
 use crate::view::View;
 use crate::{EXIT_INTERRUPTED, EXIT_USAGE, approve, errln, outln, report, threads};
@@ -137,8 +137,10 @@ Examples:
   adaptor run --driver claude --mcp-config mcp.json \"Use the issue tracker\"
   adaptor run --approve ask \"Clean up the build scripts\"";
 
-/// `adaptor run`, and `adaptor threads fork` (which runs the fork's first turn from `fork_from`).
-pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -> ExitCode {
+/// The settings `args` resolve to and an agent builder for them, the driver loaded (or the
+/// exit code of what was wrong). Synchronous, so `main` can do it while the async runtime
+/// starts on another thread.
+pub fn configure(args: &RunArgs) -> Result<(Settings, adaptor::AgentBuilder), ExitCode> {
     let flags = Flags {
         driver: args.driver.driver.as_deref(),
         config: args.driver.config.as_deref(),
@@ -146,11 +148,18 @@ pub async fn run(args: RunArgs, fork_from: Option<String>, color: ColorChoice) -
         policy: args.policy,
         store: args.store.as_deref(),
     };
-    let (settings, mut builder) =
-        match crate::configured_builder(&flags, &args.containment, &args.provider_env) {
-            Ok(configured) => configured,
-            Err(code) => return code,
-        };
+    crate::configured_builder(&flags, &args.containment, &args.provider_env)
+}
+
+/// `adaptor run` on what [`configure`] made of `args`, and `adaptor threads fork` (which runs
+/// the fork's first turn from `fork_from`).
+pub async fn run(
+    args: RunArgs,
+    configured: (Settings, adaptor::AgentBuilder),
+    fork_from: Option<String>,
+    color: ColorChoice,
+) -> ExitCode {
+    let (settings, mut builder) = configured;
     for sha in &args.accept_checkpoints_from {
         if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
             errln!(

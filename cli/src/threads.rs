@@ -161,7 +161,10 @@ pub(crate) async fn main(cmd: ThreadsCommand, color: ColorChoice) -> ExitCode {
                 errln!("adaptor: threads fork needs --thread NEW_KEY");
                 return ExitCode::from(EXIT_USAGE);
             }
-            crate::run::run(*run, Some(parent), color).await
+            match crate::run::configure(&run) {
+                Ok(configured) => crate::run::run(*run, configured, Some(parent), color).await,
+                Err(code) => code,
+            }
         }
         ThreadsCommand::Archive { key, store } => {
             let store = match store_for(store.as_deref()).await {

@@ -458,34 +458,6 @@ impl Default for Settings {
     }
 }
 
-/// Start this process's spawner now by forking the process itself, for a program that
-/// calls it first thing in `main`: the spawner then starts from a small process that has
-/// not mapped wasmtime nor started a runtime, instead of as the executable started afresh
-/// on the first [`AgentBuilder::build`] (loading, relocating and starting the executable
-/// again cost about 1.8 ms of CPU in a profile of `adaptor run`, which calls this).
-///
-/// The forked spawner is the same as the started one: the same serving loop, its own
-/// process group, the parent-death signal towards the main thread, stdio on `/dev/null`,
-/// no other inherited descriptor, its environment cleared, SIGPIPE at its default. Once it
-/// is forked, the host's spawner thread starts and takes it, and prepares the first launch
-/// while the program goes on (parsing its settings, loading its driver): it probes what
-/// the kernel offers, decides the system rules of the confinement (the system directories,
-/// `/etc` without its secrets, the device nodes) and has the spawner open them into a
-/// Landlock ruleset, which the first confined launch within two seconds starts from. If
-/// the spawner died meanwhile, the next launch starts one the usual way.
-///
-/// Refused with a [`SpawnerForkError`](crate::SpawnerForkError), and nothing changed, when
-/// called from a thread other than the main one or while the process has any other thread
-/// (a fork copies only the caller: a lock another thread held would stay held in the
-/// spawner; a second call finds the spawner thread the first one started), logged at debug
-/// level too. Does nothing on systems other than Linux, where no spawner process is used.
-pub fn fork_spawner() -> Result<(), crate::error::SpawnerForkError> {
-    crate::process::fork_spawner()?;
-    #[cfg(target_os = "linux")]
-    crate::process::start_spawner(crate::grant::confine::system_rules);
-    Ok(())
-}
-
 /// Builds an [`Agent`].
 #[derive(Debug, Clone)]
 pub struct AgentBuilder {
@@ -728,10 +700,9 @@ impl AgentBuilder {
     /// Build the agent.
     pub fn build(self) -> Agent {
         crate::process::sweep_stale_run_dirs();
-        // In the background, so the first launch does not wait for the spawner to start nor
-        // for the system rules of its confinement to be decided and opened.
+        // In the background, so the first launch does not wait for the spawner to start.
         #[cfg(unix)]
-        crate::process::start_spawner(crate::grant::confine::system_rules);
+        crate::process::start_spawner();
         let cancel = CancellationToken::new();
         let warm = crate::run::warm::WarmPool::new(
             self.driver.name(),

@@ -1020,7 +1020,7 @@ pub enum SpawnerForkError {
     /// they hold would stay held in the spawner).
     #[error("fork_spawner must be called while the process has one thread; it has {0}")]
     Threads(usize),
-    /// A spawner forked earlier still waits for its first launch.
+    /// A spawner forked earlier was not taken yet (its thread could not start).
     #[error("a spawner was already forked")]
     AlreadyForked,
     /// A system call failed (reading the thread count, the socket pair, `fork`).

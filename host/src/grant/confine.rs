@@ -58,12 +58,10 @@ const DEVICES: &[&str] = &[
     "/dev/pts",
 ];
 
-/// The rules every launch gets, first in its plan — the system directories, `/etc` without
-/// its secrets, `/proc`, `/sys`, the device nodes — decided once per process (about 1 ms of
-/// `/etc` listing and path resolution per launch otherwise). A new `Agent` has them decided
-/// on the spawner thread and opened by the spawner ahead of its first launch
-/// (`process::start_spawner`).
-pub(crate) fn system_rules() -> &'static [PathRule] {
+/// The rules every launch gets — the system directories, `/etc` without its secrets,
+/// `/proc`, `/sys`, the device nodes — decided once per process (about 1 ms of `/etc`
+/// listing and path resolution per launch otherwise).
+fn system_rules() -> &'static [PathRule] {
     static RULES: std::sync::OnceLock<Vec<PathRule>> = std::sync::OnceLock::new();
     RULES.get_or_init(|| {
         let mut plan = ConfinementPlan::default();

@@ -26,9 +26,8 @@
 //!   from outside.
 //! - **Landlock** is applied in the reaper before the provider is forked, so the provider and
 //!   all its descendants inherit it; `no_new_privs` is set with it. The ruleset is built in
-//!   the spawner before the fork (opening the rule paths; the system rules every launch
-//!   begins with may have been opened ahead, see [`PreparedRuleset`]); between fork and exec
-//!   only async-signal-safe system calls run.
+//!   the spawner before the fork (opening the rule paths); between fork and exec only
+//!   async-signal-safe system calls run.
 //!
 //! Must not: decide what is allowed (`grant::confine` does) or allocate after fork.
 
@@ -37,7 +36,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use landlock::{
     ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
+    RulesetAttr, RulesetCreatedAttr, Scope,
 };
 
 use super::Confinement;
@@ -128,12 +127,8 @@ impl std::fmt::Debug for Confiner {
 
 impl Confiner {
     /// Prepare `confinement` in the spawner: create the missing state directories (0700), build
-    /// the Landlock ruleset (opening every rule's path, or only those after the `prepared`
-    /// ones when [`PreparedRuleset::fits`] them), fix the namespace flags.
-    pub(crate) fn new(
-        confinement: &Confinement,
-        prepared: Option<PreparedRuleset>,
-    ) -> io::Result<Confiner> {
+    /// the Landlock ruleset (opening every rule's path), fix the namespace flags.
+    pub(crate) fn new(confinement: &Confinement) -> io::Result<Confiner> {
         for dir in &confinement.create {
             use std::os::unix::fs::DirBuilderExt;
             std::fs::DirBuilder::new()
@@ -151,7 +146,7 @@ impl Confiner {
                 })?;
         }
         let ruleset = if confinement.landlock {
-            Some(build_ruleset(&confinement.rules, prepared)?)
+            Some(build_ruleset(&confinement.rules)?)
         } else {
             None
         };
@@ -431,119 +426,37 @@ unsafe fn reaper_loop(provider: libc::pid_t, status_w: libc::c_int, grace_ms: u6
     }
 }
 
-/// How long a [`PreparedRuleset`] may wait for its launch. Its rules were opened when it was
-/// made: a path replaced since (`/etc/resolv.conf` is, by rename) would be granted as the
-/// file it named then, so an older one is dropped and the launch opens every path afresh.
-const PREPARED_FOR: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// A Landlock ruleset opened ahead of a launch: the spawner builds one from the host's
-/// system rules (the same ~200 at the head of every launch's rules: the system
-/// directories, `/etc` entry by entry, the device nodes) while the host is still loading
-/// its driver, so the first launch adds only its own rules (about 0.6 ms of opening paths
-/// less on its way to `exec`). Used once, by the next launch it [fits](Self::fits); a
-/// ruleset is a kernel object every launch that restricts itself with it shares, so it is
-/// never reused.
-pub(crate) struct PreparedRuleset {
-    /// The rules it holds, in order (path and access; why is only for reports).
-    rules: Vec<(std::path::PathBuf, PathAccess)>,
-    ruleset: RulesetCreated,
-    opened: std::time::Instant,
-}
-
-impl PreparedRuleset {
-    /// Open `rules` into a new ruleset now.
-    pub(crate) fn open(
-        rules: Vec<(std::path::PathBuf, PathAccess)>,
-    ) -> io::Result<PreparedRuleset> {
-        let ruleset = add_rules(
-            new_ruleset()?,
-            rules.iter().map(|(path, access)| (path.as_path(), *access)),
-        )?;
-        Ok(PreparedRuleset {
-            rules,
-            ruleset,
-            opened: std::time::Instant::now(),
-        })
-    }
-
-    /// Whether a launch with `rules` may start from this ruleset: `rules` begin with exactly
-    /// its rules (same paths, same access, same order: what it grants is then a part of what
-    /// the launch grants, never more), and it is younger than [`PREPARED_FOR`] at `now`.
-    fn fits(&self, rules: &[PathRule], now: std::time::Instant) -> bool {
-        fits(&self.rules, self.opened, rules, now)
-    }
-}
-
-/// [`PreparedRuleset::fits`], on what it compares.
-fn fits(
-    prepared: &[(std::path::PathBuf, PathAccess)],
-    opened: std::time::Instant,
-    rules: &[PathRule],
-    now: std::time::Instant,
-) -> bool {
-    now.saturating_duration_since(opened) <= PREPARED_FOR
-        && rules.len() >= prepared.len()
-        && prepared
-            .iter()
-            .zip(rules)
-            .all(|((path, access), rule)| *path == rule.path && *access == rule.access)
-}
-
-/// The Landlock ruleset for `rules`, as a file descriptor for `landlock_restrict_self`:
-/// `prepared` with the rules after its own when it [fits](PreparedRuleset::fits), else a
-/// new one with all of them.
-fn build_ruleset(rules: &[PathRule], prepared: Option<PreparedRuleset>) -> io::Result<OwnedFd> {
-    let now = std::time::Instant::now();
-    let (ruleset, rest) = match prepared.filter(|p| p.fits(rules, now)) {
-        Some(p) => {
-            let done = p.rules.len();
-            (p.ruleset, &rules[done..])
-        }
-        None => (new_ruleset()?, rules),
-    };
-    let ruleset = add_rules(ruleset, rest.iter().map(|r| (r.path.as_path(), r.access)))?;
-    Option::<OwnedFd>::from(ruleset)
-        .ok_or_else(|| io::Error::other("the kernel has no Landlock support"))
-}
-
-fn landlock_error(e: landlock::RulesetError) -> io::Error {
-    io::Error::other(e.to_string())
-}
-
-/// An empty ruleset handling every filesystem right of [`TARGET_ABI`] and scoping signals.
-fn new_ruleset() -> io::Result<RulesetCreated> {
-    Ruleset::default()
+/// The Landlock ruleset for `rules`, as a file descriptor for `landlock_restrict_self`.
+fn build_ruleset(rules: &[PathRule]) -> io::Result<OwnedFd> {
+    let to_io = |e: landlock::RulesetError| io::Error::other(e.to_string());
+    let all = AccessFs::from_all(TARGET_ABI);
+    let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(AccessFs::from_all(TARGET_ABI))
-        .map_err(landlock_error)?
+        .handle_access(all)
+        .map_err(to_io)?
         .scope(Scope::Signal)
-        .map_err(landlock_error)?
+        .map_err(to_io)?
         .create()
-        .map_err(landlock_error)
-}
-
-/// Add a rule per path to `ruleset`: its access, narrowed to a file's rights when the path
-/// opens as something other than a directory. A path that does not open (created or removed
-/// since the plan) has nothing to grant and is skipped.
-fn add_rules<'a>(
-    mut ruleset: RulesetCreated,
-    rules: impl Iterator<Item = (&'a std::path::Path, PathAccess)>,
-) -> io::Result<RulesetCreated> {
-    for (path, access) in rules {
-        let Ok(fd) = PathFd::new(path) else {
-            continue;
+        .map_err(to_io)?;
+    for rule in rules {
+        let fd = match PathFd::new(&rule.path) {
+            Ok(fd) => fd,
+            // Created or removed since the plan; the rule has nothing to grant.
+            Err(_) => continue,
         };
         // The opened file's type (not the path's again: one path walk per rule, and no race
         // with a rename in between).
-        let mut access = access_for(access);
-        if !is_directory(fd.as_fd()) {
+        let is_dir = is_directory(fd.as_fd());
+        let mut access = access_for(rule.access);
+        if !is_dir {
             access &= AccessFs::from_file(TARGET_ABI);
         }
         ruleset = ruleset
             .add_rule(PathBeneath::new(fd, access))
-            .map_err(landlock_error)?;
+            .map_err(to_io)?;
     }
-    Ok(ruleset)
+    Option::<OwnedFd>::from(ruleset)
+        .ok_or_else(|| io::Error::other("the kernel has no Landlock support"))
 }
 
 /// Whether `fd` (an `O_PATH` descriptor is enough) is a directory.
@@ -563,57 +476,5 @@ fn access_for(access: PathAccess) -> BitFlags<AccessFs> {
         PathAccess::ReadExecute => read | AccessFs::Execute,
         PathAccess::ReadWrite => AccessFs::from_all(TARGET_ABI),
         PathAccess::Device => read | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::path::PathBuf;
-    use std::time::{Duration, Instant};
-
-    use super::*;
-
-    fn rule(path: &str, access: PathAccess) -> PathRule {
-        PathRule {
-            path: PathBuf::from(path),
-            access,
-            why: "test".into(),
-        }
-    }
-
-    /// A prepared ruleset starts a launch only when the launch's rules begin with exactly its
-    /// own (so it never grants more than the launch asks) and it is fresh.
-    #[test]
-    fn a_prepared_ruleset_fits_only_launches_beginning_with_its_rules_while_fresh() {
-        let prepared = vec![
-            (PathBuf::from("/usr"), PathAccess::ReadExecute),
-            (PathBuf::from("/etc/hosts"), PathAccess::Read),
-        ];
-        let launch = [
-            rule("/usr", PathAccess::ReadExecute),
-            rule("/etc/hosts", PathAccess::Read),
-            rule("/work", PathAccess::ReadWrite),
-        ];
-        let opened = Instant::now();
-        assert!(fits(&prepared, opened, &launch, opened));
-        assert!(
-            fits(&prepared, opened, &launch[..2], opened),
-            "exactly its rules"
-        );
-        assert!(
-            !fits(&prepared, opened, &launch[..1], opened),
-            "fewer rules"
-        );
-        let mut other_access = launch.clone();
-        other_access[1].access = PathAccess::ReadWrite;
-        assert!(
-            !fits(&prepared, opened, &other_access, opened),
-            "other access"
-        );
-        let mut reordered = launch.clone();
-        reordered.swap(0, 1);
-        assert!(!fits(&prepared, opened, &reordered, opened), "other order");
-        let later = opened + PREPARED_FOR + Duration::from_millis(1);
-        assert!(!fits(&prepared, opened, &launch, later), "too old");
     }
 }

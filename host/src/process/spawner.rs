@@ -21,10 +21,7 @@
 //! ```
 //!
 //! Protocol (a private Unix stream socket pair, frames of a 4-byte little-endian length and a
-//! JSON body): the host sends a [`HostFrame::Launch`] per launch, and, once, when the spawner
-//! is started early, a [`HostFrame::Prepare`] with the system rules every launch begins
-//! with, which the spawner opens into a Landlock ruleset while the host is still loading its
-//! driver (the next confined launch starts from it). The spawner answers each launch with a
+//! JSON body): the host sends a [`Request`] per launch; the spawner answers each with a
 //! [`Reply::Spawned`] carrying the provider's stdin, stdout and stderr as file descriptors
 //! (`SCM_RIGHTS`), or a [`Reply::Failed`], and later sends [`Reply::Exited`] with the wait
 //! status when it has reaped the process (it watches each with a pidfd).
@@ -155,19 +152,6 @@ fn set_cloexec(fd: RawFd) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// A frame the host sends.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum HostFrame {
-    /// Start a process.
-    Launch(Request),
-    /// Open these rules into a Landlock ruleset now, for the next launch whose rules begin
-    /// with them (`PreparedRuleset`): sent once, when the spawner is started early, with the
-    /// host's system rules. Nothing is answered: a ruleset that cannot be built is left
-    /// unbuilt, and the launch then opens every path itself and reports what fails.
-    Prepare { rules: Vec<(OsString, PathAccess)> },
 }
 
 /// One launch, as the host sends it.
@@ -449,8 +433,6 @@ fn serve(socket: UnixStream) -> io::Result<()> {
     let mut children: HashMap<u32, OwnedFd> = HashMap::new();
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
     let mut reader = socket.try_clone()?;
-    // The ruleset a `Prepare` frame opened, until a launch takes it.
-    let mut prepared: Option<super::unix::PreparedRuleset> = None;
     let result = 'serve: loop {
         // SAFETY: `events` has room for its length.
         let n = unsafe {
@@ -471,29 +453,14 @@ fn serve(socket: UnixStream) -> io::Result<()> {
         for event in &events[..n as usize] {
             let key = event.u64;
             if key == SOCKET_KEY {
-                let request = match read_frame(&mut reader) {
-                    Ok(Some(HostFrame::Launch(r))) => r,
-                    Ok(Some(HostFrame::Prepare { rules })) => {
-                        let rules = rules
-                            .into_iter()
-                            .map(|(path, access)| (PathBuf::from(path), access))
-                            .collect();
-                        // Speculative: on failure the launch builds its ruleset itself.
-                        prepared = super::unix::PreparedRuleset::open(rules).ok();
-                        continue;
-                    }
+                let request = match read_request(&mut reader) {
+                    Ok(Some(r)) => r,
                     Ok(None) => break 'serve Ok(()),
                     Err(e) => break 'serve Err(e),
                 };
                 let id = request.id;
                 let spec = request.spec.into_spec();
-                // The next confined launch takes the prepared ruleset (used if it fits).
-                let ahead = if spec.confinement.landlock {
-                    prepared.take()
-                } else {
-                    None
-                };
-                let outcome = std::panic::catch_unwind(move || super::unix::start(&spec, ahead))
+                let outcome = std::panic::catch_unwind(|| super::unix::start(&spec))
                     .unwrap_or_else(|_| Err(io::Error::other("starting the process panicked")));
                 let sent = match outcome {
                     Ok((pid, stdio)) => match pidfd_open(pid) {
@@ -553,7 +520,7 @@ fn serve(socket: UnixStream) -> io::Result<()> {
     result
 }
 
-fn read_frame(socket: &mut UnixStream) -> io::Result<Option<HostFrame>> {
+fn read_request(socket: &mut UnixStream) -> io::Result<Option<Request>> {
     let mut len = [0u8; 4];
     match socket.read_exact(&mut len) {
         Ok(()) => {}
@@ -564,7 +531,7 @@ fn read_frame(socket: &mut UnixStream) -> io::Result<Option<HostFrame>> {
     if len > MAX_FRAME {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("a host frame of {len} bytes exceeds {MAX_FRAME}"),
+            format!("a launch request of {len} bytes exceeds {MAX_FRAME}"),
         ));
     }
     let mut body = vec![0u8; len];
@@ -652,7 +619,7 @@ pub(crate) async fn launch(spec: &ProcessSpec) -> io::Result<Launched> {
     let (reply, answer) = tokio::sync::oneshot::channel();
     let gone = || io::Error::other("the host's spawner thread is gone");
     client()
-        .send(ToClient::Launch(Outgoing {
+        .send(Some(Outgoing {
             spec: WireSpec::new(spec),
             reply,
         }))
@@ -661,44 +628,29 @@ pub(crate) async fn launch(spec: &ProcessSpec) -> io::Result<Launched> {
 }
 
 /// Start the spawner now, in the background, so the first launch does not wait for it.
-/// Where the kernel has Landlock, the spawner also opens `system_rules` (the rules every
-/// launch begins with, as `grant` decides them; computed on the spawner thread, off the
-/// caller's path) into a ruleset for the first launch to start from.
-pub(crate) fn start_early(system_rules: fn() -> &'static [PathRule]) {
-    let _ = client().send(ToClient::Start { system_rules });
-}
-
-/// What the host's spawner thread is asked to do.
-enum ToClient {
-    /// Make sure a spawner runs, and prepare the first launch (see [`start_early`]).
-    Start {
-        system_rules: fn() -> &'static [PathRule],
-    },
-    /// Start a process.
-    Launch(Outgoing),
+pub(crate) fn start_early() {
+    let _ = client().send(None);
 }
 
 /// The host's spawner thread: it starts the spawner process (so the parent-death signal
 /// refers to a thread that lives as long as the host) and writes every request to it.
-fn client() -> &'static mpsc::Sender<ToClient> {
-    static CLIENT: std::sync::OnceLock<mpsc::Sender<ToClient>> = std::sync::OnceLock::new();
+/// `None` only makes sure a spawner runs.
+fn client() -> &'static mpsc::Sender<Option<Outgoing>> {
+    static CLIENT: std::sync::OnceLock<mpsc::Sender<Option<Outgoing>>> = std::sync::OnceLock::new();
     CLIENT.get_or_init(|| {
-        let (queue, requests) = mpsc::channel::<ToClient>();
+        let (queue, requests) = mpsc::channel::<Option<Outgoing>>();
         let started = std::thread::Builder::new()
             .name("adaptor-spawner".into())
             .spawn(move || {
                 let mut connection: Option<Connection> = None;
-                // Whether this connection's spawner was sent the system rules (once each).
-                let mut prepared = false;
                 let mut next_id = 0u64;
                 for outgoing in requests {
                     let live = connection.as_ref().is_some_and(|c| c.alive());
                     if !live {
-                        prepared = false;
                         connection = match Connection::open() {
                             Ok(c) => Some(c),
                             Err(e) => {
-                                if let ToClient::Launch(o) = outgoing {
+                                if let Some(o) = outgoing {
                                     let _ = o.reply.send(Err(io::Error::new(
                                         e.kind(),
                                         format!("could not start the host's spawner: {e}"),
@@ -708,22 +660,14 @@ fn client() -> &'static mpsc::Sender<ToClient> {
                             }
                         };
                     }
-                    let Some(conn) = connection.as_ref() else {
+                    let Some(outgoing) = outgoing else {
+                        // Started early: also probe what the kernel offers (a namespace
+                        // probe costs about a millisecond), off the first run's path.
+                        super::kernel_support();
                         continue;
                     };
-                    let outgoing = match outgoing {
-                        ToClient::Launch(outgoing) => outgoing,
-                        ToClient::Start { system_rules } => {
-                            // Started early: also probe what the kernel offers (a namespace
-                            // probe costs about a millisecond) and decide the system rules,
-                            // off the first run's path, and have the spawner open them (once
-                            // per spawner: a second early start finds them opened, or taken).
-                            if !prepared && super::kernel_support().landlock_abi.is_some() {
-                                conn.prepare(system_rules());
-                                prepared = true;
-                            }
-                            continue;
-                        }
+                    let Some(conn) = connection.as_ref() else {
+                        continue;
                     };
                     if outgoing.reply.is_closed() {
                         continue; // Its caller stopped waiting: nothing to start.
@@ -813,27 +757,12 @@ impl Connection {
         !lock(&self.shared).closed
     }
 
-    /// Have the spawner open `rules` into a ruleset for the next launch. A write failure is
-    /// logged and otherwise left to the launch that follows (it fails on the same socket, and
-    /// that failure is reported to its run).
-    fn prepare(&self, rules: &[PathRule]) {
-        let body = encode(&HostFrame::Prepare {
-            rules: rules
-                .iter()
-                .map(|r| (r.path.clone().into_os_string(), r.access))
-                .collect(),
-        });
-        if let Err(e) = send_frame(&self.socket, &body, &[]) {
-            tracing::debug!(error = %e, "could not send the system rules to the spawner");
-        }
-    }
-
     /// Register and write one request; a write failure answers it.
     fn send(&self, id: u64, outgoing: Outgoing) {
-        let body = encode(&HostFrame::Launch(Request {
+        let body = encode(&Request {
             id,
             spec: outgoing.spec,
-        }));
+        });
         lock(&self.shared).pending.insert(id, outgoing.reply);
         if let Err(e) = send_frame(&self.socket, &body, &[])
             && let Some(reply) = lock(&self.shared).pending.remove(&id)
@@ -1245,86 +1174,6 @@ mod tests {
             "{e}"
         );
         assert!(take_forked().is_none());
-    }
-
-    /// Run `spec` through `conn`; its stdout and exit code.
-    async fn output_of(conn: &Connection, id: u64, spec: &ProcessSpec) -> (String, Option<i32>) {
-        let launched = launch_on(conn, id, spec).await.unwrap();
-        let [stdin, stdout, _stderr] = launched.stdio;
-        drop(stdin);
-        let mut out = String::new();
-        std::fs::File::from(stdout)
-            .read_to_string(&mut out)
-            .unwrap();
-        let mut exit = launched.exit;
-        let status = exit.wait_for(Option::is_some).await.unwrap().unwrap();
-        (out, std::process::ExitStatus::from_raw(status).code())
-    }
-
-    /// The rules a host sends ahead are opened by the spawner at once and confine the next
-    /// confined launch whose rules begin with them (the rest added to them), as they were
-    /// when opened; a prepared ruleset that would grant more than a launch's rules is not
-    /// used by it.
-    #[cfg(target_os = "linux")]
-    #[tokio::test]
-    async fn a_prepared_ruleset_confines_the_next_launch_whose_rules_begin_with_its_own() {
-        assert!(
-            super::super::linux::landlock_abi().is_some(),
-            "this test needs Landlock"
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().canonicalize().unwrap();
-        for name in ["a", "b", "c"] {
-            std::fs::create_dir(root.join(name)).unwrap();
-            std::fs::write(root.join(name).join("f"), name).unwrap();
-        }
-        let read = |path: PathBuf| PathRule {
-            path,
-            access: PathAccess::Read,
-            why: "test".into(),
-        };
-        let system: Vec<PathRule> = ["/usr", "/bin", "/lib", "/lib64", "/etc"]
-            .iter()
-            .filter_map(|p| std::path::Path::new(p).canonicalize().ok())
-            .map(|path| PathRule {
-                path,
-                access: PathAccess::ReadExecute,
-                why: "system".into(),
-            })
-            .collect();
-        let confined = |rules: Vec<PathRule>| {
-            let (a2, b, c) = (root.join("a2"), root.join("b"), root.join("c"));
-            let mut spec = shell(&format!(
-                "cat {}/f {}/f; if cat {}/f; then echo LEAKED; fi",
-                a2.display(),
-                b.display(),
-                c.display()
-            ));
-            spec.confinement.landlock = true;
-            spec.confinement.rules = rules;
-            spec
-        };
-        let conn = Connection::process().unwrap();
-
-        let ahead = [system.clone(), vec![read(root.join("a"))]].concat();
-        conn.prepare(&ahead);
-        // An unconfined launch leaves it; its answer shows the spawner has opened it.
-        assert_eq!(output_of(&conn, 1, &shell("true")).await.1, Some(0));
-        // `a` moves: only a ruleset opened before the move grants it, as `a2`.
-        std::fs::rename(root.join("a"), root.join("a2")).unwrap();
-        let rules = [ahead.clone(), vec![read(root.join("b"))]].concat();
-        let (out, code) = output_of(&conn, 2, &confined(rules.clone())).await;
-        assert_eq!((out.as_str(), code), ("ab", Some(0)), "prepared, then b");
-        // Used once: the same launch again opens its rules afresh (`a` is gone).
-        let (out, _) = output_of(&conn, 3, &confined(rules)).await;
-        assert_eq!(out, "b", "a new ruleset");
-
-        // Ahead: a2 and c. The launch grants a2 and b: not its beginning, not used.
-        let a2 = read(root.join("a2"));
-        conn.prepare(&[system.clone(), vec![a2.clone(), read(root.join("c"))]].concat());
-        let rules = [system, vec![a2, read(root.join("b"))]].concat();
-        let (out, code) = output_of(&conn, 4, &confined(rules)).await;
-        assert_eq!((out.as_str(), code), ("ab", Some(0)), "c stays hidden");
     }
 
     #[test]

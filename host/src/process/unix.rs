@@ -133,31 +133,10 @@ pub(crate) async fn spawn(spec: &ProcessSpec) -> io::Result<Spawned> {
     })
 }
 
-/// A Landlock ruleset the spawner opened ahead of a launch (Linux; nothing elsewhere).
-#[cfg(target_os = "linux")]
-pub(crate) use super::linux::PreparedRuleset;
-
-/// A Landlock ruleset the spawner opened ahead of a launch: none without Landlock.
-#[cfg(not(target_os = "linux"))]
-pub(crate) enum PreparedRuleset {}
-
-#[cfg(not(target_os = "linux"))]
-impl PreparedRuleset {
-    /// Nothing to open without Landlock (the host only asks where the kernel has it).
-    pub(crate) fn open(
-        _rules: Vec<(std::path::PathBuf, crate::containment::PathAccess)>,
-    ) -> io::Result<PreparedRuleset> {
-        Err(io::Error::from(io::ErrorKind::Unsupported))
-    }
-}
-
 /// Start `spec` (in the spawner): the leader of a new process group, its stdio piped, under
-/// its confinement, whose Landlock ruleset starts from `prepared` when that fits it. Returns
-/// its pid and the parent's ends of its stdin, stdout and stderr; the caller reaps it.
-pub(crate) fn start(
-    spec: &ProcessSpec,
-    prepared: Option<PreparedRuleset>,
-) -> io::Result<(u32, [OwnedFd; 3])> {
+/// its confinement. Returns its pid and the parent's ends of its stdin, stdout and stderr;
+/// the caller reaps it.
+pub(crate) fn start(spec: &ProcessSpec) -> io::Result<(u32, [OwnedFd; 3])> {
     let mut cmd = std::process::Command::new(&spec.program);
     cmd.args(&spec.args)
         .env_clear()
@@ -169,7 +148,7 @@ pub(crate) fn start(
         .process_group(0);
     #[cfg(target_os = "linux")]
     {
-        let confiner = super::linux::Confiner::new(&spec.confinement, prepared)?;
+        let confiner = super::linux::Confiner::new(&spec.confinement)?;
         let parent = std::process::id() as libc::pid_t;
         let death_signal = spec.parent_death_signal;
         // SAFETY: only async-signal-safe calls (prctl, getppid, _exit, and the confiner's
@@ -183,8 +162,6 @@ pub(crate) fn start(
             });
         }
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = prepared;
     let mut child = cmd.spawn()?;
     let pid = child.id();
     let (Some(stdin), Some(stdout), Some(stderr)) =
