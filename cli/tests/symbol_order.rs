@@ -62,3 +62,58 @@ fn symbol_order_is_one_linkable_symbol_per_line() {
         );
     }
 }
+
+/// `symbol-order.py coverage` (run by `./x.sh install` and `./x.sh bench` after a release
+/// build) passes a build that still has the recorded count of the list's functions and fails
+/// one that lost more than 5 % of them, saying how to regenerate the list.
+#[test]
+fn coverage_fails_a_build_that_no_longer_has_the_listed_functions() {
+    let adaptor = env!("CARGO_BIN_EXE_adaptor");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/symbol-order.py");
+    let nm = std::process::Command::new("nm")
+        .args(["--defined-only", adaptor])
+        .output()
+        .expect("nm (binutils)");
+    let present: Vec<String> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter(|s| s.starts_with("_ZN7adaptor"))
+        .take(20)
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(present.len(), 20, "functions of the CLI crate in {adaptor}");
+    let dir = tempfile::tempdir().unwrap();
+    let coverage = |names: &[String]| {
+        let list = dir.path().join("symbol-order.txt");
+        let header = "# list\n# rustc test\n# matched 20 functions of the release build it was written for\n";
+        std::fs::write(&list, format!("{header}{}\n", names.join("\n"))).unwrap();
+        std::process::Command::new("python3")
+            .arg(script)
+            .args(["coverage", adaptor])
+            .arg(&list)
+            .output()
+            .expect("python3")
+    };
+    let all = coverage(&present);
+    assert!(
+        all.status.success(),
+        "{}",
+        String::from_utf8_lossy(&all.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&all.stdout).contains("20 of its 20 functions"),
+        "{}",
+        String::from_utf8_lossy(&all.stdout)
+    );
+    // Two of the twenty renamed (as another feature resolution renames them): 18 < 95 % of 20.
+    let mut renamed = present.clone();
+    renamed[0].push_str("_renamed");
+    renamed[1].push_str("_renamed");
+    let lost = coverage(&renamed);
+    assert_eq!(lost.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&lost.stderr).contains("run ./x.sh symbol-order"),
+        "{}",
+        String::from_utf8_lossy(&lost.stderr)
+    );
+}
