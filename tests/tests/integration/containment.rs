@@ -271,6 +271,35 @@ async fn setsid_daemons_and_double_forks_do_not_survive_the_run() {
     still_healthy(&agent, "daemons").await;
 }
 
+/// What the provider leaves behind is first asked to stop (SIGTERM: a leftover that traps it
+/// gets to clean up), and what ignores it is killed at the end of the grace period — all of it
+/// before the run returns, not eventually.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leftovers_are_asked_to_stop_then_killed_before_the_run_returns() {
+    let ws = tmp();
+    let agent = shell_agent(ws.path()).build();
+    let (out, _) = shell(
+        &agent,
+        "",
+        "(trap 'echo polite > stopped.txt; exit 0' TERM; sleep 987301 & wait) > /dev/null 2>&1 & \
+         (trap '' TERM; exec sleep 987302) > /dev/null 2>&1 & \
+         sleep 0.2; echo started",
+    )
+    .await;
+    assert_eq!(out, "started\n");
+    assert_eq!(
+        with_marker("98730"),
+        Vec::<u32>::new(),
+        "leftovers alive when the run returned"
+    );
+    let stopped = std::fs::read_to_string(ws.path().join("stopped.txt")).unwrap_or_default();
+    assert_eq!(
+        stopped, "polite\n",
+        "the leftover that traps SIGTERM ran its trap"
+    );
+    still_healthy(&agent, "leftovers").await;
+}
+
 #[test]
 fn a_host_killed_with_sigkill_leaves_no_survivor() {
     let ws = tmp();
