@@ -180,7 +180,6 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_DRIVER_FAULT);
         }
     };
-    let ran = matches!(cli.command, Command::Run(_));
     let code = match cli.command {
         Command::Drivers { command, json } => drivers::main(command, json),
         Command::Run(args) => match configured.unwrap_or_else(|| run::configure(&args)) {
@@ -227,13 +226,6 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
     };
-    if ran {
-        // The run has ended, its processes are reaped and its agent closed (`run::run`
-        // awaits all of that): what the runtime's workers still do is free memory (the
-        // engine, the compiled driver) that the process gives back whole as it exits, so it
-        // does not wait for them.
-        runtime.shutdown_background();
-    }
     match output::stdout_closed() {
         Some(lost) => ExitCode::from(lost.exit_code()),
         None => code,

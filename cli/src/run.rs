@@ -375,9 +375,6 @@ pub async fn run(
     }
     let result = stream.result().await;
     view.finish(&result);
-    // Everything the agent started is stopped and reaped here, awaited, so nothing is left
-    // to the drop at exit (which `main` does not wait for after `adaptor run`).
-    agent.close().await;
     if args.schema.is_some()
         && !json
         && let Ok(r) = &result

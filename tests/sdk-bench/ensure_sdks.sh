@@ -14,20 +14,22 @@ SDK_CODEX_TS_VERSION="0.163.0"
 SDK_CLAUDE_PY_VERSION="0.2.110"
 
 # Installs the SDKs unless present; exports BENCH_SDK_NODE_DIR (the npm prefix the .mjs drivers
-# import from) and BENCH_SDK_PYTHON (the venv's python, to run claude_sdk.py with).
+# import from) and BENCH_SDK_PYTHON (the venv's python, to run claude_sdk.py with). Sourced by
+# x.sh, which runs with `set -e`: a version probe that fails (nothing installed yet) must not
+# end the script, hence `|| true` on each.
 ensure_sdks() {
   local cache="${CLI_CACHE:-$HOME/.cache/agent-adaptor-clis}"
   local node_dir="$cache/sdk-node" py_dir="$cache/sdk-python"
   local have_claude have_codex have_py
-  have_claude="$(node -p "require('$node_dir/node_modules/@anthropic-ai/claude-agent-sdk/package.json').version" 2>/dev/null)"
-  have_codex="$(node -p "require('$node_dir/node_modules/@openai/codex-sdk/package.json').version" 2>/dev/null)"
+  have_claude="$(node -p "require('$node_dir/node_modules/@anthropic-ai/claude-agent-sdk/package.json').version" 2>/dev/null || true)"
+  have_codex="$(node -p "require('$node_dir/node_modules/@openai/codex-sdk/package.json').version" 2>/dev/null || true)"
   if [[ "$have_claude" != "$SDK_CLAUDE_TS_VERSION" || "$have_codex" != "$SDK_CODEX_TS_VERSION" ]]; then
     echo "ensure_sdks: installing the TypeScript SDKs into $node_dir" >&2
     mkdir -p "$node_dir"
     npm install --prefix "$node_dir" --no-audit --no-fund --loglevel=error --omit=optional --save-exact \
       "@anthropic-ai/claude-agent-sdk@$SDK_CLAUDE_TS_VERSION" "@openai/codex-sdk@$SDK_CODEX_TS_VERSION" >&2 || return 1
   fi
-  have_py="$("$py_dir/bin/python" -c 'import importlib.metadata as m; print(m.version("claude-agent-sdk"))' 2>/dev/null)"
+  have_py="$("$py_dir/bin/python" -c 'import importlib.metadata as m; print(m.version("claude-agent-sdk"))' 2>/dev/null || true)"
   if [[ "$have_py" != "$SDK_CLAUDE_PY_VERSION" ]]; then
     echo "ensure_sdks: installing the Python SDK into $py_dir" >&2
     [[ -x "$py_dir/bin/python" ]] || python3 -m venv "$py_dir" || return 1
