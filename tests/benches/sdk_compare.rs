@@ -6,7 +6,10 @@
 //! start-up, driver load from the compiled cache, the run); `Agent::run` in process; the same
 //! with `AgentBuilder::prewarm(1)` (the measured run starts on a process started ≥ 1 s before
 //! it, as when requests arrive at least that far apart; for Claude Code with the driver's
-//! stream-json transport, since plain `-p` gives up after 3 s without stdin); the official SDKs (the Claude Agent
+//! stream-json transport, since plain `-p` gives up after 3 s without stdin); for Codex,
+//! `adaptor run` once more with the driver's exec transport (`codex exec --json`, the raw
+//! row's entry point: for a streaming caller such as `adaptor run` the driver's default is the
+//! app-server, a different code path of the CLI with its handshake); the official SDKs (the Claude Agent
 //! SDK for TypeScript and Python, the Codex SDK for TypeScript) through the scripts in
 //! `tests/sdk-bench/`, pointed at the same pinned CLI. Wall time and, where the path shows its
 //! events, time to first text.
@@ -72,6 +75,10 @@ struct OneShot<'a> {
     env: &'a [(String, String)],
     cold: &'a Agent,
     warm: &'a Agent,
+    /// Driver config added to `adaptor run`'s for one more `adaptor run` row each (the Codex
+    /// driver's exec transport: the raw row's own entry point, where its default for a
+    /// streaming caller is the app-server).
+    adaptor_variants: Vec<Value>,
     /// (runner, script) of each official SDK.
     sdks: Vec<(&'a Path, &'static str)>,
 }
@@ -199,8 +206,9 @@ impl Bench {
     }
 
     /// One round of one CLI's one-shot rows: raw CLI, `adaptor run` (its peak RSS and private
-    /// RSS, MiB, pushed to `rss`), `Agent::run` cold, then on a prewarmed process, then each
-    /// SDK script; wall and time to first text of each, in the order of the table. They run
+    /// RSS, MiB, pushed to `rss`), `Agent::run` cold, then on a prewarmed process, then
+    /// `adaptor run` with each of `adaptor_variants`, then each SDK script; wall and time to
+    /// first text of each, in the order of the table. They run
     /// in a different order each round (rotated by `round`): a fixed order measured every
     /// path right after the same neighbour, whose leftovers (the CLI's own background
     /// children, caches) then counted against it alone — `adaptor run`, always right after
@@ -219,7 +227,8 @@ impl Bench {
         rss: &mut Vec<(f64, f64)>,
     ) -> Vec<(f64, Option<f64>)> {
         let cli = one.cli;
-        let paths = 4 + one.sdks.len();
+        let variants = one.adaptor_variants.len();
+        let paths = 4 + variants + one.sdks.len();
         let mut sample = vec![(0.0, None); paths];
         for k in 0..paths {
             let path = (k + round) % paths;
@@ -229,7 +238,8 @@ impl Bench {
                     Cli::Codex => self.raw_codex(),
                 }),
                 1 => self.on(cli, "adaptor run", 1, || {
-                    let (wall, peak, private) = self.adaptor_run(one.driver, one.program, one.env);
+                    let (wall, peak, private) =
+                        self.adaptor_run(one.driver, one.program, &json!({}), one.env);
                     rss.push((peak as f64 / 1024.0, private as f64 / 1024.0));
                     (wall, None)
                 }),
@@ -244,8 +254,16 @@ impl Bench {
                     one.warm_up(rt);
                     measured
                 }
+                variant if variant < 4 + variants => {
+                    let extra = &one.adaptor_variants[variant - 4];
+                    self.on(cli, "adaptor run (variant)", 1, || {
+                        let (wall, _, _) =
+                            self.adaptor_run(one.driver, one.program, extra, one.env);
+                        (wall, None)
+                    })
+                }
                 _ => {
-                    let (runner, script) = one.sdks[path - 4];
+                    let (runner, script) = one.sdks[path - 4 - variants];
                     self.on(cli, script, 1, || {
                         let (wall, lines) = self.sdk(runner, script, &["oneshot", PROMPT], one.env);
                         assert_eq!(lines.len(), 1);
@@ -300,10 +318,20 @@ impl Bench {
         (ms(start.elapsed()), first)
     }
 
-    /// `adaptor run` as a whole process; its peak RSS and the largest private (anonymous) RSS
-    /// seen (KiB), sampled until it exits.
-    fn adaptor_run(&self, driver: &str, cli: &Path, env: &[(String, String)]) -> (f64, u64, u64) {
-        let config = json!({ "command": cli.display().to_string() }).to_string();
+    /// `adaptor run` as a whole process, `extra` (an object) added to its driver config; its
+    /// peak RSS and the largest private (anonymous) RSS seen (KiB), sampled until it exits.
+    fn adaptor_run(
+        &self,
+        driver: &str,
+        cli: &Path,
+        extra: &Value,
+        env: &[(String, String)],
+    ) -> (f64, u64, u64) {
+        let mut config = json!({ "command": cli.display().to_string() });
+        if let (Some(config), Some(extra)) = (config.as_object_mut(), extra.as_object()) {
+            config.extend(extra.clone());
+        }
+        let config = config.to_string();
         let mut cmd = self.command(&bin_dir().join("adaptor"), &[]);
         cmd.args(["run", "--driver", driver, "--config", &config, "--cwd"])
             .arg(self.ws.path())
@@ -731,6 +759,7 @@ fn main() {
         "codex: `adaptor run`",
         "codex: Agent::run",
         "codex: Agent::run, prewarm(1)",
+        "codex: `adaptor run`, exec transport",
         "codex: TS Codex SDK",
     ]
     .into_iter()
@@ -745,6 +774,7 @@ fn main() {
         env: &claude_env,
         cold: &claude_cold,
         warm: &claude_warm,
+        adaptor_variants: Vec::new(),
         sdks: vec![(&node, "claude_sdk.mjs"), (&b.python, "claude_sdk.py")],
     };
     let codex_one = OneShot {
@@ -754,6 +784,7 @@ fn main() {
         env: &codex_env,
         cold: &codex_cold,
         warm: &codex_warm,
+        adaptor_variants: vec![json!({"transport": "exec"})],
         sdks: vec![(&node, "codex_sdk.mjs")],
     };
     for round in 0..=rounds {
