@@ -1,6 +1,6 @@
 //! Benchmark (not a test): agent-adaptor side by side with the raw CLIs and the official SDKs,
 //! on the real pinned Claude Code and Codex CLIs against the project's mock model servers
-//! (loopback only), every path interleaved, in an order rotated each round.
+//! (loopback only), every path interleaved, in an order shuffled each round.
 //!
 //! One-shot rows (a new CLI process per turn): the raw CLI; `adaptor run` (a whole process:
 //! start-up, driver load from the compiled cache, the run); `Agent::run` in process; the same
@@ -49,6 +49,28 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 const PROMPT: &str = "Say hello";
+
+/// The order of `paths` paths in round `round`: a permutation that differs from round to
+/// round, neighbours included (Fisher–Yates driven by a xorshift generator seeded by the
+/// round, so a run is reproducible).
+fn round_order(paths: usize, round: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..paths).collect();
+    let mut state = (round as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    // A few steps first: the first outputs of nearby small seeds are alike.
+    for _ in 0..8 {
+        next();
+    }
+    for i in (1..paths).rev() {
+        order.swap(i, (next() % (i as u64 + 1)) as usize);
+    }
+    order
+}
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -208,12 +230,15 @@ impl Bench {
     /// One round of one CLI's one-shot rows: raw CLI, `adaptor run` (its peak RSS and private
     /// RSS, MiB, pushed to `rss`), `Agent::run` cold, then on a prewarmed process, then
     /// `adaptor run` with each of `adaptor_variants`, then each SDK script; wall and time to
-    /// first text of each, in the order of the table. They run
-    /// in a different order each round (rotated by `round`): a fixed order measured every
-    /// path right after the same neighbour, whose leftovers (the CLI's own background
-    /// children, caches) then counted against it alone — `adaptor run`, always right after
-    /// the raw CLI, read 40–70 ms slower than it where an alternating A/B of the two showed
-    /// none. The prewarmed run takes a process started ≥ 1 s before, and the pool's refill
+    /// first text of each, in the order of the table. They run in a different order each
+    /// round, shuffled ([`round_order`]): a fixed order measured every path right after the
+    /// same neighbour, whose leftovers (the CLI's own background children, caches, a warm
+    /// process just started) then counted against it alone — `adaptor run`, always right
+    /// after the raw CLI, read 40–70 ms slower than it where an alternating A/B of the two
+    /// showed none. Rotating the order is not enough: it keeps every path's neighbour (the
+    /// Codex exec-transport row, always right after the prewarmed run and its pool's
+    /// refill, read 28–46 ms over the raw CLI in rotated runs, where 100 alternating rounds
+    /// by hand put it at 7.8 ms). The prewarmed run takes a process started ≥ 1 s before, and the pool's refill
     /// (a new CLI starting) is waited out before the next path, untimed. The pool is filled
     /// right before the run as well, not only once before the rounds: the paths outside
     /// our confinement (the raw CLI, the SDKs) create Claude Code's `~/.claude.json` on
@@ -230,8 +255,7 @@ impl Bench {
         let variants = one.adaptor_variants.len();
         let paths = 4 + variants + one.sdks.len();
         let mut sample = vec![(0.0, None); paths];
-        for k in 0..paths {
-            let path = (k + round) % paths;
+        for path in round_order(paths, round) {
             sample[path] = match path {
                 0 => self.on(cli, "raw CLI", 1, || match cli {
                     Cli::Claude => self.raw_claude(),
