@@ -51,24 +51,11 @@ use serde_json::{Value, json};
 const PROMPT: &str = "Say hello";
 
 /// The order of `paths` paths in round `round`: a permutation that differs from round to
-/// round, neighbours included (Fisher–Yates driven by a xorshift generator seeded by the
-/// round, so a run is reproducible).
+/// round, neighbours included (shuffled by a generator seeded with the round, so a run is
+/// reproducible).
 fn round_order(paths: usize, round: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..paths).collect();
-    let mut state = (round as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
-    // A few steps first: the first outputs of nearby small seeds are alike.
-    for _ in 0..8 {
-        next();
-    }
-    for i in (1..paths).rev() {
-        order.swap(i, (next() % (i as u64 + 1)) as usize);
-    }
+    fastrand::Rng::with_seed(round as u64).shuffle(&mut order);
     order
 }
 

@@ -18,8 +18,9 @@
 //!   towards the host).
 //! - The **reaper** has `PR_SET_PDEATHSIG(SIGKILL)` towards the keeper. When the provider
 //!   exits it sends SIGTERM to everything left in the namespace, waits for them to end (woken
-//!   by each child's end, not polling) up to the grace period, then SIGKILL; when the reaper dies (the host, the spawner or the keeper was killed), the
-//!   kernel kills every process of the namespace. Either way nothing started for the run
+//!   by each child's end, not polling) up to the grace period, then SIGKILL; when the reaper
+//!   dies (the host, the spawner or the keeper was killed), the kernel kills every process of
+//!   the namespace. Either way nothing started for the run
 //!   survives it.
 //! - Signals the host sends to the process group reach the provider and its group as before:
 //!   the keeper ignores the polite ones and the reaper, as a namespace init, gets only SIGKILL
@@ -408,7 +409,8 @@ unsafe fn reaper_loop(provider: libc::pid_t, status_w: libc::c_int, grace_ms: u6
             }
         }
         libc::kill(-1, libc::SIGTERM);
-        let deadline = monotonic_ms().saturating_add(grace_ms);
+        // `Instant::now` is `clock_gettime(CLOCK_MONOTONIC)`: async-signal-safe.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(grace_ms);
         'left: loop {
             // Reap every child that has ended; stop when none is left (ECHILD).
             loop {
@@ -420,16 +422,16 @@ unsafe fn reaper_loop(provider: libc::pid_t, status_w: libc::c_int, grace_ms: u6
                     _ => break 'left,
                 }
             }
-            let left = deadline.saturating_sub(monotonic_ms());
-            if left == 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
                 libc::kill(-1, libc::SIGKILL);
                 let mut status = 0;
                 while libc::waitpid(-1, &mut status, 0) > 0 {}
                 break;
             }
             let wait = libc::timespec {
-                tv_sec: (left / 1000) as libc::time_t,
-                tv_nsec: ((left % 1000) * 1_000_000) as libc::c_long,
+                tv_sec: left.as_secs() as libc::time_t,
+                tv_nsec: left.subsec_nanos() as libc::c_long,
             };
             // Returns SIGCHLD when a child ended (or one ended before the call: it stays
             // pending while blocked), or EAGAIN at the deadline; both go round again.
@@ -442,17 +444,6 @@ unsafe fn reaper_loop(provider: libc::pid_t, status_w: libc::c_int, grace_ms: u6
         );
         libc::_exit(0)
     }
-}
-
-/// Milliseconds on the monotonic clock (async-signal-safe).
-fn monotonic_ms() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime only writes `now`; CLOCK_MONOTONIC is always available.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    now.tv_sec as u64 * 1000 + now.tv_nsec as u64 / 1_000_000
 }
 
 /// The Landlock ruleset for `rules`, as a file descriptor for `landlock_restrict_self`.
