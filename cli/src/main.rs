@@ -130,6 +130,15 @@ pub(crate) const EXIT_DRIVER_FAULT: u8 = 3;
 pub(crate) const EXIT_INTERRUPTED: u8 = 130;
 
 fn main() -> ExitCode {
+    // Commands that start providers fork their spawner first thing, while this process is
+    // small and has one thread: every page it has touched by then is shared with the
+    // spawner, and its first write here after the fork copies it (the host's heap after
+    // clap has parsed made that measurable). The command is read from the raw arguments;
+    // a wrong guess only costs a spawner that idles, or one started on first use. A
+    // refusal changes nothing and is logged once logging is set up.
+    let refused = starts_providers(std::env::args_os())
+        .then(adaptor::fork_spawner)
+        .and_then(Result::err);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ADAPTOR_LOG")
@@ -149,16 +158,10 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
         }
     };
-    let color = cli.color;
-    // Commands that start providers fork their spawner now, while this process is small
-    // and has one thread (before the runtime below starts its workers). A refusal changes
-    // nothing (the spawner is then started on first use) and is logged by the library.
-    if matches!(
-        cli.command,
-        Command::Run(_) | Command::Acp(_) | Command::Threads(threads::ThreadsCommand::Fork { .. })
-    ) {
-        let _refused = adaptor::fork_spawner();
+    if let Some(e) = refused {
+        tracing::debug!(error = %e, "no spawner forked; it will be started on first use");
     }
+    let color = cli.color;
     // The runtime starts (its worker threads, its drivers) on a thread of its own while
     // `adaptor run` resolves its settings and loads its driver, which need no runtime.
     let starting = std::thread::Builder::new()
@@ -229,6 +232,27 @@ fn main() -> ExitCode {
     match output::stdout_closed() {
         Some(lost) => ExitCode::from(lost.exit_code()),
         None => code,
+    }
+}
+
+/// Whether `args` (the program's name first) name a command that starts providers: `run`,
+/// `acp` or `threads fork`. Read before clap parses: the first two words that are not
+/// options, skipping `--color`'s value (the only global option that takes one).
+fn starts_providers(args: impl IntoIterator<Item = std::ffi::OsString>) -> bool {
+    let mut words = Vec::with_capacity(2);
+    let mut args = args.into_iter().skip(1);
+    while words.len() < 2 {
+        let Some(arg) = args.next() else { break };
+        if arg == "--color" {
+            args.next();
+        } else if !arg.as_encoded_bytes().starts_with(b"-") {
+            words.push(arg);
+        }
+    }
+    match words.as_slice() {
+        [first, ..] if first == "run" || first == "acp" => true,
+        [first, second] => first == "threads" && second == "fork",
+        _ => false,
     }
 }
 
@@ -343,4 +367,40 @@ pub(crate) fn report(e: &Error) -> ExitCode {
         | Error::Lost(_) => EXIT_DRIVER_FAULT,
         _ => EXIT_USAGE,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::starts_providers;
+
+    fn args(words: &[&str]) -> Vec<std::ffi::OsString> {
+        std::iter::once("adaptor")
+            .chain(words.iter().copied())
+            .map(Into::into)
+            .collect()
+    }
+
+    #[test]
+    fn the_commands_that_start_providers_are_told_from_the_raw_arguments() {
+        for starting in [
+            &["run", "Say hello"][..],
+            &["--color", "never", "run", "--driver", "claude", "hi"],
+            &["--color=always", "acp"],
+            &["threads", "fork", "ticket-42", "--thread", "alt", "hi"],
+            &["threads", "--color", "never", "fork", "ticket-42", "hi"],
+        ] {
+            assert!(starts_providers(args(starting)), "{starting:?}");
+        }
+        for other in [
+            &[][..],
+            &["--version"],
+            &["drivers", "--json"],
+            &["threads", "list"],
+            &["threads", "show", "fork"],
+            &["--color", "run", "drivers"],
+            &["config", "show", "--driver", "run"],
+        ] {
+            assert!(!starts_providers(args(other)), "{other:?}");
+        }
+    }
 }

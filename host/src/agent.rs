@@ -702,7 +702,7 @@ impl AgentBuilder {
         crate::process::sweep_stale_run_dirs();
         // In the background, so the first launch does not wait for the spawner to start.
         #[cfg(unix)]
-        crate::process::start_spawner();
+        crate::process::start_spawner(crate::grant::prepare_launches);
         let cancel = CancellationToken::new();
         let warm = crate::run::warm::WarmPool::new(
             self.driver.name(),
@@ -1021,6 +1021,33 @@ pub async fn run_as_with<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     let result = Runner::run(runner, prompt.into(), options).await?;
     let value = result.decode::<T>()?;
     Ok((value, result))
+}
+
+/// Start this process's spawner now by forking the process itself, for a program that
+/// calls it first thing in `main`: the spawner then starts from a small process that has
+/// not mapped wasmtime nor started a runtime, instead of as the executable started afresh
+/// on the first [`AgentBuilder::build`](crate::AgentBuilder::build) (loading, relocating
+/// and starting the executable again cost about 1.8 ms of CPU in a profile of
+/// `adaptor run`, which calls this).
+///
+/// The forked spawner is the same as the started one: the same serving loop, its own
+/// process group, the parent-death signal towards the main thread, stdio on `/dev/null`,
+/// no other inherited descriptor, its environment cleared, SIGPIPE at its default. Right
+/// after the fork the host's spawner thread starts and takes it, probes what the kernel
+/// offers for confinement (a throwaway child in new namespaces, about a millisecond) and
+/// decides the confinement rules every launch shares (the system directories, `/etc`
+/// without its secrets, the device nodes: listing and resolving `/etc` is about half a
+/// millisecond) while the program goes on loading its driver, rather than when the first
+/// `Agent` is built, after that load, or at the first launch. If the spawner died
+/// meanwhile, the next launch starts one the usual way.
+///
+/// Refused with a [`SpawnerForkError`](crate::SpawnerForkError), and nothing changed, when
+/// called from a thread other than the main one or while the process has any other thread
+/// (a fork copies only the caller: a lock another thread held would stay held in the
+/// spawner; a second call finds the spawner thread the first one started), logged at debug
+/// level too. Does nothing on systems other than Linux, where no spawner process is used.
+pub fn fork_spawner() -> Result<(), crate::error::SpawnerForkError> {
+    crate::process::fork_spawner(crate::grant::prepare_launches)
 }
 
 #[cfg(test)]

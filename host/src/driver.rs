@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::descriptor::Descriptor;
 use crate::error::{Error, LoadError};
-use crate::wasm::engine::{CompileSource, compile_cached, default_cache_dir, sha256_hex};
+use crate::wasm::engine::{CompileSource, Wasm, compile_cached, default_cache_dir};
 use crate::wasm::guest::{DriverPre, GuestInstance, GuestLimits, prepare};
 
 /// Options for loading a driver.
@@ -129,11 +129,7 @@ impl Driver {
     /// Load a driver from a `.wasm` file with explicit options.
     pub fn from_file_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Driver, Error> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let mut driver = Self::load(&path.display().to_string(), &bytes, options)?;
+        let mut driver = Self::load(&path.display().to_string(), Wasm::File(path), options)?;
         driver.origin = Origin::File(path.to_path_buf());
         Ok(driver.with_path(path.to_path_buf()))
     }
@@ -161,7 +157,7 @@ impl Driver {
 
     /// Load a driver from component bytes. `name_hint` names it in errors.
     pub fn from_bytes(name_hint: &str, bytes: &[u8]) -> Result<Driver, Error> {
-        Self::load(name_hint, bytes, &LoadOptions::default())
+        Self::load(name_hint, Wasm::Bytes(bytes), &LoadOptions::default())
     }
 
     /// Load from bytes with explicit options.
@@ -170,13 +166,12 @@ impl Driver {
         bytes: &[u8],
         options: &LoadOptions,
     ) -> Result<Driver, Error> {
-        Self::load(name_hint, bytes, options)
+        Self::load(name_hint, Wasm::Bytes(bytes), options)
     }
 
-    fn load(name_hint: &str, bytes: &[u8], options: &LoadOptions) -> Result<Driver, Error> {
-        let sha256 = sha256_hex(bytes);
-        let (component, source) =
-            compile_cached(name_hint, bytes, &sha256, options.cache_dir.as_deref())?;
+    fn load(name_hint: &str, wasm: Wasm<'_>, options: &LoadOptions) -> Result<Driver, Error> {
+        let (component, source, sha256) =
+            compile_cached(name_hint, wasm, options.cache_dir.as_deref())?;
         let pre = prepare(name_hint, &component)?;
         let hint: Arc<str> = Arc::from(name_hint);
         let mut instance = run_sync(GuestInstance::new(hint, &pre, GuestLimits::default()))?;

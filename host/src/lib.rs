@@ -117,7 +117,9 @@ mod workspace;
 #[cfg(test)]
 mod architecture;
 
-pub use agent::{Agent, AgentBuilder, RunOptions, Runner, Spawn, run_as, run_as_with};
+pub use agent::{
+    Agent, AgentBuilder, RunOptions, Runner, Spawn, fork_spawner, run_as, run_as_with,
+};
 pub use approval::{
     ApprovalError, ApprovalFuture, ApprovalHandler, ApprovalKind, ApprovalRequest, Choice,
     Resolution,
@@ -154,7 +156,6 @@ pub use packages::{
     is_installable_name,
 };
 pub use policy::{ApprovalPolicy, DecisionMode, Fallback, Policy, QuestionMode, Sandbox, Toggle};
-pub use process::fork_spawner;
 pub use profile::{ClonedProfile, Observed, Profile, ProfileFileState, ProfileState};
 pub use result::{
     Checkpoint, ChunkRecord, ExitInfo, ItemKind, LaunchPlan, LaunchRecord, ProcessIdentity,

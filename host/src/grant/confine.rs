@@ -60,8 +60,9 @@ const DEVICES: &[&str] = &[
 
 /// The rules every launch gets — the system directories, `/etc` without its secrets,
 /// `/proc`, `/sys`, the device nodes — decided once per process (about 1 ms of `/etc`
-/// listing and path resolution per launch otherwise).
-fn system_rules() -> &'static [PathRule] {
+/// listing and path resolution per launch otherwise), ahead of the first launch when the
+/// spawner starts early (`super::prepare_launches`).
+pub(crate) fn system_rules() -> &'static [PathRule] {
     static RULES: std::sync::OnceLock<Vec<PathRule>> = std::sync::OnceLock::new();
     RULES.get_or_init(|| {
         let mut plan = ConfinementPlan::default();

@@ -101,6 +101,14 @@ pub(crate) struct RunPaths<'a> {
     pub instructions: Option<&'a Path>,
 }
 
+/// The once-per-process work every launch shares, done ahead of the first one: the
+/// confinement rules for the system directories, `/etc` and the device nodes (run by the
+/// spawner thread once it has started; a launch planned meanwhile waits for it rather than
+/// doing it twice).
+pub(crate) fn prepare_launches() {
+    confine::system_rules();
+}
+
 /// The canonical workspace: `dir`, else the current directory; it must be a directory.
 pub(crate) fn resolve_workspace(dir: Option<&Path>) -> Result<PathBuf, Error> {
     let dir = match dir {

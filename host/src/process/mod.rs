@@ -28,37 +28,20 @@ pub(crate) use tool::run_host_tool;
 #[cfg(unix)]
 pub(crate) use unix::{Spawned, exit_parts, group_alive, killed_status, signal_group, spawn};
 
-/// Start this process's spawner now by forking the process itself, for a program that
-/// calls it first thing in `main`: the spawner then starts from a small process that has
-/// not mapped wasmtime nor started a runtime, instead of as the executable started afresh
-/// on the first [`AgentBuilder::build`](crate::AgentBuilder::build) (loading, relocating
-/// and starting the executable again cost about 1.8 ms of CPU in a profile of
-/// `adaptor run`, which calls this).
-///
-/// The forked spawner is the same as the started one: the same serving loop, its own
-/// process group, the parent-death signal towards the main thread, stdio on `/dev/null`,
-/// no other inherited descriptor, its environment cleared, SIGPIPE at its default. Right
-/// after the fork the host's spawner thread starts and takes it, and probes what the kernel
-/// offers for confinement (a throwaway child in new namespaces, about a millisecond) while
-/// the program goes on loading its driver, rather than when the first `Agent` is built,
-/// after that load. If the spawner died meanwhile, the next launch starts one the usual way.
-///
-/// Refused with a [`SpawnerForkError`](crate::SpawnerForkError), and nothing changed, when
-/// called from a thread other than the main one or while the process has any other thread
-/// (a fork copies only the caller: a lock another thread held would stay held in the
-/// spawner; a second call finds the spawner thread the first one started), logged at debug
-/// level too. Does nothing on systems other than Linux, where no spawner process is used.
-pub fn fork_spawner() -> Result<(), crate::error::SpawnerForkError> {
+/// Fork this process's spawner now (see [`crate::fork_spawner`]); once the spawner thread has
+/// taken it and probed the kernel, it runs `prepare`.
+pub(crate) fn fork_spawner(prepare: fn()) -> Result<(), crate::error::SpawnerForkError> {
     #[cfg(target_os = "linux")]
     {
         spawner::fork_at_start().inspect_err(|e| {
             tracing::debug!(error = %e, "no spawner forked; it will be started on first use");
         })?;
-        spawner::start_early();
+        spawner::start_early(prepare);
         Ok(())
     }
     #[cfg(not(target_os = "linux"))]
     {
+        let _ = prepare;
         Ok(())
     }
 }

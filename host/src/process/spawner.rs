@@ -9,7 +9,7 @@
 //! this crate, so it never maps wasmtime nor starts a runtime: its forks are cheap and its
 //! keepers and reapers small. It is started once per host process, on first use (an `Agent`
 //! being built starts it in the background). A program may instead fork it first thing in
-//! `main` (`crate::process::fork_spawner`, as `adaptor run` does): the process is then small
+//! `main` (`crate::fork_spawner`, as `adaptor run` does): the process is then small
 //! and single-threaded, and the fork spares starting the executable a second time; the child
 //! sets itself up as a started spawner is set up and runs the same [`serve`].
 //!
@@ -619,7 +619,7 @@ pub(crate) async fn launch(spec: &ProcessSpec) -> io::Result<Launched> {
     let (reply, answer) = tokio::sync::oneshot::channel();
     let gone = || io::Error::other("the host's spawner thread is gone");
     client()
-        .send(Some(Outgoing {
+        .send(Job::Launch(Outgoing {
             spec: WireSpec::new(spec),
             reply,
         }))
@@ -627,30 +627,39 @@ pub(crate) async fn launch(spec: &ProcessSpec) -> io::Result<Launched> {
     answer.await.unwrap_or_else(|_| Err(gone()))
 }
 
-/// Start the spawner now, in the background, so the first launch does not wait for it.
-pub(crate) fn start_early() {
-    let _ = client().send(None);
+/// Start the spawner now, in the background, so the first launch does not wait for it;
+/// then, on the spawner thread, probe the kernel and run `prepare` (the caller's own
+/// once-per-process work for launches), off the first launch's path.
+pub(crate) fn start_early(prepare: fn()) {
+    let _ = client().send(Job::Start { prepare });
+}
+
+/// What the spawner thread is asked to do.
+enum Job {
+    /// Make sure a spawner runs, probe the kernel, then run `prepare`.
+    Start { prepare: fn() },
+    /// Start a process.
+    Launch(Outgoing),
 }
 
 /// The host's spawner thread: it starts the spawner process (so the parent-death signal
 /// refers to a thread that lives as long as the host) and writes every request to it.
-/// `None` only makes sure a spawner runs.
-fn client() -> &'static mpsc::Sender<Option<Outgoing>> {
-    static CLIENT: std::sync::OnceLock<mpsc::Sender<Option<Outgoing>>> = std::sync::OnceLock::new();
+fn client() -> &'static mpsc::Sender<Job> {
+    static CLIENT: std::sync::OnceLock<mpsc::Sender<Job>> = std::sync::OnceLock::new();
     CLIENT.get_or_init(|| {
-        let (queue, requests) = mpsc::channel::<Option<Outgoing>>();
+        let (queue, requests) = mpsc::channel::<Job>();
         let started = std::thread::Builder::new()
             .name("adaptor-spawner".into())
             .spawn(move || {
                 let mut connection: Option<Connection> = None;
                 let mut next_id = 0u64;
-                for outgoing in requests {
+                for job in requests {
                     let live = connection.as_ref().is_some_and(|c| c.alive());
                     if !live {
                         connection = match Connection::open() {
                             Ok(c) => Some(c),
                             Err(e) => {
-                                if let Some(o) = outgoing {
+                                if let Job::Launch(o) = job {
                                     let _ = o.reply.send(Err(io::Error::new(
                                         e.kind(),
                                         format!("could not start the host's spawner: {e}"),
@@ -660,11 +669,16 @@ fn client() -> &'static mpsc::Sender<Option<Outgoing>> {
                             }
                         };
                     }
-                    let Some(outgoing) = outgoing else {
-                        // Started early: also probe what the kernel offers (a namespace
-                        // probe costs about a millisecond), off the first run's path.
-                        super::kernel_support();
-                        continue;
+                    let outgoing = match job {
+                        Job::Launch(outgoing) => outgoing,
+                        Job::Start { prepare } => {
+                            // Started early: also probe what the kernel offers (a namespace
+                            // probe costs about a millisecond) and prepare, off the first
+                            // run's path.
+                            super::kernel_support();
+                            prepare();
+                            continue;
+                        }
                     };
                     let Some(conn) = connection.as_ref() else {
                         continue;
@@ -935,7 +949,7 @@ impl SpawnerChild {
 }
 
 // ---------------------------------------------------------------------------------------
-// A spawner forked at start-up (see `crate::process::fork_spawner`).
+// A spawner forked at start-up (see `crate::fork_spawner`).
 // ---------------------------------------------------------------------------------------
 
 /// A spawner [`fork_at_start`] started, until the first connection takes it.
@@ -969,7 +983,7 @@ fn thread_count() -> io::Result<usize> {
         .ok_or_else(|| io::Error::other("/proc/self/stat has no thread count"))
 }
 
-/// Fork the spawner from this process now (see `crate::process::fork_spawner`, which
+/// Fork the spawner from this process now (see `crate::fork_spawner`, which
 /// documents the conditions; they are checked here).
 #[cfg(target_os = "linux")]
 pub(crate) fn fork_at_start() -> Result<(), crate::error::SpawnerForkError> {
@@ -1168,7 +1182,7 @@ mod tests {
     /// nothing is left for a connection to take.
     #[test]
     fn a_fork_from_a_thread_other_than_the_main_one_is_refused() {
-        let e = crate::process::fork_spawner().unwrap_err();
+        let e = crate::fork_spawner().unwrap_err();
         assert!(
             matches!(e, crate::error::SpawnerForkError::NotMainThread),
             "{e}"

@@ -129,57 +129,98 @@ fn cache_key(wasm_sha: &str) -> String {
     hex::encode(h.finalize())
 }
 
-/// Compile `wasm` (a component) or load it from `cache_dir`.
+/// A component to compile or load, as the caller has it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wasm<'a> {
+    /// Its bytes.
+    Bytes(&'a [u8]),
+    /// A file: a cached load only hashes it, in pieces, with no buffer the size of the
+    /// component (allocating, faulting in and unmapping one for the sha256 alone was about
+    /// as costly as the hash); it is read whole only to compile.
+    File(&'a Path),
+}
+
+/// Compile `wasm` (a component) or load it from `cache_dir`; also returns the sha256 of the
+/// component bytes the result was compiled from.
 pub(crate) fn compile_cached(
     name_hint: &str,
-    wasm: &[u8],
-    wasm_sha: &str,
+    wasm: Wasm<'_>,
     cache_dir: Option<&Path>,
-) -> Result<(Component, CompileSource), Error> {
+) -> Result<(Component, CompileSource, String), Error> {
     let engine = engine();
-    let Some(dir) = cache_dir else {
-        return Ok((compile(name_hint, wasm)?, CompileSource::Compiled));
+    let read_error = |path: &Path, source| {
+        Error::Load(LoadError::Read {
+            path: path.display().to_string(),
+            source,
+        })
     };
-    let path = dir.join(format!("{}.cwasm", cache_key(wasm_sha)));
+    if let (None, Wasm::File(file)) = (cache_dir, wasm) {
+        // No cache to look in: the bytes are needed anyway.
+        let bytes = std::fs::read(file).map_err(|e| read_error(file, e))?;
+        return compile_cached(name_hint, Wasm::Bytes(&bytes), None);
+    }
+    let wasm_sha = match wasm {
+        Wasm::Bytes(bytes) => sha256_hex(bytes),
+        Wasm::File(path) => sha256_file_hex(path).map_err(|e| read_error(path, e))?,
+    };
     let mut source = CompileSource::Compiled;
-    let entry = match EntryBytes::open(&path) {
+    let path = cache_dir.map(|dir| dir.join(format!("{}.cwasm", cache_key(&wasm_sha))));
+    let entry = path.as_deref().and_then(|path| match EntryBytes::open(path) {
         Ok(bytes) => Some(bytes),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => {
             tracing::warn!(path = %path.display(), error = %e, "could not read compiled driver cache entry; compiling");
             None
         }
-    };
-    if let Some(bytes) = entry {
+    });
+    if let (Some(bytes), Some(path)) = (entry, path.as_deref()) {
         let verdict = if verified_artifact(&bytes).is_some() {
             drop(bytes);
             // SAFETY: the file holds an artifact produced by `Engine::precompile_component` of
             // this module (trailer magic and checksum verified above, in a directory only we
             // write, keyed by wasmtime version, engine configuration and layout). Entries are
             // renamed into place and never modified in place, so the mapping stays valid.
-            unsafe { Component::deserialize_file(engine, &path) }.map_err(|e| e.to_string())
+            unsafe { Component::deserialize_file(engine, path) }.map_err(|e| e.to_string())
         } else {
             Err("corrupt (checksum or trailer does not match)".to_owned())
         };
         match verdict {
             Ok(component) => {
-                mark_used(&path);
-                return Ok((component, CompileSource::Cached));
+                mark_used(path);
+                return Ok((component, CompileSource::Cached, wasm_sha));
             }
             Err(reason) => {
                 tracing::warn!(path = %path.display(), %reason, "discarding unusable compiled driver cache entry");
                 source = CompileSource::Recompiled;
             }
         }
-        if let Err(e) = std::fs::remove_file(&path)
+        if let Err(e) = std::fs::remove_file(path)
             && e.kind() != std::io::ErrorKind::NotFound
         {
             tracing::warn!(path = %path.display(), error = %e, "could not remove unusable compiled driver cache entry");
         }
     }
+    let read;
+    let (bytes, wasm_sha, path) = match wasm {
+        Wasm::Bytes(bytes) => (bytes, wasm_sha, path),
+        Wasm::File(file) => {
+            read = std::fs::read(file).map_err(|e| read_error(file, e))?;
+            // The file may have changed since it was hashed: the key names what is compiled.
+            let sha = sha256_hex(&read);
+            let path = if sha == wasm_sha {
+                path
+            } else {
+                cache_dir.map(|dir| dir.join(format!("{}.cwasm", cache_key(&sha))))
+            };
+            (&read[..], sha, path)
+        }
+    };
+    let (Some(dir), Some(path)) = (cache_dir, path) else {
+        return Ok((compile(name_hint, bytes)?, source, wasm_sha));
+    };
     let compiled = engine
-        .precompile_component(wasm)
-        .map_err(|e| not_a_component(name_hint, wasm, e))?;
+        .precompile_component(bytes)
+        .map_err(|e| not_a_component(name_hint, bytes, e))?;
     // SAFETY: `compiled` was just produced by this engine.
     let component = unsafe { Component::deserialize(engine, &compiled) }
         .map_err(|e| Error::Load(LoadError::Compile(format!("{name_hint}: {e}"))))?;
@@ -191,7 +232,18 @@ pub(crate) fn compile_cached(
             tracing::warn!(path = %path.display(), error = %e, "could not write compiled driver cache entry");
         }
     }
-    Ok((component, source))
+    Ok((component, source, wasm_sha))
+}
+
+/// Hex sha256 of the file at `path`, read through a 64 KiB buffer.
+fn sha256_file_hex(path: &Path) -> std::io::Result<String> {
+    let file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    std::io::copy(
+        &mut std::io::BufReader::with_capacity(64 * 1024, file),
+        &mut hasher,
+    )?;
+    Ok(hex::encode(hasher.finalize()))
 }
 
 fn compile(name_hint: &str, wasm: &[u8]) -> Result<Component, Error> {

@@ -161,6 +161,20 @@ fn descriptor_and_fingerprint_are_deterministic() {
     let a = Driver::from_file(driver_path("reference")).unwrap();
     let b = Driver::from_file(driver_path("reference")).unwrap();
     assert_eq!(a.descriptor(), b.descriptor());
+    // A file is hashed in pieces; its sha256 is that of its bytes however it was loaded
+    // (compiled into a cache, from the cache, or with no cache at all).
+    let bytes = std::fs::read(driver_path("reference")).unwrap();
+    let from_bytes =
+        Driver::from_bytes_with("reference", &bytes, &LoadOptions { cache_dir: None }).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let cached = LoadOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+    };
+    for options in [&cached, &cached, &LoadOptions { cache_dir: None }] {
+        let from_file = Driver::from_file_with(driver_path("reference"), options).unwrap();
+        assert_eq!(from_file.sha256(), from_bytes.sha256());
+    }
+    assert_eq!(a.sha256(), from_bytes.sha256());
     let cfg = serde_json::json!({"model": "m", "command": "/x"});
     let fa = a
         .with_config(cfg.clone())
