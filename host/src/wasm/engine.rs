@@ -147,83 +147,107 @@ pub(crate) fn compile_cached(
     wasm: Wasm<'_>,
     cache_dir: Option<&Path>,
 ) -> Result<(Component, CompileSource, String), Error> {
-    let engine = engine();
     let read_error = |path: &Path, source| {
         Error::Load(LoadError::Read {
             path: path.display().to_string(),
             source,
         })
     };
-    if let (None, Wasm::File(file)) = (cache_dir, wasm) {
-        // No cache to look in: the bytes are needed anyway.
-        let bytes = std::fs::read(file).map_err(|e| read_error(file, e))?;
-        return compile_cached(name_hint, Wasm::Bytes(&bytes), None);
-    }
+    let read = |path: &Path| std::fs::read(path).map_err(|e| read_error(path, e));
+    let Some(dir) = cache_dir else {
+        let file;
+        let bytes = match wasm {
+            Wasm::Bytes(bytes) => bytes,
+            Wasm::File(path) => {
+                file = read(path)?;
+                &file[..]
+            }
+        };
+        let component = compile(name_hint, bytes)?;
+        return Ok((component, CompileSource::Compiled, sha256_hex(bytes)));
+    };
     let wasm_sha = match wasm {
         Wasm::Bytes(bytes) => sha256_hex(bytes),
         Wasm::File(path) => sha256_file_hex(path).map_err(|e| read_error(path, e))?,
     };
-    let mut source = CompileSource::Compiled;
-    let path = cache_dir.map(|dir| dir.join(format!("{}.cwasm", cache_key(&wasm_sha))));
-    let entry = path.as_deref().and_then(|path| match EntryBytes::open(path) {
-        Ok(bytes) => Some(bytes),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "could not read compiled driver cache entry; compiling");
-            None
+    let source = match cached(&entry_path(dir, &wasm_sha)) {
+        Ok(component) => return Ok((component, CompileSource::Cached, wasm_sha)),
+        Err(source) => source,
+    };
+    match wasm {
+        Wasm::Bytes(bytes) => {
+            let component = compile_into(name_hint, bytes, dir, &wasm_sha)?;
+            Ok((component, source, wasm_sha))
         }
-    });
-    if let (Some(bytes), Some(path)) = (entry, path.as_deref()) {
-        let verdict = if verified_artifact(&bytes).is_some() {
-            drop(bytes);
-            // SAFETY: the file holds an artifact produced by `Engine::precompile_component` of
-            // this module (trailer magic and checksum verified above, in a directory only we
-            // write, keyed by wasmtime version, engine configuration and layout). Entries are
-            // renamed into place and never modified in place, so the mapping stays valid.
-            unsafe { Component::deserialize_file(engine, path) }.map_err(|e| e.to_string())
-        } else {
-            Err("corrupt (checksum or trailer does not match)".to_owned())
-        };
-        match verdict {
-            Ok(component) => {
-                mark_used(path);
-                return Ok((component, CompileSource::Cached, wasm_sha));
-            }
-            Err(reason) => {
-                tracing::warn!(path = %path.display(), %reason, "discarding unusable compiled driver cache entry");
-                source = CompileSource::Recompiled;
-            }
-        }
-        if let Err(e) = std::fs::remove_file(path)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(path = %path.display(), error = %e, "could not remove unusable compiled driver cache entry");
+        Wasm::File(path) => {
+            let bytes = read(path)?;
+            // The file may have changed since it was hashed: the entry names what is compiled.
+            let sha = sha256_hex(&bytes);
+            let component = compile_into(name_hint, &bytes, dir, &sha)?;
+            Ok((component, source, sha))
         }
     }
-    let read;
-    let (bytes, wasm_sha, path) = match wasm {
-        Wasm::Bytes(bytes) => (bytes, wasm_sha, path),
-        Wasm::File(file) => {
-            read = std::fs::read(file).map_err(|e| read_error(file, e))?;
-            // The file may have changed since it was hashed: the key names what is compiled.
-            let sha = sha256_hex(&read);
-            let path = if sha == wasm_sha {
-                path
-            } else {
-                cache_dir.map(|dir| dir.join(format!("{}.cwasm", cache_key(&sha))))
-            };
-            (&read[..], sha, path)
+}
+
+/// The cache entry of the component whose sha256 is `wasm_sha`.
+fn entry_path(dir: &Path, wasm_sha: &str) -> PathBuf {
+    dir.join(format!("{}.cwasm", cache_key(wasm_sha)))
+}
+
+/// The component in the cache entry at `path`; else how it must be obtained: compiled (no
+/// entry, or one that could not be read) or recompiled (an unusable entry, now removed).
+fn cached(path: &Path) -> Result<Component, CompileSource> {
+    let bytes = match EntryBytes::open(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(CompileSource::Compiled),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "could not read compiled driver cache entry; compiling");
+            return Err(CompileSource::Compiled);
         }
     };
-    let (Some(dir), Some(path)) = (cache_dir, path) else {
-        return Ok((compile(name_hint, bytes)?, source, wasm_sha));
+    let verdict = if verified_artifact(&bytes).is_some() {
+        drop(bytes);
+        // SAFETY: the file holds an artifact produced by `Engine::precompile_component` of
+        // this module (trailer magic and checksum verified above, in a directory only we
+        // write, keyed by wasmtime version, engine configuration and layout). Entries are
+        // renamed into place and never modified in place, so the mapping stays valid.
+        unsafe { Component::deserialize_file(engine(), path) }.map_err(|e| e.to_string())
+    } else {
+        Err("corrupt (checksum or trailer does not match)".to_owned())
     };
+    match verdict {
+        Ok(component) => {
+            mark_used(path);
+            Ok(component)
+        }
+        Err(reason) => {
+            tracing::warn!(path = %path.display(), %reason, "discarding unusable compiled driver cache entry");
+            if let Err(e) = std::fs::remove_file(path)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(path = %path.display(), error = %e, "could not remove unusable compiled driver cache entry");
+            }
+            Err(CompileSource::Recompiled)
+        }
+    }
+}
+
+/// Compile `bytes` (sha256 `wasm_sha`) and write the result into the cache `dir`; a failed
+/// write is logged and the compiled component returned all the same.
+fn compile_into(
+    name_hint: &str,
+    bytes: &[u8],
+    dir: &Path,
+    wasm_sha: &str,
+) -> Result<Component, Error> {
+    let engine = engine();
     let compiled = engine
         .precompile_component(bytes)
         .map_err(|e| not_a_component(name_hint, bytes, e))?;
     // SAFETY: `compiled` was just produced by this engine.
     let component = unsafe { Component::deserialize(engine, &compiled) }
         .map_err(|e| Error::Load(LoadError::Compile(format!("{name_hint}: {e}"))))?;
+    let path = entry_path(dir, wasm_sha);
     match write_entry(dir, &path, &compiled) {
         Ok(()) => {
             prune(dir, std::time::SystemTime::now());
@@ -232,7 +256,7 @@ pub(crate) fn compile_cached(
             tracing::warn!(path = %path.display(), error = %e, "could not write compiled driver cache entry");
         }
     }
-    Ok((component, source, wasm_sha))
+    Ok(component)
 }
 
 /// Hex sha256 of the file at `path`, read through a 64 KiB buffer.
