@@ -32,7 +32,7 @@ mod turn;
 pub(crate) mod warm;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
@@ -60,17 +60,7 @@ pub use guard::{CONTRACT_VIOLATION, MAX_PLAUSIBLE_COST_USD, MAX_PLAUSIBLE_TOKENS
 pub(crate) use prepare::plan;
 
 pub(crate) fn new_run_id() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let seed = format!("{nanos}:{}:{n}", std::process::id());
-    format!(
-        "run-{}",
-        &crate::wasm::engine::sha256_hex(seed.as_bytes())[..16]
-    )
+    format!("run-{:016x}", crate::store::unique_bits() as u64)
 }
 
 /// A run just started: its stream, and its pipeline, which nothing drives yet — `stream`
@@ -176,7 +166,7 @@ struct Run {
     /// The thread stage of a thread run.
     coordinator: Option<Coordinator>,
     /// A thread run: what a resident process must have been started for to be reused.
-    resident_signature: Option<String>,
+    resident_signature: Option<resident::Signature>,
     /// The process of this turn, kept alive for the thread's next turn.
     kept: Option<Resident>,
     /// The MCP delivery, once resolved ([`Run::delivery`]).
@@ -652,14 +642,11 @@ impl Run {
             profile_fingerprint: resources.profile.as_ref().map(|p| p.fingerprint.as_str()),
             instructions_bundle: bundle_fingerprint.as_deref(),
         });
-        let policy = self.options.policy.unwrap_or_default();
-        self.resident_signature = Some(crate::wasm::engine::sha256_hex(
-            format!(
-                "{fingerprint}\n{policy:?}\n{:?}",
-                self.options.streaming.unwrap_or(true)
-            )
-            .as_bytes(),
-        ));
+        self.resident_signature = Some(resident::Signature {
+            fingerprint: fingerprint.clone(),
+            policy: self.options.policy.unwrap_or_default(),
+            streaming: self.options.streaming.unwrap_or(true),
+        });
         let component = (
             driver.loaded.sha256.as_str(),
             self.inner.settings.accepted_components.as_slice(),
@@ -705,7 +692,7 @@ impl Run {
         let current = c.continued_record();
         let usable = self.options.spawn.unwrap_or_default() == Spawn::Reuse
             && self.options.schema.is_none()
-            && self.resident_signature.as_deref() == Some(r.signature.as_str())
+            && self.resident_signature.as_ref() == Some(&r.signature)
             && current.is_some_and(|rec| rec.id == r.record_id && rec.turns == r.turns)
             && r.alive();
         if !usable {
@@ -730,7 +717,7 @@ impl Run {
         let request = build_request(
             &self.run_id,
             &self.prompt,
-            self.inner.driver.config.to_string(),
+            self.inner.driver.config_text.to_string(),
             self.options.request_options(&delivery.servers, &skill_dirs),
             None,
             &workspace,
@@ -842,13 +829,13 @@ impl Run {
         let name = self.driver_name();
         let fresh = self.fresh_instance();
         async move {
-            let config = &inner.driver.config;
+            let config = &inner.driver.config_text;
             inner
                 .config_fingerprint
                 .get_or_try_init(|| async move {
                     let mut instance = fresh.await?;
                     instance
-                        .config_fingerprint(&config.to_string())
+                        .config_fingerprint(config)
                         .await?
                         .map_err(|e| e.into_error(name))
                 })

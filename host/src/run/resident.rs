@@ -22,13 +22,25 @@ pub(crate) struct Resident {
     pub stdin_writer: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     pub launch: std::sync::Arc<LaunchRecord>,
     pub private_dir: PrivateDir,
-    /// What the process was started for (fingerprint, policy, transport); a run with another
-    /// signature gets a new process.
-    pub signature: String,
+    /// What the process was started for; a run with another signature gets a new process.
+    pub signature: Signature,
     /// The thread record (and its turn count) this process has continued: if the store moved
     /// on (another host ran the thread), the process is stale.
     pub record_id: String,
     pub turns: u64,
+}
+
+/// What a resident process was started for: a turn is handed to it only when its run has the
+/// same thread fingerprint, policy and streaming choice. Compared field by field each turn
+/// (no formatting or hashing on the turn's path).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Signature {
+    /// The thread fingerprint (driver, config, model, workspace, tools, resources, ...).
+    pub fingerprint: String,
+    /// The run's policy (approvals, sandbox, ...), fixed on the process's command line.
+    pub policy: crate::policy::Policy,
+    /// Whether the run streams (a transport choice for some drivers).
+    pub streaming: bool,
 }
 
 impl Resident {

@@ -215,23 +215,19 @@ pub(crate) fn new_token() -> String {
     unique_hex()
 }
 
-/// 128 unpredictable-enough bits: SHA-256 of time, pid, a counter and a stack address.
+/// 128 unpredictable bits, as 32 hex digits (record ids, lease tokens, owner names).
 fn unique_hex() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let local = 0u8;
-    let seed = format!(
-        "{nanos}:{}:{n}:{:p}",
-        std::process::id(),
-        std::ptr::addr_of!(local)
-    );
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(seed.as_bytes()))[..32].to_owned()
+    format!("{:032x}", unique_bits())
+}
+
+/// 128 bits from the thread's cryptographic generator (ChaCha12, seeded by the OS), mixed
+/// with the process id: the generator is not reseeded when a process forks, so an embedder
+/// that forks after a first id would otherwise give both processes the same ids to come.
+/// (It used to be the SHA-256 of time, pid, a counter and a stack address: a formatted
+/// string and a hash on every turn's path, four times per thread turn.)
+pub(crate) fn unique_bits() -> u128 {
+    use rand::RngExt;
+    rand::rng().random::<u128>() ^ u128::from(std::process::id())
 }
 
 /// A lease owner name unique to this process and call: `<host>:<pid>:<hex>`.
@@ -289,4 +285,39 @@ pub(crate) fn data_from_json(
         id: id.to_owned(),
         message: format!("checkpoint data: {e}"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_lower_hex(s: &str) -> bool {
+        s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    }
+
+    #[test]
+    fn ids_have_their_documented_shape_and_do_not_repeat() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..10_000 {
+            let id = new_record_id();
+            let hex = id.strip_prefix("thr-").expect("`thr-` prefix");
+            assert_eq!(hex.len(), 32, "{id}");
+            assert!(is_lower_hex(hex), "{id}");
+            assert!(seen.insert(id), "a record id repeated");
+            let token = new_token();
+            assert_eq!(token.len(), 32, "{token}");
+            assert!(seen.insert(token), "a lease token repeated");
+        }
+        let owner = new_owner();
+        let parts: Vec<&str> = owner.rsplitn(3, ':').collect();
+        assert_eq!(parts.len(), 3, "{owner}");
+        assert_eq!(parts[0].len(), 12, "{owner}");
+        assert_eq!(parts[1], std::process::id().to_string(), "{owner}");
+        assert_ne!(new_owner(), owner, "owners differ per call");
+        let run = crate::run::new_run_id();
+        let hex = run.strip_prefix("run-").expect("`run-` prefix");
+        assert!(hex.len() == 16 && is_lower_hex(hex), "{run}");
+        assert_ne!(crate::run::new_run_id(), run);
+    }
 }

@@ -261,5 +261,27 @@ async fn a_turn_with_another_policy_or_transport_gets_a_new_process() {
     let replacement = spawned_pid(&events).expect("a new process");
     assert_ne!(replacement, first);
     assert!(gone(first).await, "the old process was stopped");
+    // The same transport again: the replacement serves it.
+    let (events, _) = collect(t.stream_with("same", RunOptions::new().streaming(false))).await;
+    assert_eq!(reused_pid(&events), Some(u64::from(replacement)), "reused");
+    // Another policy (approvals asked instead of inherited), the same transport: a new one.
+    use adaptor::{ApprovalPolicy, DecisionMode, Policy};
+    let asking = Policy {
+        approvals: ApprovalPolicy {
+            permission: DecisionMode::Ask,
+            ..ApprovalPolicy::default()
+        },
+        ..Policy::default()
+    };
+    let (events, fourth) =
+        collect(t.stream_with("policy", RunOptions::new().streaming(false).policy(asking))).await;
+    fourth.unwrap();
+    assert_eq!(reused_pid(&events), None, "not reused under another policy");
+    let third = spawned_pid(&events).expect("a new process for the new policy");
+    assert_ne!(third, replacement);
+    assert!(
+        gone(replacement).await,
+        "the process of the old policy was stopped"
+    );
     agent.close().await;
 }
