@@ -50,9 +50,6 @@ pub(crate) struct LoadedDriver {
 pub struct Driver {
     pub(crate) loaded: Arc<LoadedDriver>,
     pub(crate) config: serde_json::Value,
-    /// `config` serialized, as every driver call that takes the config passes it (once per
-    /// driver, not once per run or turn).
-    pub(crate) config_text: Arc<str>,
     /// The preset this driver was loaded through, if any.
     preset: Option<Arc<Preset>>,
     /// Where it came from, for [`Driver::reload`].
@@ -194,7 +191,6 @@ impl Driver {
                 path: None,
             }),
             config: serde_json::Value::Object(Default::default()),
-            config_text: Arc::from("{}"),
             preset: None,
             origin: Origin::Bytes,
             given: serde_json::Value::Object(Default::default()),
@@ -337,7 +333,6 @@ impl Driver {
             Ok(()) => Ok(Driver {
                 loaded: self.loaded,
                 config,
-                config_text: Arc::from(text),
                 preset: self.preset,
                 origin: self.origin,
                 given,
@@ -353,7 +348,7 @@ impl Driver {
             &self.loaded.pre,
             GuestLimits::default(),
         ))?;
-        run_sync(instance.config_fingerprint(&self.config_text))?
+        run_sync(instance.config_fingerprint(&self.config.to_string()))?
             .map_err(|e| e.into_error(self.loaded.name.to_string()))
     }
 

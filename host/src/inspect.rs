@@ -154,7 +154,7 @@ impl Agent {
                 },
             }
         };
-        let config = driver.config_text.to_string();
+        let config = driver.config.to_string();
         let mut instance = GuestInstance::new(
             driver.loaded.name.clone(),
             &driver.loaded.pre,

@@ -109,7 +109,7 @@ async fn drive(
     let request = build_request(
         run_id,
         prompt,
-        driver.config_text.to_string(),
+        driver.config.to_string(),
         options.request_options(&[], &[]),
         None,
         workspace,

@@ -717,7 +717,7 @@ impl Run {
         let request = build_request(
             &self.run_id,
             &self.prompt,
-            self.inner.driver.config_text.to_string(),
+            self.inner.driver.config.to_string(),
             self.options.request_options(&delivery.servers, &skill_dirs),
             None,
             &workspace,
@@ -829,13 +829,13 @@ impl Run {
         let name = self.driver_name();
         let fresh = self.fresh_instance();
         async move {
-            let config = &inner.driver.config_text;
+            let config = &inner.driver.config;
             inner
                 .config_fingerprint
                 .get_or_try_init(|| async move {
                     let mut instance = fresh.await?;
                     instance
-                        .config_fingerprint(config)
+                        .config_fingerprint(&config.to_string())
                         .await?
                         .map_err(|e| e.into_error(name))
                 })

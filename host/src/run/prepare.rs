@@ -81,7 +81,7 @@ impl Run {
         }
         let workspace = self.workspace_dir()?;
         let mut instance = self.fresh_instance().await?;
-        let config_json = driver.config_text.to_string();
+        let config_json = driver.config.to_string();
         if let Err(e) = instance.validate_config(&config_json).await? {
             return Err(e.into_error(name));
         }
