@@ -121,10 +121,6 @@ pub struct RunArgs {
     pub(crate) prompt: String,
 }
 
-/// After Ctrl-C, how long the event loop has to finish by itself before the watchdog stops
-/// the process (the run's own grace period is 2 s).
-const INTERRUPT_PATIENCE: Duration = Duration::from_secs(4);
-
 /// Examples shown by `adaptor run --help`.
 pub const EXAMPLES: &str = "\
 Examples:
@@ -332,20 +328,14 @@ pub async fn run(
     };
     let mut view = View::new(json, color.stdout_styled(), status);
     // Ctrl-C is handled in the loop below. If the loop cannot get there — it is blocked
-    // writing to a stdout nobody reads (`adaptor run … | sleep 60`) — this watchdog cancels
-    // the run, waits until every run of the agent has stopped and reaped its processes, and
-    // ends the process with 130.
-    let watchdog_agent = agent.clone();
-    let watchdog_cancel = stream.canceller();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            watchdog_cancel.cancel();
-            tokio::time::sleep(INTERRUPT_PATIENCE).await;
-            errln!("\nadaptor: output is blocked; stopping after Ctrl-C");
-            watchdog_agent.close().await;
-            std::process::exit(i32::from(EXIT_INTERRUPTED));
-        }
-    });
+    // writing to a stdout nobody reads (`adaptor run … | sleep 60`) — this watchdog (a thread
+    // of its own: the loop's runtime runs on the blocked thread) cancels the run and unblocks
+    // the loop, which then ends as after any Ctrl-C (see `interrupt`).
+    let watchdog = crate::interrupt::Watchdog::start(stream.canceller())
+        .map_err(|e| {
+            errln!("adaptor: no Ctrl-C watchdog ({e}): Ctrl-C cannot end this run while its output is blocked");
+        })
+        .ok();
     let mut interrupted = false;
     let mut stdout_lost = None;
     let ctrl_c = tokio::signal::ctrl_c();
@@ -417,7 +407,9 @@ pub async fn run(
     }
     match result {
         Ok(_) => ExitCode::SUCCESS,
-        Err(_) if interrupted => ExitCode::from(EXIT_INTERRUPTED),
+        Err(_) if interrupted || watchdog.as_ref().is_some_and(|w| w.saw_ctrl_c()) => {
+            ExitCode::from(EXIT_INTERRUPTED)
+        }
         Err(e) => report(&e),
     }
 }

@@ -1,0 +1,211 @@
+//! Ctrl-C for a run whose event loop cannot get to it: the loop is blocked writing to a
+//! stdout nobody reads (`adaptor run … | sleep 60`).
+//!
+//! The loop handles Ctrl-C itself whenever it runs. It runs on a current-thread runtime (see
+//! `main`), so while it is blocked no task of that runtime runs either; this watchdog needs
+//! none. It is one thread per run, told of SIGINT by a signal action (one byte into a pipe),
+//! that
+//!
+//! 1. cancels the run at once (the provider is stopped as after any Ctrl-C);
+//! 2. if the loop has not finished within [`PATIENCE`], points stdout at `/dev/null` and
+//!    interrupts the blocked write (a signal without `SA_RESTART`; the standard library
+//!    retries the write, now into `/dev/null`), so the loop goes on, sees Ctrl-C and the run
+//!    ends like any cancelled run: provider reaped, run directory removed, exit 130;
+//! 3. only if the loop still has not finished within another [`PATIENCE`] (blocked on
+//!    something else), exits with 130 without it. The provider's processes end with this
+//!    process (the spawner and the confinement's keeper and reaper have parent-death
+//!    signals), but the run's directory and result are not cleaned up or printed.
+//!
+//! Owns: the watchdog thread, its signal action, the unblocking of stdout. Must not: act
+//! before Ctrl-C, or end the process while the loop may still finish by itself.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::{EXIT_INTERRUPTED, errln};
+
+/// After Ctrl-C, how long the event loop has to finish by itself before the watchdog
+/// unblocks its output, and again before it ends the process (the run's own grace period
+/// is 2 s).
+pub(crate) const PATIENCE: Duration = Duration::from_secs(4);
+
+/// Written by the signal action: Ctrl-C.
+const CTRL_C: u8 = 1;
+/// Written when the watchdog is dropped: the run is over.
+const OVER: u8 = 0;
+
+/// The watchdog of one run's event loop; dropping it ends its thread.
+pub(crate) struct Watchdog {
+    ctrl_c: Arc<AtomicBool>,
+    tell: OwnedFd,
+    action: signal_hook_registry::SigId,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watchdog {
+    /// Watch the event loop running on this thread; `cancel` stops its run.
+    pub(crate) fn start(cancel: adaptor::Canceller) -> io::Result<Watchdog> {
+        let (listen, tell) = pipe()?;
+        let raw = tell.as_raw_fd();
+        // SAFETY: the action calls only write(2), async-signal-safe, on `tell`, which stays
+        // open until the action is unregistered (in `drop`, before `tell` is closed).
+        let action = unsafe {
+            signal_hook_registry::register(libc::SIGINT, move || {
+                let byte = CTRL_C;
+                libc::write(raw, (&raw const byte).cast(), 1);
+            })
+        }?;
+        // SAFETY: pthread_self(3) cannot fail.
+        let event_loop = unsafe { libc::pthread_self() };
+        let ctrl_c = Arc::new(AtomicBool::new(false));
+        let seen = ctrl_c.clone();
+        let thread = std::thread::Builder::new()
+            .name("adaptor-interrupt".into())
+            .spawn(move || watch(&listen, &seen, &cancel, event_loop));
+        match thread {
+            Ok(thread) => Ok(Watchdog {
+                ctrl_c,
+                tell,
+                action,
+                thread: Some(thread),
+            }),
+            Err(e) => {
+                signal_hook_registry::unregister(action);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Watchdog {
+    /// Whether Ctrl-C came (also before the event loop first looked for it).
+    pub(crate) fn saw_ctrl_c(&self) -> bool {
+        self.ctrl_c.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        signal_hook_registry::unregister(self.action);
+        let byte = OVER;
+        // SAFETY: write(2) of one byte from a live local into our own pipe.
+        unsafe { libc::write(self.tell.as_raw_fd(), (&raw const byte).cast(), 1) };
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            errln!("adaptor: the Ctrl-C watchdog panicked");
+        }
+    }
+}
+
+/// The watchdog thread: see the module docs.
+fn watch(
+    listen: &OwnedFd,
+    seen: &AtomicBool,
+    cancel: &adaptor::Canceller,
+    event_loop: libc::pthread_t,
+) {
+    if next_byte(listen, None) != Some(CTRL_C) {
+        return;
+    }
+    // Before the cancellation, so a run it ends is known to have been interrupted.
+    seen.store(true, Ordering::SeqCst);
+    cancel.cancel();
+    if over_within(listen, PATIENCE) {
+        return;
+    }
+    errln!("\nadaptor: output is blocked; stopping after Ctrl-C");
+    if let Err(e) = unblock_stdout(event_loop) {
+        errln!("adaptor: could not unblock stdout: {e}");
+    }
+    if over_within(listen, PATIENCE) {
+        return;
+    }
+    errln!("adaptor: the run did not stop; exiting (its provider processes end with this one)");
+    std::process::exit(i32::from(EXIT_INTERRUPTED));
+}
+
+/// Whether the run is over within `patience` (further Ctrl-Cs are ignored).
+fn over_within(listen: &OwnedFd, patience: Duration) -> bool {
+    let deadline = Instant::now() + patience;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        match next_byte(listen, Some(left)) {
+            Some(CTRL_C) => continue,
+            Some(_) => return true,
+            None if Instant::now() >= deadline => return false,
+            // The pipe failed (it cannot while the watchdog holds its write end): treat the
+            // run as over rather than act on a guess.
+            None => return true,
+        }
+    }
+}
+
+/// The next byte from the pipe, waiting at most `timeout` (`None`: no limit). `None` on
+/// timeout, end of file or error.
+fn next_byte(listen: &OwnedFd, timeout: Option<Duration>) -> Option<u8> {
+    let mut poll = libc::pollfd {
+        fd: listen.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.map_or(-1, |t| t.as_millis().clamp(1, i32::MAX as u128) as i32);
+    loop {
+        // SAFETY: poll(2) on one valid pollfd.
+        let ready = unsafe { libc::poll(&mut poll, 1, ms) };
+        if ready < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        if ready <= 0 {
+            return None;
+        }
+        let mut byte = 0u8;
+        // SAFETY: read(2) of one byte into a live local.
+        let n = unsafe { libc::read(listen.as_raw_fd(), (&raw mut byte).cast(), 1) };
+        return (n == 1).then_some(byte);
+    }
+}
+
+/// Point stdout at `/dev/null` and interrupt the event loop's blocked write.
+fn unblock_stdout(event_loop: libc::pthread_t) -> io::Result<()> {
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+    // SAFETY: dup2(2) onto descriptor 1; `null` stays ours and closes on drop.
+    if unsafe { libc::dup2(null.as_raw_fd(), libc::STDOUT_FILENO) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    extern "C" fn nothing(_: libc::c_int) {}
+    // SAFETY: a handler that does nothing (async-signal-safe) for SIGURG, which nothing else
+    // in this process uses; without SA_RESTART, so the blocked write returns EINTR (or a
+    // partial count) instead of being restarted on the pipe nobody reads.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = nothing as *const () as libc::sighandler_t;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(libc::SIGURG, &action, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        match libc::pthread_kill(event_loop, libc::SIGURG) {
+            0 => Ok(()),
+            e => Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+}
+
+/// A pipe whose descriptors are not inherited: (read end, write end).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2(2) fills `fds` when it returns 0; each descriptor is then owned once.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
+    }
+}
