@@ -844,17 +844,36 @@ fn completions_for_each_shell_and_help_with_examples() {
 }
 
 /// Ctrl-C while the CLI is blocked writing to a stdout nobody reads (`| sleep 60`): the run is
-/// cancelled, its provider reaped, and the CLI exits 130 within seconds.
+/// cancelled at once, the blocked output is sent to `/dev/null` after the watchdog's patience
+/// (4 s), and the run ends as any cancelled run does: its provider reaped, exit 130, within
+/// seconds — through the event loop, not by the process exiting around it.
 #[test]
 fn ctrl_c_ends_a_run_whose_stdout_is_not_read() {
+    use std::io::BufRead;
     let state = tempfile::tempdir().unwrap();
     let mut child = spawn_json_run(
         state.path(),
         "[[spam 200000]] [[sleep 200]] nobody reads this",
-        Stdio::null(),
+        Stdio::piped(),
     );
-    // Keep the pipe open but never read it, so the CLI blocks on a full pipe.
-    let _unread = child.stdout.take();
+    // Read up to the provider's spawn, then keep the pipe open but never read it again, so
+    // the CLI blocks on a full pipe.
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut provider = None;
+    for line in lines.by_ref().take(50) {
+        let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if v["kind"] == "process_info" && v["process"] == "spawn" {
+            provider = v["pid"].as_u64().map(|p| p as u32);
+            break;
+        }
+    }
+    let provider = provider.expect("the spawn is among the first events");
+    let stderr = child.stderr.take().unwrap();
+    let messages = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut { stderr }, &mut text).unwrap();
+        text
+    });
     std::thread::sleep(Duration::from_millis(1500));
     // SAFETY: kill(2) on a pid this test spawned.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
@@ -869,7 +888,19 @@ fn ctrl_c_ends_a_run_whose_stdout_is_not_read() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert_eq!(status.code(), Some(130));
+    drop(lines);
+    let stderr = messages.join().unwrap();
+    assert_eq!(status.code(), Some(130), "stderr: {stderr}");
+    assert!(
+        stderr.contains("output is blocked; stopping after Ctrl-C"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("the run did not stop"),
+        "the event loop ended the run, not the last resort: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!pid_alive(provider), "the provider was reaped");
 }
 
 #[test]
