@@ -563,6 +563,30 @@ fn the_provider_beside_adaptor_is_found_when_the_build_dir_is_inside_the_workspa
 }
 
 /// `adaptor run --json PROMPT` with stdout piped (and stderr as given).
+/// Read a `--json` run's stdout up to the provider's spawn: the rest of the lines, unread,
+/// and the provider's pid.
+fn read_to_the_spawn(
+    child: &mut std::process::Child,
+) -> (
+    std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    u32,
+) {
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut provider = None;
+    for line in lines.by_ref().take(50) {
+        let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if v["kind"] == "process_info" && v["process"] == "spawn" {
+            provider = v["pid"].as_u64().map(|p| p as u32);
+            break;
+        }
+    }
+    (
+        lines,
+        provider.expect("the spawn is among the first events"),
+    )
+}
+
 fn spawn_json_run(state: &std::path::Path, prompt: &str, stderr: Stdio) -> std::process::Child {
     adaptor()
         .args(["run", "--json", "--config", &config(state), prompt])
@@ -574,23 +598,13 @@ fn spawn_json_run(state: &std::path::Path, prompt: &str, stderr: Stdio) -> std::
 
 #[test]
 fn a_closed_stdout_ends_the_run_quietly_with_141() {
-    use std::io::BufRead;
     let state = tempfile::tempdir().unwrap();
     let mut child = spawn_json_run(
         state.path(),
         "[[spam 200000]] [[sleep 300]] a long answer",
         Stdio::piped(),
     );
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut provider = None;
-    for line in lines.by_ref().take(50) {
-        let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
-        if v["kind"] == "process_info" && v["process"] == "spawn" {
-            provider = v["pid"].as_u64().map(|p| p as u32);
-            break;
-        }
-    }
-    let provider = provider.expect("the spawn is among the first events");
+    let (lines, provider) = read_to_the_spawn(&mut child);
     drop(lines); // `| head`: the reader goes away
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -849,7 +863,6 @@ fn completions_for_each_shell_and_help_with_examples() {
 /// seconds — through the event loop, not by the process exiting around it.
 #[test]
 fn ctrl_c_ends_a_run_whose_stdout_is_not_read() {
-    use std::io::BufRead;
     let state = tempfile::tempdir().unwrap();
     let mut child = spawn_json_run(
         state.path(),
@@ -858,16 +871,7 @@ fn ctrl_c_ends_a_run_whose_stdout_is_not_read() {
     );
     // Read up to the provider's spawn, then keep the pipe open but never read it again, so
     // the CLI blocks on a full pipe.
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut provider = None;
-    for line in lines.by_ref().take(50) {
-        let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
-        if v["kind"] == "process_info" && v["process"] == "spawn" {
-            provider = v["pid"].as_u64().map(|p| p as u32);
-            break;
-        }
-    }
-    let provider = provider.expect("the spawn is among the first events");
+    let (lines, provider) = read_to_the_spawn(&mut child);
     let stderr = child.stderr.take().unwrap();
     let messages = std::thread::spawn(move || {
         let mut text = String::new();
