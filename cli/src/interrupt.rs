@@ -1,22 +1,22 @@
-//! Ctrl-C for a run whose event loop cannot get to it: the loop is blocked writing to a
-//! stdout nobody reads (`adaptor run … | sleep 60`).
+//! Ctrl-C during `adaptor run`, also when its event loop is blocked writing to a stdout
+//! nobody reads (`adaptor run … | sleep 60`).
 //!
-//! The loop handles Ctrl-C itself whenever it runs. It runs on a current-thread runtime (see
-//! `main`), so while it is blocked no task of that runtime runs either; this watchdog needs
-//! none. It is one thread per run, told of SIGINT by a signal action (one byte into a pipe),
-//! that
+//! The loop runs on a current-thread runtime (see `main`), so while it is blocked no task of
+//! that runtime runs either; the watchdog needs none. It is one thread per run, told of
+//! SIGINT by a signal action (one byte into a pipe), and the run's only Ctrl-C handler. It
 //!
-//! 1. cancels the run at once (the provider is stopped as after any Ctrl-C);
-//! 2. if the loop has not finished within [`PATIENCE`], points stdout at `/dev/null` and
-//!    interrupts the blocked write (a signal without `SA_RESTART`; the standard library
-//!    retries the write, now into `/dev/null`), so the loop goes on, sees Ctrl-C and the run
-//!    ends like any cancelled run: provider reaped, run directory removed, exit 130;
+//! 1. cancels the run at once (the provider's process group is stopped, the run ends as
+//!    cancelled and the CLI exits 130);
+//! 2. if the loop has not finished within [`PATIENCE`] (blocked on its output), points
+//!    stdout at `/dev/null` and interrupts the blocked write (a signal without `SA_RESTART`;
+//!    the standard library retries the write, now into `/dev/null`), so the loop goes on and
+//!    the run ends like any cancelled run: provider reaped, run directory removed, exit 130;
 //! 3. only if the loop still has not finished within another [`PATIENCE`] (blocked on
 //!    something else), exits with 130 without it. The provider's processes end with this
 //!    process (the spawner and the confinement's keeper and reaper have parent-death
 //!    signals), but the run's directory and result are not cleaned up or printed.
 //!
-//! Owns: the watchdog thread, its signal action, the unblocking of stdout. Must not: act
+//! Owns: SIGINT for the run, the watchdog thread, the unblocking of stdout. Must not: act
 //! before Ctrl-C, or end the process while the loop may still finish by itself.
 
 use std::io;
@@ -79,10 +79,8 @@ impl Watchdog {
             }
         }
     }
-}
 
-impl Watchdog {
-    /// Whether Ctrl-C came (also before the event loop first looked for it).
+    /// Whether Ctrl-C came.
     pub(crate) fn saw_ctrl_c(&self) -> bool {
         self.ctrl_c.load(Ordering::SeqCst)
     }
@@ -109,12 +107,13 @@ fn watch(
     cancel: &adaptor::Canceller,
     event_loop: libc::pthread_t,
 ) {
-    if next_byte(listen, None) != Some(CTRL_C) {
+    if !matches!(next_byte(listen, None), Ok(Some(CTRL_C))) {
         return;
     }
     // Before the cancellation, so a run it ends is known to have been interrupted.
     seen.store(true, Ordering::SeqCst);
     cancel.cancel();
+    errln!("\nadaptor: cancelling…");
     if over_within(listen, PATIENCE) {
         return;
     }
@@ -138,38 +137,47 @@ fn over_within(listen: &OwnedFd, patience: Duration) -> bool {
             return false;
         }
         match next_byte(listen, Some(left)) {
-            Some(CTRL_C) => continue,
-            Some(_) => return true,
-            None if Instant::now() >= deadline => return false,
+            Ok(Some(CTRL_C) | None) => continue,
+            Ok(Some(_)) => return true,
             // The pipe failed (it cannot while the watchdog holds its write end): treat the
             // run as over rather than act on a guess.
-            None => return true,
+            Err(_) => return true,
         }
     }
 }
 
-/// The next byte from the pipe, waiting at most `timeout` (`None`: no limit). `None` on
-/// timeout, end of file or error.
-fn next_byte(listen: &OwnedFd, timeout: Option<Duration>) -> Option<u8> {
+/// The next byte from the pipe, waiting at most `timeout` (`None`: no limit); `Ok(None)`
+/// when the time is up. End of file is an error (the watchdog holds the write end).
+fn next_byte(listen: &OwnedFd, timeout: Option<Duration>) -> io::Result<Option<u8>> {
     let mut poll = libc::pollfd {
         fd: listen.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
-    let ms = timeout.map_or(-1, |t| t.as_millis().clamp(1, i32::MAX as u128) as i32);
+    // Rounded up: a wait cut short by rounding down would look like the time being up early.
+    let ms = timeout.map_or(-1, |t| {
+        t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+    });
     loop {
         // SAFETY: poll(2) on one valid pollfd.
         let ready = unsafe { libc::poll(&mut poll, 1, ms) };
-        if ready < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
+        if ready < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
         }
-        if ready <= 0 {
-            return None;
+        if ready == 0 {
+            return Ok(None);
         }
         let mut byte = 0u8;
         // SAFETY: read(2) of one byte into a live local.
-        let n = unsafe { libc::read(listen.as_raw_fd(), (&raw mut byte).cast(), 1) };
-        return (n == 1).then_some(byte);
+        return match unsafe { libc::read(listen.as_raw_fd(), (&raw mut byte).cast(), 1) } {
+            1 => Ok(Some(byte)),
+            0 => Err(io::ErrorKind::UnexpectedEof.into()),
+            _ => Err(io::Error::last_os_error()),
+        };
     }
 }
 

@@ -327,19 +327,20 @@ pub async fn run(
         (None, _) => agent.stream_with(prompt.clone(), options),
     };
     let mut view = View::new(json, color.stdout_styled(), status);
-    // Ctrl-C is handled in the loop below. If the loop cannot get there — it is blocked
-    // writing to a stdout nobody reads (`adaptor run … | sleep 60`) — this watchdog (a thread
-    // of its own: the loop's runtime runs on the blocked thread) cancels the run and unblocks
-    // the loop, which then ends as after any Ctrl-C (see `interrupt`).
-    let watchdog = crate::interrupt::Watchdog::start(stream.canceller())
-        .map_err(|e| {
-            errln!("adaptor: no Ctrl-C watchdog ({e}): Ctrl-C cannot end this run while its output is blocked");
-        })
-        .ok();
-    let mut interrupted = false;
+    // Ctrl-C has one handler, this watchdog: a thread of its own, so it also acts while the
+    // loop below is blocked writing to a stdout nobody reads (`adaptor run … | sleep 60`) —
+    // the loop's runtime runs on that blocked thread. It cancels the run, and unblocks the
+    // loop if it must, which then ends as any cancelled run (see `interrupt`).
+    let watchdog = match crate::interrupt::Watchdog::start(stream.canceller()) {
+        Ok(watchdog) => watchdog,
+        Err(e) => {
+            errln!("adaptor: cannot watch for Ctrl-C ({e}); the run was stopped");
+            stream.cancel();
+            let _ = stream.result().await;
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     let mut stdout_lost = None;
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
     loop {
         let status_due = view.status_due();
         tokio::select! {
@@ -347,11 +348,6 @@ pub async fn run(
                 Some(ev) => view.event(&ev),
                 None => break,
             },
-            _ = &mut ctrl_c, if !interrupted => {
-                interrupted = true;
-                errln!("\nadaptor: cancelling…");
-                stream.cancel();
-            }
             _ = tokio::time::sleep_until(status_due.unwrap_or_else(tokio::time::Instant::now)),
                 if status_due.is_some() => view.show_status(),
         }
@@ -407,9 +403,7 @@ pub async fn run(
     }
     match result {
         Ok(_) => ExitCode::SUCCESS,
-        Err(_) if interrupted || watchdog.as_ref().is_some_and(|w| w.saw_ctrl_c()) => {
-            ExitCode::from(EXIT_INTERRUPTED)
-        }
+        Err(_) if watchdog.saw_ctrl_c() => ExitCode::from(EXIT_INTERRUPTED),
         Err(e) => report(&e),
     }
 }

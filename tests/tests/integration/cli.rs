@@ -562,7 +562,6 @@ fn the_provider_beside_adaptor_is_found_when_the_build_dir_is_inside_the_workspa
     );
 }
 
-/// `adaptor run --json PROMPT` with stdout piped (and stderr as given).
 /// Read a `--json` run's stdout up to the provider's spawn: the rest of the lines, unread,
 /// and the provider's pid.
 fn read_to_the_spawn(
@@ -587,6 +586,7 @@ fn read_to_the_spawn(
     )
 }
 
+/// `adaptor run --json PROMPT` with stdout piped (and stderr as given).
 fn spawn_json_run(state: &std::path::Path, prompt: &str, stderr: Stdio) -> std::process::Child {
     adaptor()
         .args(["run", "--json", "--config", &config(state), prompt])
