@@ -13,8 +13,8 @@
 //!    the run ends like any cancelled run: provider reaped, run directory removed, exit 130;
 //! 3. only if the loop still has not finished within another [`PATIENCE`] (blocked on
 //!    something else), exits with 130 without it. The provider's processes end with this
-//!    process (the spawner and the confinement's keeper and reaper have parent-death
-//!    signals), but the run's directory and result are not cleaned up or printed.
+//!    process (the spawner and the confinement's reaper have parent-death signals), but
+//!    the run's directory and result are not cleaned up or printed.
 //!
 //! Owns: SIGINT for the run, the watchdog thread, the unblocking of stdout. Must not: act
 //! before Ctrl-C, or end the process while the loop may still finish by itself.

@@ -103,6 +103,7 @@ fn only_process_spawns() {
             "process::Command",
             "posix_spawn",
             "libc::fork",
+            "SYS_clone",
         ],
         "it spawns; only process/ may",
     );

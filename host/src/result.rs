@@ -206,8 +206,8 @@ pub(crate) fn mask_secret(name: &str, value: &str) -> String {
 }
 
 /// Who the host's child for a run is: enough to tell it from a later process that reuses
-/// the pid. Under a PID namespace this is the keeper process (the provider runs as pid 2 of
-/// the namespace, below it); signals to the group reach the provider.
+/// the pid. Under a PID namespace this is the namespace's reaper, its init (the provider runs
+/// as pid 2 of the namespace, below it); signals to the group reach the provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ProcessIdentity {
     /// The pid of the host's child.

@@ -14,7 +14,7 @@
 //! with every session parked, minus before, divided by the sessions), the p50 / p99 host
 //! overhead of a resident turn, the machine memory each parked session costs, and that
 //! closing the agent leaves no provider process. (Before the spawner process, each
-//! provider's keeper and reaper were forks of the host, and 1000 parked sessions ran the
+//! provider's keeper and reaper (the keeper is gone since) were forks of the host, and 1000 parked sessions ran the
 //! 24 GiB machine of the README out of memory; now they are forks of the small spawner.)
 //!
 //! Run with `./x.sh bench` (release build).
@@ -285,7 +285,7 @@ async fn idle_threads(threads: usize, state: &std::path::Path, ws: &std::path::P
         parked_rss.saturating_sub(rss_before) as f64 / parked.max(1) as f64
     );
     println!(
-        "  machine memory per parked session (MemAvailable drop: host, provider, the confinement's keeper and reaper) {:.1} MiB",
+        "  machine memory per parked session (MemAvailable drop: host, provider and the confinement's reaper) {:.1} MiB",
         machine_per_session / 1024.0
     );
     println!("  second turns on their resident process: {on_resident}/{threads}");

@@ -1,39 +1,43 @@
-//! Linux confinement of a provider: Landlock and a PID namespace with a reaper as its init.
+//! Linux launches and their confinement: Landlock and a PID namespace with a reaper as its
+//! init.
 //!
 //! The shape of one confined launch (every box is one process; the host sees only the first,
 //! as the pid its spawner reports — see `spawner.rs`):
 //!
 //! ```text
-//! spawner ──fork──▶ keeper (the spawner's child, group leader; ignores INT/TERM/HUP)
-//!                  │  unshare(PID | mount [| user]) then fork
-//!                  ▼
-//!                reaper (pid 1 of the new namespace, fresh /proc, Landlock applied)
+//! spawner ──clone(PID | mount [| user] namespaces)──▶ reaper (the spawner's child, group
+//!                  │                                  leader, pid 1 of the new namespace,
+//!                  │                                  fresh /proc, Landlock applied)
 //!                  │  fork, exec
 //!                  ▼
 //!                provider (pid 2) and every descendant, setsid or not
 //! ```
 //!
-//! - The **keeper** mirrors the provider's exit (code or signal), so the pipeline sees the
-//!   provider's status; it has `PR_SET_PDEATHSIG(SIGKILL)` towards the spawner (which has it
-//!   towards the host).
-//! - The **reaper** has `PR_SET_PDEATHSIG(SIGKILL)` towards the keeper. When the provider
-//!   exits it sends SIGTERM to everything left in the namespace, waits for them to end (woken
-//!   by each child's end, not polling) up to the grace period, then SIGKILL; when the reaper
-//!   dies (the host, the spawner or the keeper was killed), the kernel kills every process of
-//!   the namespace. Either way nothing started for the run
-//!   survives it.
+//! - The **reaper** has `PR_SET_PDEATHSIG(SIGKILL)` towards the spawner (which has it
+//!   towards the host). When the provider exits it sends SIGTERM to everything left in the
+//!   namespace, waits for them to end (woken by each child's end, not polling) up to the
+//!   grace period, then SIGKILL; it writes the provider's wait status into a pipe the
+//!   spawner reads once it has reaped the reaper, so the pipeline sees the provider's exit
+//!   (code or signal). When the reaper dies (the host or the spawner was killed), the kernel
+//!   kills every process of the namespace. Either way nothing started for the run survives
+//!   it, and the run ends only once all of it is gone.
 //! - Signals the host sends to the process group reach the provider and its group as before:
-//!   the keeper ignores the polite ones and the reaper, as a namespace init, gets only SIGKILL
-//!   from outside.
+//!   the reaper, as a namespace init, gets only SIGKILL from outside.
 //! - **Landlock** is applied in the reaper before the provider is forked, so the provider and
 //!   all its descendants inherit it; `no_new_privs` is set with it. The ruleset is built in
-//!   the spawner before the fork (opening the rule paths); between fork and exec only
-//!   async-signal-safe system calls run.
+//!   the spawner before the fork (opening the rule paths).
+//! - Without a PID namespace (the kernel refuses one) the spawner's child is the provider,
+//!   under Landlock alone.
+//! - Forks are the raw `clone3` system call and, between fork and exec, only
+//!   async-signal-safe system calls run: every string is converted before the fork.
+//!   (Until 2026-12 a keeper process sat between the spawner and the reaper to mirror the
+//!   provider's exit: one fork and one exit report more per launch.)
 //!
 //! Must not: decide what is allowed (`grant::confine` does) or allocate after fork.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 
 use landlock::{
     ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
@@ -105,8 +109,8 @@ fn namespace_flags() -> libc::c_int {
     }
 }
 
-/// What the child does between fork and exec, prepared in the spawner (see `spawner.rs`).
-pub(crate) struct Confiner {
+/// A launch's confinement, prepared in the spawner (see `spawner.rs`) before the fork.
+struct Confiner {
     ruleset: Option<OwnedFd>,
     namespace: bool,
     flags: libc::c_int,
@@ -129,7 +133,7 @@ impl std::fmt::Debug for Confiner {
 impl Confiner {
     /// Prepare `confinement` in the spawner: create the missing state directories (0700), build
     /// the Landlock ruleset (opening every rule's path), fix the namespace flags.
-    pub(crate) fn new(confinement: &Confinement) -> io::Result<Confiner> {
+    fn new(confinement: &Confinement) -> io::Result<Confiner> {
         for dir in &confinement.create {
             use std::os::unix::fs::DirBuilderExt;
             std::fs::DirBuilder::new()
@@ -164,86 +168,38 @@ impl Confiner {
         })
     }
 
-    /// Runs in the forked child. Returns in the provider's process (which then execs); the
-    /// keeper and the reaper never return.
+    /// In the reaper, the namespaces' first process: map this user (a user namespace), give
+    /// the namespace its own `/proc` (once mounts no longer propagate to the host's), then
+    /// Landlock, which the provider inherits.
     ///
     /// # Safety
     ///
-    /// Only call between fork and exec: it forks, and uses only async-signal-safe calls.
-    pub(crate) unsafe fn in_child(&self) -> io::Result<()> {
+    /// Only in the child of a launch: async-signal-safe system calls only.
+    unsafe fn enter_namespaces(&self) -> io::Result<()> {
         unsafe {
-            if self.namespace {
-                if libc::unshare(self.flags) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                if self.flags & libc::CLONE_NEWUSER != 0 {
-                    write_file(c"/proc/self/setgroups", b"deny")?;
-                    write_file(c"/proc/self/uid_map", &self.uid_map)?;
-                    write_file(c"/proc/self/gid_map", &self.gid_map)?;
-                }
-                let mut status_pipe = [0; 2];
-                let mut alive_pipe = [0; 2];
-                if libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0
-                    || libc::pipe2(alive_pipe.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) != 0
-                {
-                    return Err(io::Error::last_os_error());
-                }
-                let [status_r, status_w] = status_pipe;
-                let [alive_r, alive_w] = alive_pipe;
-                match libc::fork() {
-                    -1 => return Err(io::Error::last_os_error()),
-                    0 => {}
-                    reaper => keeper(reaper, status_r, alive_w),
-                }
-                // The reaper: pid 1 of the new namespace.
-                libc::close(status_r);
-                libc::close(alive_w);
-                if libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) != 0
-                {
-                    return Err(io::Error::last_os_error());
-                }
-                // The keeper holds the only write end: EOF means it is already gone.
-                let mut byte = 0u8;
-                if libc::read(alive_r, (&raw mut byte).cast(), 1) == 0 {
-                    libc::_exit(137);
-                }
-                // A /proc of this namespace, so the provider's pids and /proc agree; only
-                // once this mount namespace no longer propagates mounts to the host's.
-                let private = libc::mount(
+            if self.flags & libc::CLONE_NEWUSER != 0 {
+                write_file(c"/proc/self/setgroups", b"deny")?;
+                write_file(c"/proc/self/uid_map", &self.uid_map)?;
+                write_file(c"/proc/self/gid_map", &self.gid_map)?;
+            }
+            let private = libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) == 0;
+            if private
+                && libc::mount(
+                    c"proc".as_ptr(),
+                    c"/proc".as_ptr(),
+                    c"proc".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                     std::ptr::null(),
-                    c"/".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ) == 0;
-                if private
-                    && libc::mount(
-                        c"proc".as_ptr(),
-                        c"/proc".as_ptr(),
-                        c"proc".as_ptr(),
-                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                        std::ptr::null(),
-                    ) == 0
-                {
-                    // The host's /proc rule names the old mount: grant the new one.
-                    self.allow_new_proc()?;
-                }
-                self.restrict()?;
-                match libc::fork() {
-                    -1 => return Err(io::Error::last_os_error()),
-                    0 => {
-                        libc::close(alive_r);
-                        libc::close(status_w);
-                        return Ok(());
-                    }
-                    provider => reaper_loop(provider, status_w, self.grace_ms),
-                }
+                ) == 0
+            {
+                // The host's /proc rule names the old mount: grant the new one.
+                self.allow_new_proc()?;
             }
             self.restrict()
         }
@@ -301,6 +257,386 @@ impl Confiner {
     }
 }
 
+/// Start `spec` (in the spawner): the leader of a new process group, its stdio piped, under
+/// its confinement. Every path, argument and variable is converted before the fork; the
+/// child makes only async-signal-safe system calls until it execs. An error of the child
+/// before its exec (a namespace, Landlock, `chdir`, `execve`) comes back through a
+/// close-on-exec pipe as the call's error, as `std::process::Command` reports it.
+pub(crate) fn launch(spec: &super::ProcessSpec) -> io::Result<super::unix::Started> {
+    let confiner = Confiner::new(&spec.confinement)?;
+    let program = c_string(spec.program.as_os_str().as_bytes(), "the program path")?;
+    let mut args = vec![program.clone()];
+    for arg in &spec.args {
+        args.push(c_string(arg.as_bytes(), "an argument")?);
+    }
+    let mut env = Vec::with_capacity(spec.env.len());
+    for (name, value) in &spec.env {
+        let mut entry = name.as_bytes().to_vec();
+        entry.push(b'=');
+        entry.extend_from_slice(value.as_bytes());
+        env.push(c_string(&entry, "an environment variable")?);
+    }
+    let argv = null_terminated(&args);
+    let envp = null_terminated(&env);
+    let cwd = c_string(spec.cwd.as_os_str().as_bytes(), "the working directory")?;
+    let (stdin_child, stdin_parent) = pipe(0)?;
+    let (stdout_parent, stdout_child) = pipe(0)?;
+    let (stderr_parent, stderr_child) = pipe(0)?;
+    let (error_r, error_w) = pipe(0)?;
+    // Non-blocking: the reaper never waits on a pipe a provider could have filled, and
+    // the spawner reads what is there once the reaper is reaped.
+    let status = if confiner.namespace {
+        Some(pipe(libc::O_NONBLOCK)?)
+    } else {
+        None
+    };
+    // Every reaper closes its copy of the write end first, also one that does not check.
+    let alive = if confiner.namespace {
+        Some(spawner_alive_pipe()?)
+    } else {
+        None
+    };
+    let plan = ChildPlan {
+        confiner: &confiner,
+        program: &program,
+        argv: &argv,
+        envp: &envp,
+        cwd: &cwd,
+        stdio: [
+            stdin_child.as_raw_fd(),
+            stdout_child.as_raw_fd(),
+            stderr_child.as_raw_fd(),
+        ],
+        error: error_w.as_raw_fd(),
+        status: status.as_ref().map_or(-1, |(_, w)| w.as_raw_fd()),
+        alive,
+        death_signal: spec.parent_death_signal,
+        // SAFETY: getpid(2) cannot fail.
+        parent: unsafe { libc::getpid() },
+    };
+    let flags = if confiner.namespace {
+        confiner.flags
+    } else {
+        0
+    };
+    // SAFETY: the child runs `ChildPlan::run`, which makes only async-signal-safe system
+    // calls on memory prepared above, and never returns.
+    let pid = unsafe { clone_process(flags)? };
+    if pid == 0 {
+        // SAFETY: in the child, see above.
+        unsafe { plan.run() }
+    }
+    drop((stdin_child, stdout_child, stderr_child, error_w));
+    let status = status.map(|(r, _w)| r);
+    match exec_error(&error_r) {
+        None => Ok(super::unix::Started {
+            pid: pid as u32,
+            stdio: [stdin_parent, stdout_parent, stderr_parent],
+            status,
+        }),
+        Some(e) => {
+            // The child (or, under a namespace, the reaper once the provider failed) has
+            // exited or is about to.
+            let mut ignored = 0;
+            // SAFETY: waiting for our own child.
+            while unsafe { libc::waitpid(pid, &mut ignored, 0) } < 0
+                && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+            {}
+            Err(e)
+        }
+    }
+}
+
+/// What the child of [`launch`] needs, prepared before the fork.
+struct ChildPlan<'a> {
+    confiner: &'a Confiner,
+    program: &'a std::ffi::CStr,
+    /// NULL-terminated pointers into the launch's `CString`s.
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+    cwd: &'a std::ffi::CStr,
+    /// The child's ends of stdin, stdout and stderr (all at 3 or above).
+    stdio: [RawFd; 3],
+    /// The write end of the close-on-exec pipe that reports an error before the exec.
+    error: RawFd,
+    /// The write end of the reaper's status pipe (-1 without a namespace).
+    status: RawFd,
+    /// Under a namespace, the spawner's alive pipe (read, write).
+    alive: Option<(RawFd, RawFd)>,
+    /// Whether the child dies with the spawner (`PR_SET_PDEATHSIG`).
+    death_signal: bool,
+    /// The spawner's pid.
+    parent: libc::pid_t,
+}
+
+impl ChildPlan<'_> {
+    /// The child's life: on success the provider execs (and, under a namespace, this
+    /// process becomes its reaper); any error is written to the error pipe and the child
+    /// exits with 127.
+    ///
+    /// # Safety
+    ///
+    /// Only in the child of `clone_process`: async-signal-safe system calls only.
+    unsafe fn run(&self) -> ! {
+        unsafe {
+            let error = self.start();
+            let errno: libc::c_int = error.raw_os_error().unwrap_or(libc::EINVAL);
+            libc::write(
+                self.error,
+                (&raw const errno).cast(),
+                std::mem::size_of::<libc::c_int>(),
+            );
+            libc::_exit(127)
+        }
+    }
+
+    /// Returns only with the error that stopped the launch.
+    unsafe fn start(&self) -> io::Error {
+        unsafe {
+            // The spawner must be the only holder of the alive pipe's write end (see
+            // `spawner_alive_pipe`): first thing, before anything can fail.
+            if let Some((_, alive_w)) = self.alive {
+                libc::close(alive_w);
+            }
+            if libc::chdir(self.cwd.as_ptr()) != 0 || libc::setpgid(0, 0) != 0 {
+                return io::Error::last_os_error();
+            }
+            if !self.confiner.namespace {
+                if self.death_signal
+                    && let Err(e) = super::unix::die_with_parent(self.parent)
+                {
+                    return e;
+                }
+                if let Err(e) = self.confiner.restrict() {
+                    return e;
+                }
+                return self.exec();
+            }
+            // The reaper: pid 1 of the new namespaces.
+            if let Some((alive_r, _)) = self.alive.filter(|_| self.death_signal) {
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) != 0
+                {
+                    return io::Error::last_os_error();
+                }
+                // The spawner holds the only write end: EOF means it is already gone (its
+                // descriptors close before its children are told of its death), and the
+                // signal set above may never come. (`getppid` cannot tell: the parent is
+                // outside this namespace.)
+                let mut byte = 0u8;
+                if libc::read(alive_r, (&raw mut byte).cast(), 1) == 0 {
+                    libc::_exit(137);
+                }
+                libc::close(alive_r);
+            }
+            if let Err(e) = self.confiner.enter_namespaces() {
+                return e;
+            }
+            match clone_process(0) {
+                Err(e) => e,
+                Ok(0) => {
+                    libc::close(self.status);
+                    self.exec()
+                }
+                Ok(provider) => {
+                    libc::close(self.error);
+                    reaper_loop(provider, self.status, self.confiner.grace_ms)
+                }
+            }
+        }
+    }
+
+    /// The provider's last step: stdio in place, the signal state a new program expects
+    /// (what `std::process::Command` does: an empty mask, SIGPIPE at its default, which
+    /// Rust programs ignore), every other descriptor closed at exec, then `execve`.
+    unsafe fn exec(&self) -> io::Error {
+        unsafe {
+            for (target, &fd) in self.stdio.iter().enumerate() {
+                // dup2 clears close-on-exec on the copy; the originals (all at 3 or above)
+                // keep it.
+                if libc::dup2(fd, target as libc::c_int) < 0 {
+                    return io::Error::last_os_error();
+                }
+            }
+            let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+            libc::sigemptyset(empty.as_mut_ptr());
+            libc::sigprocmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut());
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            // Nothing the spawner (or a host serving launches itself) left inheritable
+            // reaches the provider; kernels before 5.11 refuse the flag, and what is
+            // close-on-exec already closes anyway.
+            const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC);
+            libc::execve(
+                self.program.as_ptr(),
+                self.argv.as_ptr(),
+                self.envp.as_ptr(),
+            );
+            io::Error::last_os_error()
+        }
+    }
+}
+
+/// `fork(2)`, with `flags` (namespaces), as the raw system call (`clone3`, or `clone` where
+/// a seccomp filter refuses `clone3` with `ENOSYS`): no `atfork` handler runs, so a child
+/// of a multithreaded process (a host serving launches itself) does not wait for a lock
+/// another thread held, and the reaper can fork the provider without glibc's state.
+///
+/// # Safety
+///
+/// The child must make only async-signal-safe calls until it execs or exits.
+unsafe fn clone_process(flags: libc::c_int) -> io::Result<libc::pid_t> {
+    /// The first fields of `struct clone_args` (`CLONE_ARGS_SIZE_VER0`).
+    #[repr(C)]
+    struct CloneArgs {
+        flags: u64,
+        pidfd: u64,
+        child_tid: u64,
+        parent_tid: u64,
+        exit_signal: u64,
+        stack: u64,
+        stack_size: u64,
+        tls: u64,
+    }
+    let args = CloneArgs {
+        flags: flags as u32 as u64,
+        pidfd: 0,
+        child_tid: 0,
+        parent_tid: 0,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: 0,
+        stack_size: 0,
+        tls: 0,
+    };
+    // SAFETY: clone3 with no stack is fork with `flags`: the child runs on a copy of this
+    // stack; the caller keeps the child to async-signal-safe calls.
+    let mut pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &raw const args,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if pid < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+        // SAFETY: as above; the arguments after the flags (stack, and the thread-id and
+        // TLS pointers, in whichever order the architecture takes them) are all zero.
+        pid = unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                (flags | libc::SIGCHLD) as libc::c_ulong,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            )
+        };
+    }
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(pid as libc::pid_t)
+}
+
+/// The spawner's alive pipe (read, write), made on first use and kept for the life of the
+/// process: the write end is held only here — every child closes its copy first thing —,
+/// so a reaper that reads EOF from it knows the spawner is gone. Both ends are
+/// close-on-exec and non-blocking (nothing is ever written).
+fn spawner_alive_pipe() -> io::Result<(RawFd, RawFd)> {
+    static PIPE: std::sync::OnceLock<(OwnedFd, OwnedFd)> = std::sync::OnceLock::new();
+    if PIPE.get().is_none() {
+        let made = pipe(libc::O_NONBLOCK)?;
+        // Only the serving thread launches; a lost race would just drop this pair.
+        let _ = PIPE.set(made);
+    }
+    let (r, w) = PIPE.get().expect("set above");
+    Ok((r.as_raw_fd(), w.as_raw_fd()))
+}
+
+/// A close-on-exec pipe (read, write) with extra `flags`, both ends at 3 or above (a
+/// process started with stdio closed could get 0..2, which the child's stdio would
+/// overwrite).
+fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2(2) fills `fds` when it returns 0.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: two fresh descriptors owned from here.
+    let [r, w] = fds.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+    Ok((above_stdio(r)?, above_stdio(w)?))
+}
+
+fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor (at 3 or above) or -1.
+    let copy = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if copy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor owned from here.
+    Ok(unsafe { OwnedFd::from_raw_fd(copy) })
+}
+
+/// The error a launch's child reported before its exec, if any: reads the error pipe to
+/// its end (the exec, or the child's exit, closes the last write end).
+fn exec_error(pipe: &OwnedFd) -> Option<io::Error> {
+    let mut errno: libc::c_int = 0;
+    let mut got = 0usize;
+    let size = std::mem::size_of::<libc::c_int>();
+    loop {
+        // SAFETY: reads into the remaining bytes of `errno`.
+        let n = unsafe {
+            libc::read(
+                pipe.as_raw_fd(),
+                (&raw mut errno).cast::<u8>().add(got).cast(),
+                size - got,
+            )
+        };
+        match n {
+            0 => break,
+            n if n > 0 => {
+                got += n as usize;
+                if got == size {
+                    break;
+                }
+            }
+            _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            _ => return Some(io::Error::last_os_error()),
+        }
+    }
+    match got {
+        0 => None,
+        n if n == size => Some(io::Error::from_raw_os_error(errno)),
+        _ => Some(io::Error::other(
+            "the provider's process reported a truncated error before its exec",
+        )),
+    }
+}
+
+fn c_string(bytes: &[u8], what: &str) -> io::Result<std::ffi::CString> {
+    std::ffi::CString::new(bytes).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{what} of the launch contains a NUL byte"),
+        )
+    })
+}
+
+fn null_terminated(strings: &[std::ffi::CString]) -> Vec<*const libc::c_char> {
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
 /// Write `data` to a /proc file (user namespace maps).
 unsafe fn write_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
     unsafe {
@@ -331,53 +667,8 @@ unsafe fn close_from_3_except(keep: &[libc::c_int]) {
     }
 }
 
-/// The keeper: wait for the reaper, then end as the provider did.
-unsafe fn keeper(reaper: libc::pid_t, status_r: libc::c_int, alive_w: libc::c_int) -> ! {
-    unsafe {
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
-            libc::signal(sig, libc::SIG_IGN);
-        }
-        // Keep the alive pipe's write end open (it closes with this process) and nothing of
-        // the provider's stdio, so its end is seen when the provider's processes end.
-        for fd in 0..3 {
-            libc::close(fd);
-        }
-        let mut keep = [status_r, alive_w];
-        keep.sort_unstable();
-        close_from_3_except(&keep);
-        let mut reaper_status = 0;
-        while libc::waitpid(reaper, &mut reaper_status, 0) < 0 {
-            if *libc::__errno_location() != libc::EINTR {
-                libc::_exit(126);
-            }
-        }
-        let mut provider_status: libc::c_int = 0;
-        let n = libc::read(
-            status_r,
-            (&raw mut provider_status).cast(),
-            std::mem::size_of::<libc::c_int>(),
-        );
-        let status = if n == std::mem::size_of::<libc::c_int>() as isize {
-            provider_status
-        } else {
-            reaper_status
-        };
-        if libc::WIFSIGNALED(status) {
-            let sig = libc::WTERMSIG(status);
-            libc::signal(sig, libc::SIG_DFL);
-            libc::kill(libc::getpid(), sig);
-            libc::_exit(128 + sig);
-        }
-        libc::_exit(if libc::WIFEXITED(status) {
-            libc::WEXITSTATUS(status)
-        } else {
-            126
-        })
-    }
-}
-
 /// The reaper: reap everything; when the provider ends, stop what is left (SIGTERM, then
-/// SIGKILL at the end of the grace period), report the provider's status to the keeper and
+/// SIGKILL at the end of the grace period), report the provider's status to the spawner and
 /// exit.
 ///
 /// What is left is waited for, not polled: SIGCHLD is blocked in this process (only here:

@@ -2,12 +2,13 @@
 //!
 //! Forking the host is slow and heavy once wasmtime has mapped its reservations and the
 //! host has grown: every fork copies the host's page tables, and on Linux each confined
-//! launch keeps two non-exec'd forks alive for the run (the keeper and the reaper, see
-//! `linux.rs`), each holding a copy of the host's page tables (measured: a thousand parked
+//! launch keeps a fork that does not exec alive for the run (the reaper of its PID
+//! namespace, see `linux.rs`), holding a copy of its parent's page tables (measured when
+//! they were forks of the host, with a keeper process beside each: a thousand parked
 //! sessions ran a 24 GiB machine out of memory). The spawner is the host's own executable
 //! started afresh (`/proc/self/exe`), intercepted before `main` by an `.init_array` hook of
 //! this crate, so it never maps wasmtime nor starts a runtime: its forks are cheap and its
-//! keepers and reapers small. It is started once per host process, on first use (an `Agent`
+//! reapers small. It is started once per host process, on first use (an `Agent`
 //! being built starts it in the background). A program may instead fork it first thing in
 //! `main` (`crate::fork_spawner`, as `adaptor run` does): the process is then small
 //! and single-threaded, and the fork spares starting the executable a second time; the child
@@ -17,7 +18,7 @@
 //! host ──socket──▶ spawner (own process group; PR_SET_PDEATHSIG towards the host)
 //!                    │ fork (+ confinement, as before)
 //!                    ▼
-//!                  keeper ─▶ reaper ─▶ provider      (each dies with its parent)
+//!                  reaper ─▶ provider      (each dies with its parent)
 //! ```
 //!
 //! Protocol (a private Unix stream socket pair, frames of a 4-byte little-endian length and a
@@ -27,7 +28,7 @@
 //! status when it has reaped the process (it watches each with a pidfd).
 //!
 //! No-orphan guarantees are unchanged: the spawner has the parent-death signal towards the
-//! host's spawner thread (which lives as long as the host), every provider (or its keeper)
+//! host's spawner thread (which lives as long as the host), every provider (or its reaper)
 //! has it towards the spawner, and a spawner that sees the host's end of the socket close
 //! kills every process group it started. If the spawner dies while the host lives, its
 //! providers die with it, their runs see their exit as an error, and the next launch starts
@@ -429,8 +430,9 @@ fn serve(socket: UnixStream) -> io::Result<()> {
         Ok(())
     };
     watch(socket.as_raw_fd(), SOCKET_KEY)?;
-    // Live children: pid → pidfd (readable once the process has ended).
-    let mut children: HashMap<u32, OwnedFd> = HashMap::new();
+    // Live children: pid → pidfd (readable once the process has ended) and, under a PID
+    // namespace, the pipe its reaper writes the provider's status into.
+    let mut children: HashMap<u32, (OwnedFd, Option<OwnedFd>)> = HashMap::new();
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
     let mut reader = socket.try_clone()?;
     let result = 'serve: loop {
@@ -463,7 +465,7 @@ fn serve(socket: UnixStream) -> io::Result<()> {
                 let outcome = std::panic::catch_unwind(|| super::unix::start(&spec))
                     .unwrap_or_else(|_| Err(io::Error::other("starting the process panicked")));
                 let sent = match outcome {
-                    Ok((pid, stdio)) => match pidfd_open(pid) {
+                    Ok(super::unix::Started { pid, stdio, status }) => match pidfd_open(pid) {
                         Ok(pidfd) => {
                             let watched = watch(pidfd.as_raw_fd(), u64::from(pid));
                             let body = encode(&Reply::Spawned { id, pid });
@@ -471,12 +473,13 @@ fn serve(socket: UnixStream) -> io::Result<()> {
                             let sent = send_frame(&socket, &body, &fds);
                             drop(stdio);
                             if watched.is_ok() {
-                                children.insert(pid, pidfd);
+                                children.insert(pid, (pidfd, status));
                                 sent
                             } else {
                                 // Unwatched, its exit would never be reported: end it now.
                                 kill_group(pid);
-                                let status = reap(pid);
+                                let status =
+                                    super::unix::reported_status(reap(pid), status.as_ref());
                                 sent.and_then(|()| {
                                     send_frame(
                                         &socket,
@@ -499,11 +502,11 @@ fn serve(socket: UnixStream) -> io::Result<()> {
                 }
             } else {
                 let pid = key as u32;
-                let Some(pidfd) = children.remove(&pid) else {
+                let Some((pidfd, status)) = children.remove(&pid) else {
                     continue;
                 };
                 drop(pidfd);
-                let status = reap(pid);
+                let status = super::unix::reported_status(reap(pid), status.as_ref());
                 if let Err(e) = send_frame(&socket, &encode(&Reply::Exited { pid, status }), &[]) {
                     break 'serve Err(e);
                 }
@@ -1146,6 +1149,70 @@ mod tests {
             let mut missing = shell("");
             missing.program = PathBuf::from("/nonexistent/provider");
             let err = launch_on(&conn, 2, &missing)
+                .await
+                .err()
+                .expect("cannot start");
+            assert_eq!(err.kind(), io::ErrorKind::NotFound, "{kind}: {err}");
+        }
+    }
+
+    /// Under a PID namespace the spawner's child is the namespace's reaper (pid 1, no process
+    /// between it and the spawner), the provider runs as pid 2, and the provider's exit —
+    /// code or signal — is what is reported; a program that cannot start is still its OS
+    /// error.
+    #[tokio::test]
+    async fn a_namespace_launch_reports_the_providers_own_exit() {
+        if !super::super::linux::pid_namespace_available() {
+            eprintln!("skipped: this kernel refuses PID namespaces here");
+            return;
+        }
+        let in_namespace = |script: &str| {
+            let mut spec = shell(script);
+            spec.confinement.pid_namespace = true;
+            spec
+        };
+        for (kind, conn) in [
+            ("process", Connection::process().unwrap()),
+            ("in-process", Connection::in_process().unwrap()),
+        ] {
+            let launched = launch_on(&conn, 1, &in_namespace("echo $$; read line; exit 3"))
+                .await
+                .unwrap_or_else(|e| panic!("{kind}: {e}"));
+            let status = std::fs::read_to_string(format!("/proc/{}/status", launched.pid)).unwrap();
+            let nspid = status
+                .lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .expect("NSpid")
+                .split_whitespace()
+                .collect::<Vec<_>>();
+            assert_eq!(
+                nspid,
+                [launched.pid.to_string().as_str(), "1"],
+                "{kind}: the spawner's child is the namespace's init"
+            );
+            let [stdin, stdout, _stderr] = launched.stdio;
+            std::fs::File::from(stdin).write_all(b"go\n").unwrap();
+            let mut out = String::new();
+            std::fs::File::from(stdout)
+                .read_to_string(&mut out)
+                .unwrap();
+            assert_eq!(out, "2\n", "{kind}: the provider is pid 2");
+            let mut exit = launched.exit;
+            let status = *exit.wait_for(Option::is_some).await.unwrap();
+            let status = std::process::ExitStatus::from_raw(status.unwrap());
+            assert_eq!(status.code(), Some(3), "{kind}");
+
+            let launched = launch_on(&conn, 2, &in_namespace("kill -TERM $$"))
+                .await
+                .unwrap();
+            let mut exit = launched.exit;
+            let status = *exit.wait_for(Option::is_some).await.unwrap();
+            let status = std::process::ExitStatus::from_raw(status.unwrap());
+            assert_eq!(status.signal(), Some(libc::SIGTERM), "{kind}: {status:?}");
+
+            let mut missing = in_namespace("");
+            missing.program = PathBuf::from("/nonexistent/provider");
+            let err = launch_on(&conn, 3, &missing)
                 .await
                 .err()
                 .expect("cannot start");

@@ -6,8 +6,10 @@
 
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{ExitStatus, Stdio};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+#[cfg(not(target_os = "linux"))]
+use std::process::Stdio;
 
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
 
@@ -133,43 +135,80 @@ pub(crate) async fn spawn(spec: &ProcessSpec) -> io::Result<Spawned> {
     })
 }
 
+/// A process [`start`] started: the spawner's child, which leads the launch's process
+/// group — the provider itself, or, under a PID namespace, the namespace's reaper with the
+/// provider below it (see `linux.rs`).
+pub(crate) struct Started {
+    /// The child's pid (and process group id).
+    pub pid: u32,
+    /// The parent's ends of the provider's stdin, stdout and stderr.
+    pub stdio: [OwnedFd; 3],
+    /// Under a PID namespace: the pipe the reaper writes the provider's wait status into
+    /// before it exits. Read it with [`reported_status`] once the child is reaped.
+    pub status: Option<OwnedFd>,
+}
+
 /// Start `spec` (in the spawner): the leader of a new process group, its stdio piped, under
-/// its confinement. Returns its pid and the parent's ends of its stdin, stdout and stderr;
-/// the caller reaps it.
-pub(crate) fn start(spec: &ProcessSpec) -> io::Result<(u32, [OwnedFd; 3])> {
-    let mut cmd = std::process::Command::new(&spec.program);
-    cmd.args(&spec.args)
+/// its confinement (Linux: `linux::launch`). The caller reaps it.
+#[cfg(target_os = "linux")]
+pub(crate) fn start(spec: &ProcessSpec) -> io::Result<Started> {
+    super::linux::launch(spec)
+}
+
+/// Start `spec` (in the spawner): the leader of a new process group, its stdio piped. The
+/// caller reaps it.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn start(spec: &ProcessSpec) -> io::Result<Started> {
+    use std::os::unix::process::CommandExt;
+    let mut child = std::process::Command::new(&spec.program)
+        .args(&spec.args)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&spec.cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0);
-    #[cfg(target_os = "linux")]
-    {
-        let confiner = super::linux::Confiner::new(&spec.confinement)?;
-        let parent = std::process::id() as libc::pid_t;
-        let death_signal = spec.parent_death_signal;
-        // SAFETY: only async-signal-safe calls (prctl, getppid, _exit, and the confiner's
-        // raw system calls) run between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if death_signal {
-                    die_with_parent(parent)?;
-                }
-                confiner.in_child()
-            });
-        }
-    }
-    let mut child = cmd.spawn()?;
-    let pid = child.id();
+        .process_group(0)
+        .spawn()?;
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
         unreachable!("all three were piped");
     };
-    Ok((pid, [stdin.into(), stdout.into(), stderr.into()]))
+    Ok(Started {
+        pid: child.id(),
+        stdio: [stdin.into(), stdout.into(), stderr.into()],
+        status: None,
+    })
+}
+
+/// The wait status to report for a launch's child, reaped with `own`: under a PID
+/// namespace the provider's, as its reaper wrote it (a status that is neither an exit nor
+/// a signal, which only a provider writing into the reaper's pipe could produce, reads as
+/// exit code 126); the child's own when the reaper wrote nothing (it was killed), and
+/// without a namespace.
+pub(crate) fn reported_status(own: i32, status: Option<&OwnedFd>) -> i32 {
+    use std::os::fd::AsRawFd;
+    let Some(pipe) = status else {
+        return own;
+    };
+    let mut provider: libc::c_int = 0;
+    // SAFETY: reads at most the size of `provider` into it, from a descriptor we own.
+    let n = unsafe {
+        libc::read(
+            pipe.as_raw_fd(),
+            (&raw mut provider).cast(),
+            std::mem::size_of::<libc::c_int>(),
+        )
+    };
+    if n != std::mem::size_of::<libc::c_int>() as isize {
+        return own;
+    }
+    if libc::WIFEXITED(provider) || libc::WIFSIGNALED(provider) {
+        provider
+    } else {
+        126 << 8
+    }
 }
 
 /// Between fork and exec: have the kernel SIGKILL this child when its parent (`parent`)
