@@ -1106,6 +1106,29 @@ mod tests {
         answer.await.expect("answered")
     }
 
+    /// A launch of a program that does not exist fails with its OS error (not found).
+    async fn refuses_a_missing_program(
+        conn: &Connection,
+        id: u64,
+        mut spec: ProcessSpec,
+        kind: &str,
+    ) {
+        spec.program = PathBuf::from("/nonexistent/provider");
+        let err = launch_on(conn, id, &spec)
+            .await
+            .err()
+            .expect("cannot start");
+        assert_eq!(err.kind(), io::ErrorKind::NotFound, "{kind}: {err}");
+    }
+
+    /// The exit status the spawner reports for a launch.
+    async fn reported_exit(
+        mut exit: tokio::sync::watch::Receiver<Option<i32>>,
+    ) -> std::process::ExitStatus {
+        let status = *exit.wait_for(Option::is_some).await.unwrap();
+        std::process::ExitStatus::from_raw(status.expect("waited for a status"))
+    }
+
     /// Both kinds of spawner start a process with its stdio, report its exit status once
     /// reaped, and report a program that cannot start as the OS error it was.
     #[tokio::test]
@@ -1141,18 +1164,10 @@ mod tests {
                 ("got ping\n", "err\n"),
                 "{kind}"
             );
-            let mut exit = launched.exit;
-            let status = *exit.wait_for(Option::is_some).await.unwrap();
-            let status = std::process::ExitStatus::from_raw(status.unwrap());
+            let status = reported_exit(launched.exit).await;
             assert_eq!(status.code(), Some(3), "{kind}");
 
-            let mut missing = shell("");
-            missing.program = PathBuf::from("/nonexistent/provider");
-            let err = launch_on(&conn, 2, &missing)
-                .await
-                .err()
-                .expect("cannot start");
-            assert_eq!(err.kind(), io::ErrorKind::NotFound, "{kind}: {err}");
+            refuses_a_missing_program(&conn, 2, shell(""), kind).await;
         }
     }
 
@@ -1197,27 +1212,42 @@ mod tests {
                 .read_to_string(&mut out)
                 .unwrap();
             assert_eq!(out, "2\n", "{kind}: the provider is pid 2");
-            let mut exit = launched.exit;
-            let status = *exit.wait_for(Option::is_some).await.unwrap();
-            let status = std::process::ExitStatus::from_raw(status.unwrap());
+            let status = reported_exit(launched.exit).await;
             assert_eq!(status.code(), Some(3), "{kind}");
 
             let launched = launch_on(&conn, 2, &in_namespace("kill -TERM $$"))
                 .await
                 .unwrap();
-            let mut exit = launched.exit;
-            let status = *exit.wait_for(Option::is_some).await.unwrap();
-            let status = std::process::ExitStatus::from_raw(status.unwrap());
+            let status = reported_exit(launched.exit).await;
             assert_eq!(status.signal(), Some(libc::SIGTERM), "{kind}: {status:?}");
 
-            let mut missing = in_namespace("");
-            missing.program = PathBuf::from("/nonexistent/provider");
-            let err = launch_on(&conn, 3, &missing)
-                .await
-                .err()
-                .expect("cannot start");
-            assert_eq!(err.kind(), io::ErrorKind::NotFound, "{kind}: {err}");
+            refuses_a_missing_program(&conn, 3, in_namespace(""), kind).await;
         }
+    }
+
+    /// What a reaper's status pipe holds is reported only when it is an exit or a signal; an
+    /// empty pipe (the reaper was killed) reports the reaper's own status.
+    #[test]
+    fn a_reapers_status_is_reported_only_when_well_formed() {
+        let pipe = |bytes: &[u8]| {
+            let (r, w) = std::os::unix::net::UnixStream::pair().unwrap();
+            (&w).write_all(bytes).unwrap();
+            r.set_nonblocking(true).unwrap();
+            OwnedFd::from(r)
+        };
+        let reported =
+            |own, bytes: &[u8]| super::super::unix::reported_status(own, Some(&pipe(bytes)));
+        let exited_3 = 3 << 8;
+        assert_eq!(reported(0, &i32::to_ne_bytes(exited_3)), exited_3);
+        assert_eq!(reported(0, &i32::to_ne_bytes(libc::SIGTERM)), libc::SIGTERM);
+        // 0x137f: stopped by SIGSTOP, which no ended process has.
+        assert_eq!(reported(0, &i32::to_ne_bytes(0x137f)), 126 << 8);
+        assert_eq!(reported(libc::SIGKILL, b""), libc::SIGKILL);
+        assert_eq!(reported(libc::SIGKILL, b"ab"), libc::SIGKILL);
+        assert_eq!(
+            super::super::unix::reported_status(exited_3, None),
+            exited_3
+        );
     }
 
     /// A spawner process ends when the host's end closes, and takes what it started with it.
