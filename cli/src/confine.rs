@@ -94,13 +94,14 @@ pub fn report_lines(report: &ContainmentReport) -> Vec<String> {
         },
         if report.pid_namespace { "yes" } else { "NO" },
     )];
-    let etc = report
-        .rules
-        .iter()
-        .filter(|r| r.why == "system" && r.path.starts_with("/etc"))
-        .count();
+    // `/etc` granted entry by entry (no mount namespace to hide its secrets in) is folded
+    // into one line; granted whole, it is a rule like any other, and its secrets are listed.
+    let entry_by_entry = report.hidden.is_empty();
+    let in_etc = |rule: &&adaptor::PathRule| rule.why == "system" && rule.path.starts_with("/etc");
+    let mut etc = 0;
     for rule in &report.rules {
-        if rule.why == "system" && rule.path.starts_with("/etc") {
+        if entry_by_entry && in_etc(&rule) {
+            etc += 1;
             continue;
         }
         lines.push(format!(
@@ -114,6 +115,18 @@ pub fn report_lines(report: &ContainmentReport) -> Vec<String> {
         lines.push(format!(
             "  {:<10} /etc: {etc} entries, without shadow, sudoers, ssh, TLS private keys  (system)",
             "read"
+        ));
+    }
+    if !report.hidden.is_empty() {
+        let hidden: Vec<String> = report
+            .hidden
+            .iter()
+            .map(|p| sanitize(&p.display().to_string()))
+            .collect();
+        lines.push(format!(
+            "  {:<10} {}  (secrets, masked in the provider's mount namespace)",
+            "hidden",
+            hidden.join(", ")
         ));
     }
     for note in &report.notes {

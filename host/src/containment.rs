@@ -120,7 +120,9 @@ pub enum PathAccess {
     Read,
     /// Read, list and execute.
     ReadExecute,
-    /// Everything: create, write, remove, rename, execute.
+    /// Everything but making device nodes: create, write, remove, rename, execute (a device
+    /// node for the disk, made in a writable directory by a root provider, would read every
+    /// file on it).
     ReadWrite,
     /// Read, write and ioctl on a device node (`/dev/null`, `/dev/tty`, …); no creation.
     Device,
@@ -154,6 +156,12 @@ pub struct ContainmentReport {
     pub pid_namespace: bool,
     /// The filesystem rules, in the order they were decided.
     pub rules: Vec<PathRule>,
+    /// Secrets beneath a rule, hidden from the provider by mounts over them in its own mount
+    /// namespace (with a PID namespace): `/etc`'s password hashes, host keys, private TLS
+    /// keys and the like, when `/etc` is granted whole. Opening a hidden file fails with
+    /// "permission denied"; a hidden directory is empty. Without that namespace `/etc` is
+    /// granted entry by entry, without them, and this is empty.
+    pub hidden: Vec<PathBuf>,
     /// What is not enforced and why (best-effort mode), or other remarks.
     pub notes: Vec<String>,
 }

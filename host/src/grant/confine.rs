@@ -3,8 +3,8 @@
 //! variables that name directories are on the driver denylist).
 //!
 //! Owns: which paths a provider may read, execute and write, and why (the
-//! [`PathRule`] list a report shows), including the host's table of known CLIs' state
-//! directories. Must not: open, create or restrict anything (`process` applies the plan; the
+//! [`PathRule`] list a report shows), which secrets beneath them are hidden by mounts (see
+//! [`SystemRules`]), including the host's table of known CLIs' state directories. Must not: open, create or restrict anything (`process` applies the plan; the
 //! only file access here is reading metadata, `/etc`'s listing and a program's `#!` line).
 
 use std::collections::BTreeMap;
@@ -61,23 +61,141 @@ const DEVICES: &[&str] = &[
 /// The rules every launch gets — the system directories, `/etc` without its secrets,
 /// `/proc`, `/sys`, the device nodes — decided once per process (about 1 ms of `/etc`
 /// listing and path resolution per launch otherwise), ahead of the first launch when the
-/// spawner starts early (`super::prepare_launches`).
-pub(crate) fn system_rules() -> &'static [PathRule] {
-    static RULES: std::sync::OnceLock<Vec<PathRule>> = std::sync::OnceLock::new();
+/// spawner starts early (`super::prepare_launches`), in both of `/etc`'s forms (see
+/// [`SystemRules`]).
+pub(crate) fn system_rules() -> &'static SystemRules {
+    static RULES: std::sync::OnceLock<SystemRules> = std::sync::OnceLock::new();
     RULES.get_or_init(|| {
         let mut plan = ConfinementPlan::default();
         for dir in SYSTEM_DIRS {
             plan.add(Path::new(dir), PathAccess::ReadExecute, "system");
         }
-        plan.add_etc(Path::new("/etc"));
-        plan.add(Path::new("/proc"), PathAccess::Read, "system");
-        plan.add(Path::new("/sys"), PathAccess::Read, "system");
+        let etc = EtcGrants::of(Path::new("/etc"));
+        let mut tail = ConfinementPlan::default();
+        tail.add(Path::new("/proc"), PathAccess::Read, "system");
+        tail.add(Path::new("/sys"), PathAccess::Read, "system");
         for dev in DEVICES {
-            plan.add(Path::new(dev), PathAccess::Device, "device");
+            tail.add(Path::new(dev), PathAccess::Device, "device");
         }
-        plan.add(Path::new("/dev/shm"), PathAccess::ReadWrite, "device");
-        plan.rules
+        tail.add(Path::new("/dev/shm"), PathAccess::ReadWrite, "device");
+        let form = |etc_rules: &[PathRule]| {
+            let mut rules = plan.clone();
+            for rule in etc_rules.iter().chain(&tail.rules) {
+                rules.add_canonical(rule.path.clone(), rule.access, &rule.why);
+            }
+            rules.rules
+        };
+        SystemRules {
+            entries: form(&etc.entries),
+            hiding: form(&etc.whole),
+            hidden: etc.hidden,
+        }
     })
+}
+
+/// The system rules in the two forms a launch can take. `/etc` holds secrets (password
+/// hashes, host keys, private TLS keys) beside what every program reads, and Landlock
+/// cannot deny a path beneath one it allows, so:
+/// - a provider in a mount namespace of its own that runs with no capabilities (a host
+///   that is not root: the provider is an unprivileged user in a user namespace) gets
+///   `/etc` whole, and its secrets are hidden by mounts over them in that namespace (a
+///   file by `/dev/null` on a `nodev` mount, so opening it fails with "permission denied"
+///   as before; a directory by an empty read-only `tmpfs`), which it can neither unmount
+///   (Landlock refuses mounts to a sandboxed process) nor see past: a dozen rules and a few
+///   mounts, instead of
+/// - one Landlock rule per entry of `/etc` but the secrets (about 150 on a Debian
+///   system), each opened at every launch: the form of a launch without namespaces, and
+///   of a root host's, whose provider could reach a hidden file's inode past its mask (by
+///   handle, or through a clone of the mount tree) where the whole `/etc` rule would let
+///   it read it. A rule per entry grants such an inode nothing.
+#[derive(Debug)]
+pub(crate) struct SystemRules {
+    /// `/etc` entry by entry, without its secrets.
+    pub entries: Vec<PathRule>,
+    /// `/etc` whole, for a launch that hides [`hidden`](Self::hidden).
+    pub hiding: Vec<PathRule>,
+    /// The secrets of `/etc` that exist (canonical, outer before inner).
+    pub hidden: Vec<PathBuf>,
+}
+
+/// `/etc` as a plan grants it (see [`SystemRules`]).
+#[derive(Debug, Default)]
+struct EtcGrants {
+    entries: Vec<PathRule>,
+    whole: Vec<PathRule>,
+    hidden: Vec<PathBuf>,
+}
+
+impl EtcGrants {
+    /// Both forms of `etc`, from one listing. Only symbolic links are resolved: any other
+    /// entry of the canonical `/etc` is its own canonical path (the listing's file type says
+    /// which, with no call per entry — the two resolutions per entry this used to make were
+    /// some 560 `readlink` calls). A link is followed unless it leads into a secret (or to
+    /// `/etc` itself) or into `/proc`; in the whole form only links leading out of `/etc`
+    /// add a rule. A secret is hidden where it leads, if that is inside `/etc` (one leading
+    /// out is granted by no `/etc` rule, as in the entry form).
+    fn of(etc: &Path) -> EtcGrants {
+        let mut grants = EtcGrants::default();
+        let Ok(etc) = etc.canonicalize() else {
+            return grants;
+        };
+        let Ok(listing) = std::fs::read_dir(&etc) else {
+            return grants;
+        };
+        let mut listing: Vec<(OsString, bool)> = listing
+            .flatten()
+            .map(|e| {
+                let link = e.file_type().is_ok_and(|t| t.is_symlink());
+                (e.file_name(), link)
+            })
+            .collect();
+        listing.sort();
+        let mut entries = ConfinementPlan::default();
+        let mut whole = ConfinementPlan::default();
+        whole.add_canonical(etc.clone(), PathAccess::Read, "system");
+        let mut hidden = Vec::new();
+        for (name, link) in listing {
+            let path = etc.join(&name);
+            if matches!(name.to_str(), Some("ssl" | "pki")) {
+                for public in ETC_TLS_PUBLIC {
+                    entries.add(&path.join(public), PathAccess::Read, "system");
+                }
+                // Everything else in them is a key or may hold one.
+                if let Ok(inner) = std::fs::read_dir(&path) {
+                    hidden.extend(inner.flatten().filter_map(|e| {
+                        let name = e.file_name();
+                        let public = name.to_str().is_some_and(|n| ETC_TLS_PUBLIC.contains(&n));
+                        (!public).then(|| e.path())
+                    }));
+                }
+            } else if etc_secret(&etc, &path) {
+                // Not granted in the entry form, whatever it is or leads to.
+                hidden.push(path);
+            } else if !link {
+                entries.add_canonical(path, PathAccess::Read, "system");
+            } else if let Ok(target) = path.canonicalize()
+                // `/etc/mtab` → `/proc/self/mounts`: covered by `/proc`, and `self` would
+                // resolve to the host.
+                && !target.starts_with("/proc")
+                && !etc_secret(&etc, &target)
+            {
+                entries.add_canonical(target.clone(), PathAccess::Read, "system");
+                whole.add_canonical(target, PathAccess::Read, "system");
+            }
+        }
+        let mut hidden: Vec<PathBuf> = hidden
+            .into_iter()
+            .filter_map(|p| p.canonicalize().ok())
+            .filter(|p| p.starts_with(&etc) && p != &etc)
+            .collect();
+        // Outer before inner: an inner one under a hidden directory is then already gone.
+        hidden.sort();
+        hidden.dedup();
+        grants.entries = entries.rules;
+        grants.whole = whole.rules;
+        grants.hidden = hidden;
+        grants
+    }
 }
 
 /// Everything the plan needs to know about one launch.
@@ -107,6 +225,10 @@ pub(crate) struct PlanInputs<'a> {
     pub config_paths: &'a [ConfigPath],
     /// Stdio MCP server programs the caller declared by absolute path.
     pub mcp_programs: &'a [PathBuf],
+    /// The provider gets a mount namespace of its own and no capabilities: `/etc` is
+    /// granted whole and its secrets hidden by mounts (see [`SystemRules`]), instead of
+    /// entry by entry.
+    pub hide_by_mounts: bool,
     /// The run's materialized skill set (the host wrote it; read and execute).
     pub skills: Option<&'a Path>,
     /// The run's dedicated profile: its directory, linked user files, a shared credential
@@ -196,10 +318,14 @@ const TOO_WIDE: &[&str] = &[
     "/proc", "/sys", "/home", "/root", "/tmp", "/run",
 ];
 
-/// The decided confinement: the rules, and the state directories to create before launch.
+/// The decided confinement: the rules, the paths hidden by mounts, and the state
+/// directories to create before launch.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ConfinementPlan {
     pub rules: Vec<PathRule>,
+    /// Paths hidden by mounts over them in the provider's mount namespace (see
+    /// [`SystemRules`]).
+    pub hidden: Vec<PathBuf>,
     /// State directories that do not exist yet (created 0700 before launch).
     pub create: Vec<PathBuf>,
 }
@@ -226,7 +352,13 @@ impl ConfinementPlan {
                 .filter(|p| p.is_absolute())
         };
         let home = env("HOME");
-        plan.rules.extend(system_rules().iter().cloned());
+        let system = system_rules();
+        if inputs.hide_by_mounts {
+            plan.rules.extend(system.hiding.iter().cloned());
+            plan.hidden.clone_from(&system.hidden);
+        } else {
+            plan.rules.extend(system.entries.iter().cloned());
+        }
         for dir in install_dirs(inputs.program, inputs.env, home.as_deref()) {
             plan.add(&dir, PathAccess::ReadExecute, "install");
         }
@@ -405,47 +537,6 @@ impl ConfinementPlan {
                 access: PathAccess::ReadWrite,
                 why: why.to_owned(),
             });
-        }
-    }
-
-    /// `/etc` (`etc`), entry by entry, without its secrets; TLS directories without private
-    /// keys. Only symbolic links are resolved: any other entry of the canonical `/etc` is its
-    /// own canonical path (the listing's file type says which, with no call per entry — the
-    /// two resolutions per entry this used to make were some 560 `readlink` calls). A link
-    /// is followed unless it leads into a secret (or to `/etc` itself) or into `/proc`.
-    fn add_etc(&mut self, etc: &Path) {
-        let Ok(etc) = etc.canonicalize() else {
-            return;
-        };
-        let Ok(entries) = std::fs::read_dir(&etc) else {
-            return;
-        };
-        let mut entries: Vec<(OsString, bool)> = entries
-            .flatten()
-            .map(|e| {
-                let link = e.file_type().is_ok_and(|t| t.is_symlink());
-                (e.file_name(), link)
-            })
-            .collect();
-        entries.sort();
-        for (name, link) in entries {
-            let path = etc.join(&name);
-            if matches!(name.to_str(), Some("ssl" | "pki")) {
-                for public in ETC_TLS_PUBLIC {
-                    self.add(&path.join(public), PathAccess::Read, "system");
-                }
-            } else if etc_secret(&etc, &path) {
-                // Skipped by name, whatever it is or leads to.
-            } else if !link {
-                self.add_canonical(path, PathAccess::Read, "system");
-            } else if let Ok(target) = path.canonicalize()
-                // `/etc/mtab` → `/proc/self/mounts`: covered by `/proc`, and `self` would
-                // resolve to the host.
-                && !target.starts_with("/proc")
-                && !etc_secret(&etc, &target)
-            {
-                self.add_canonical(target, PathAccess::Read, "system");
-            }
         }
     }
 }
@@ -653,12 +744,13 @@ mod tests {
         ] {
             symlink(target, etc.join(link)).unwrap();
         }
-        let mut plan = ConfinementPlan::default();
-        plan.add_etc(&etc);
-        let granted: Vec<&Path> = plan.rules.iter().map(|r| r.path.as_path()).collect();
+        let grants = EtcGrants::of(&etc);
+        let granted: Vec<&Path> = grants.entries.iter().map(|r| r.path.as_path()).collect();
         assert!(
-            plan.rules
+            grants
+                .entries
                 .iter()
+                .chain(&grants.whole)
                 .all(|r| r.access == PathAccess::Read && r.why == "system")
         );
         // In name order, entries as themselves and links as their targets, each once
@@ -672,6 +764,43 @@ mod tests {
                 etc.join("hosts"),
                 elsewhere.join("os-release"),
             ]
+        );
+        // Whole: `/etc` and what a link leads to outside it; the secrets (and everything in
+        // `ssl` but its public entries) hidden, outer before inner, each once.
+        let whole: Vec<&Path> = grants.whole.iter().map(|r| r.path.as_path()).collect();
+        assert_eq!(whole, [etc.as_path(), &elsewhere.join("os-release")]);
+        assert_eq!(grants.hidden, [etc.join("shadow"), etc.join("ssl/private")]);
+    }
+
+    #[test]
+    fn a_secret_is_hidden_where_it_leads_inside_etc_only() {
+        use std::os::unix::fs::symlink;
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path().canonicalize().unwrap();
+        let etc = root.join("etc");
+        std::fs::create_dir_all(etc.join("alt/ssh")).unwrap();
+        std::fs::create_dir_all(root.join("outside")).unwrap();
+        std::fs::write(root.join("outside/id"), "").unwrap();
+        std::fs::write(etc.join("alt/shadow"), "").unwrap();
+        // Secrets that are links: one into `/etc` (hidden there), one out of it (no `/etc`
+        // rule grants it), one dangling (nothing to hide).
+        symlink(etc.join("alt/shadow"), etc.join("shadow")).unwrap();
+        symlink(etc.join("alt/ssh"), etc.join("ssh")).unwrap();
+        symlink(root.join("outside/id"), etc.join("machine-id")).unwrap();
+        symlink(etc.join("missing"), etc.join("gshadow")).unwrap();
+        let grants = EtcGrants::of(&etc);
+        assert_eq!(grants.hidden, [etc.join("alt/shadow"), etc.join("alt/ssh")]);
+        assert!(
+            grants
+                .whole
+                .iter()
+                .all(|r| r.path != root.join("outside/id"))
+        );
+        assert!(
+            grants
+                .entries
+                .iter()
+                .all(|r| r.path != root.join("outside/id"))
         );
     }
 
@@ -710,11 +839,13 @@ mod tests {
             containment: &containment,
             config_paths: &[],
             mcp_programs: &[],
+            hide_by_mounts: false,
             skills: None,
             profile: &[],
             instructions: None,
         };
         let plan = ConfinementPlan::decide(&inputs).unwrap();
+        assert!(plan.hidden.is_empty());
         assert_eq!(rule(&plan, &ws).unwrap().access, PathAccess::ReadWrite);
         assert_eq!(rule(&plan, &tmp).unwrap().access, PathAccess::ReadWrite);
         assert_eq!(
@@ -736,6 +867,30 @@ mod tests {
             "{plan:?}"
         );
         assert!(rule(&plan, Path::new("/etc/shadow")).is_none());
+        assert!(rule(&plan, Path::new("/etc")).is_none(), "entry by entry");
+        // With a mount namespace: `/etc` whole, its secrets hidden; the rest is the same.
+        let hiding = ConfinementPlan::decide(&PlanInputs {
+            hide_by_mounts: true,
+            ..inputs
+        })
+        .unwrap();
+        assert_eq!(
+            rule(&hiding, Path::new("/etc")).unwrap().access,
+            PathAccess::Read
+        );
+        assert_eq!(hiding.hidden, system_rules().hidden);
+        if Path::new("/etc/shadow").exists() {
+            assert!(hiding.hidden.contains(&PathBuf::from("/etc/shadow")));
+        }
+        assert!(hiding.rules.len() < plan.rules.len());
+        let not_etc = |p: &ConfinementPlan| -> Vec<PathRule> {
+            p.rules
+                .iter()
+                .filter(|r| !r.path.starts_with("/etc"))
+                .cloned()
+                .collect()
+        };
+        assert_eq!(not_etc(&hiding), not_etc(&plan));
         // Read-only: the workspace loses write; a caller path must exist.
         let read_only = PlanInputs {
             read_only: true,

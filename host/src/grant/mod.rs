@@ -335,6 +335,7 @@ impl ProcessGrant {
             .get(std::ffi::OsStr::new("TMPDIR"))
             .map(PathBuf::from)
             .unwrap_or_else(|| run.tmp.to_path_buf());
+        let kernel = process::kernel_support();
         let plan = confine::ConfinementPlan::decide(&confine::PlanInputs {
             configured: &self.configured,
             program: &program,
@@ -347,6 +348,7 @@ impl ProcessGrant {
             containment: &self.containment,
             config_paths: &self.config_paths,
             mcp_programs: run.mcp_programs,
+            hide_by_mounts: kernel.pid_namespace && kernel.hide_by_mounts,
             skills: run.skills,
             profile: &self.profile_paths,
             instructions: run.instructions,
@@ -365,8 +367,14 @@ impl ProcessGrant {
                 }
             },
         })?;
-        let (confinement, report) = process::kernel_support()
-            .confine(self.containment.mode, plan.rules, plan.create, self.grace)
+        let (confinement, report) = kernel
+            .confine(
+                self.containment.mode,
+                plan.rules,
+                plan.hidden,
+                plan.create,
+                self.grace,
+            )
             .map_err(|reason| Error::ContainmentUnavailable {
                 driver: self.driver.clone(),
                 reason,

@@ -7,7 +7,8 @@
 //! ```text
 //! spawner ──clone(PID | mount [| user] namespaces)──▶ reaper (the spawner's child, group
 //!                  │                                  leader, pid 1 of the new namespace,
-//!                  │                                  fresh /proc, Landlock applied)
+//!                  │                                  fresh /proc, hidden paths masked,
+//!                  │                                  Landlock applied)
 //!                  │  fork, exec
 //!                  ▼
 //!                provider (pid 2) and every descendant, setsid or not
@@ -26,8 +27,11 @@
 //! - **Landlock** is applied in the reaper before the provider is forked, so the provider and
 //!   all its descendants inherit it; `no_new_privs` is set with it. The ruleset is built in
 //!   the spawner before the fork (opening the rule paths).
+//! - The reaper **hides** the confinement's hidden paths (secrets beneath a rule, decided by
+//!   `grant::confine`) with mounts in its mount namespace, once that namespace's mounts no
+//!   longer propagate to the host's; a mask it cannot make stops the launch.
 //! - Without a PID namespace (the kernel refuses one) the spawner's child is the provider,
-//!   under Landlock alone.
+//!   under Landlock alone, and nothing can be hidden (such a launch is refused).
 //! - Forks are the raw `clone3` system call and, between fork and exec, only
 //!   async-signal-safe system calls run: every string is converted before the fork.
 //!   (Until 2026-12 a keeper process sat between the spawner and the reaper to mirror the
@@ -66,35 +70,70 @@ pub(crate) fn landlock_abi() -> Option<u32> {
 }
 
 /// Whether this process can create a PID namespace (root, or unprivileged user namespaces).
-/// Tried once, by creating a child in new namespaces that exits at once, and remembered.
-/// The child shares the host's memory until it exits (`CLONE_VM | CLONE_VFORK`, as
-/// `posix_spawn` does), so the probe does not copy the host's page tables.
+/// Tried once (see [`probe_namespaces`]) and remembered.
 pub(crate) fn pid_namespace_available() -> bool {
-    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        extern "C" fn exit_at_once(_: *mut libc::c_void) -> libc::c_int {
-            0
+    probe_namespaces().is_some()
+}
+
+/// Whether a launch's reaper can also mount in its mount namespace (to hide paths; a
+/// security module may allow the namespaces and refuse their mounts). Tried with
+/// [`pid_namespace_available`].
+pub(crate) fn namespace_mounts_available() -> bool {
+    probe_namespaces() == Some(true)
+}
+
+/// Whether PID namespaces can be created (`None`: no), and then whether mounts work in them.
+/// Tried once, by creating a child in new namespaces that makes its mounts private and
+/// binds `/dev/null` onto itself there, then exits. The child shares the host's memory until
+/// it exits (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does), so the probe does not copy
+/// the host's page tables.
+fn probe_namespaces() -> Option<bool> {
+    /// The probe child's exit code when its namespaces work but its mounts do not.
+    const NO_MOUNTS: libc::c_int = 3;
+    static PROBED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    *PROBED.get_or_init(|| {
+        extern "C" fn try_mounts(_: *mut libc::c_void) -> libc::c_int {
+            // SAFETY: plain system calls on C strings, in a mount namespace of its own (the
+            // bind is undone with it).
+            let mounted = unsafe {
+                libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) == 0
+                    && bind(c"/dev/null", c"/dev/null", 0)
+            };
+            if mounted { 0 } else { NO_MOUNTS }
         }
         let mut stack = vec![0u128; 1024]; // 16 KiB, 16-byte aligned
         let flags = namespace_flags() | libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
-        // SAFETY: the child runs `exit_at_once` on `stack` (the top of which is passed, as the
+        // SAFETY: the child runs `try_mounts` on `stack` (the top of which is passed, as the
         // stack grows down) and exits; CLONE_VFORK suspends this thread until it has, so the
         // stack outlives it.
         let pid = unsafe {
             libc::clone(
-                exit_at_once,
+                try_mounts,
                 stack.as_mut_ptr().add(stack.len()).cast(),
                 flags,
                 std::ptr::null_mut(),
             )
         };
         if pid < 0 {
-            return false;
+            return None;
         }
         let mut status = 0;
         // SAFETY: waiting for our own child.
         let r = unsafe { libc::waitpid(pid, &mut status, 0) };
-        r == pid && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+        if r != pid || !libc::WIFEXITED(status) {
+            return None;
+        }
+        match libc::WEXITSTATUS(status) {
+            0 => Some(true),
+            NO_MOUNTS => Some(false),
+            _ => None,
+        }
     })
 }
 
@@ -113,6 +152,8 @@ fn namespace_flags() -> libc::c_int {
 struct Confiner {
     ruleset: Option<OwnedFd>,
     namespace: bool,
+    /// Paths to hide by mounts in the reaper's mount namespace (see [`Confiner::hide`]).
+    hidden: Vec<std::ffi::CString>,
     flags: libc::c_int,
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
@@ -155,11 +196,23 @@ impl Confiner {
         } else {
             None
         };
+        if !confinement.hidden.is_empty() && !confinement.pid_namespace {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "paths can be hidden only in a mount namespace of the launch's own",
+            ));
+        }
+        let hidden = confinement
+            .hidden
+            .iter()
+            .map(|p| c_string(p.as_os_str().as_bytes(), "a hidden path"))
+            .collect::<io::Result<Vec<_>>>()?;
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Confiner {
             ruleset,
             namespace: confinement.pid_namespace,
+            hidden,
             flags: namespace_flags(),
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
@@ -169,8 +222,9 @@ impl Confiner {
     }
 
     /// In the reaper, the namespaces' first process: map this user (a user namespace), give
-    /// the namespace its own `/proc` (once mounts no longer propagate to the host's), then
-    /// Landlock, which the provider inherits.
+    /// the namespace its own `/proc` and hide the hidden paths (once mounts no longer
+    /// propagate to the host's), then Landlock, which the provider inherits (and which keeps
+    /// it from unmounting what hides them).
     ///
     /// # Safety
     ///
@@ -189,6 +243,10 @@ impl Confiner {
                 libc::MS_REC | libc::MS_PRIVATE,
                 std::ptr::null(),
             ) == 0;
+            if !private && !self.hidden.is_empty() {
+                // Mounts made now would show in the host's namespace: fail closed.
+                return Err(io::Error::last_os_error());
+            }
             if private
                 && libc::mount(
                     c"proc".as_ptr(),
@@ -201,8 +259,66 @@ impl Confiner {
                 // The host's /proc rule names the old mount: grant the new one.
                 self.allow_new_proc()?;
             }
+            self.hide()?;
             self.restrict()
         }
+    }
+
+    /// Hide every hidden path that exists: a file under a bind of `/dev/null` made read-only
+    /// and `nodev` (so opening it fails with EACCES, also for root, which no file mode
+    /// would stop), a directory under an empty read-only `tmpfs`. The first mask of each
+    /// kind is made; every other one is a bind of it, which keeps its mount flags. A path
+    /// that no longer exists (or lies under one hidden already) has nothing to hide; any
+    /// other failure stops the launch.
+    unsafe fn hide(&self) -> io::Result<()> {
+        let (mut file_mask, mut dir_mask) = (None::<&std::ffi::CStr>, None::<&std::ffi::CStr>);
+        unsafe {
+            for path in &self.hidden {
+                let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+                if libc::stat(path.as_ptr(), stat.as_mut_ptr()) != 0 {
+                    let e = io::Error::last_os_error();
+                    if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) {
+                        continue;
+                    }
+                    return Err(e);
+                }
+                let is_dir = stat.assume_init().st_mode & libc::S_IFMT == libc::S_IFDIR;
+                let mask = if is_dir {
+                    &mut dir_mask
+                } else {
+                    &mut file_mask
+                };
+                let made = match *mask {
+                    Some(first) => bind(first, path, 0),
+                    None if is_dir => {
+                        libc::mount(
+                            c"tmpfs".as_ptr(),
+                            path.as_ptr(),
+                            c"tmpfs".as_ptr(),
+                            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                            c"size=4k,mode=555".as_ptr().cast(),
+                        ) == 0
+                    }
+                    None => {
+                        bind(c"/dev/null", path, 0)
+                            && bind(
+                                c"",
+                                path,
+                                libc::MS_REMOUNT
+                                    | libc::MS_RDONLY
+                                    | libc::MS_NOSUID
+                                    | libc::MS_NODEV
+                                    | libc::MS_NOEXEC,
+                            )
+                    }
+                };
+                if !made {
+                    return Err(io::Error::last_os_error());
+                }
+                mask.get_or_insert(path);
+            }
+        }
+        Ok(())
     }
 
     /// Add a read rule for the namespace's own `/proc` to the ruleset.
@@ -737,6 +853,30 @@ unsafe fn reaper_loop(provider: libc::pid_t, status_w: libc::c_int, grace_ms: u6
     }
 }
 
+/// `mount --bind from to` with `flags` added (with `MS_REMOUNT`, `from` is ignored and the
+/// bind at `to` is changed); whether it succeeded.
+///
+/// # Safety
+///
+/// Async-signal-safe: a system call on C strings.
+unsafe fn bind(from: &std::ffi::CStr, to: &std::ffi::CStr, flags: libc::c_ulong) -> bool {
+    let from = if flags & libc::MS_REMOUNT != 0 {
+        std::ptr::null()
+    } else {
+        from.as_ptr()
+    };
+    // SAFETY: C strings that outlive the call.
+    unsafe {
+        libc::mount(
+            from,
+            to.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND | flags,
+            std::ptr::null(),
+        ) == 0
+    }
+}
+
 /// The Landlock ruleset for `rules`, as a file descriptor for `landlock_restrict_self`.
 fn build_ruleset(rules: &[PathRule]) -> io::Result<OwnedFd> {
     let to_io = |e: landlock::RulesetError| io::Error::other(e.to_string());
@@ -785,7 +925,11 @@ fn access_for(access: PathAccess) -> BitFlags<AccessFs> {
     match access {
         PathAccess::Read => read,
         PathAccess::ReadExecute => read | AccessFs::Execute,
-        PathAccess::ReadWrite => AccessFs::from_all(TARGET_ABI),
+        // Everything but making device nodes: a root provider could otherwise make one for
+        // the disk in its workspace and read every file through it.
+        PathAccess::ReadWrite => {
+            AccessFs::from_all(TARGET_ABI) & !(AccessFs::MakeChar | AccessFs::MakeBlock)
+        }
         PathAccess::Device => read | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev,
     }
 }

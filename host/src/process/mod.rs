@@ -51,6 +51,9 @@ pub(crate) fn fork_spawner(prepare: fn()) -> Result<(), crate::error::SpawnerFor
 pub(crate) struct Confinement {
     /// The filesystem rules (applied with Landlock when `landlock`).
     pub rules: Vec<PathRule>,
+    /// Paths hidden by mounts over them in the provider's mount namespace (only with
+    /// `pid_namespace`, which brings that namespace; see `grant::confine::SystemRules`).
+    pub hidden: Vec<PathBuf>,
     /// State directories to create (0700) before launch.
     pub create: Vec<PathBuf>,
     /// Apply the rules with Landlock.
@@ -68,6 +71,7 @@ impl Confinement {
     /// first launch has created them, while the rules granting them stay the same.
     pub(crate) fn confines_as(&self, other: &Confinement) -> bool {
         self.rules == other.rules
+            && self.hidden == other.hidden
             && self.landlock == other.landlock
             && self.pid_namespace == other.pid_namespace
             && self.grace == other.grace
@@ -81,6 +85,14 @@ pub(crate) struct KernelSupport {
     pub landlock_abi: Option<u32>,
     /// PID (and mount) namespaces can be created.
     pub pid_namespace: bool,
+    /// Secrets can be hidden by mounts (see `grant::confine::SystemRules`): a launch's
+    /// reaper can mount in its mount namespace, and the provider runs with no capability
+    /// that reaches past a mount — the host is not root, so the provider is an unprivileged
+    /// user in a user namespace of its own. A root provider could open a hidden file by
+    /// handle (`open_by_handle_at`, with `CAP_DAC_READ_SEARCH`) or clone the mount tree
+    /// without the masks (`open_tree`, with `CAP_SYS_ADMIN`), and Landlock, which follows
+    /// paths, would let it read what the whole `/etc` rule covers.
+    pub hide_by_mounts: bool,
 }
 
 /// What the running kernel offers (probed once per process).
@@ -90,6 +102,8 @@ pub(crate) fn kernel_support() -> KernelSupport {
         KernelSupport {
             landlock_abi: linux::landlock_abi(),
             pid_namespace: linux::pid_namespace_available(),
+            // SAFETY: geteuid(2) cannot fail.
+            hide_by_mounts: linux::namespace_mounts_available() && unsafe { libc::geteuid() } != 0,
         }
     }
     #[cfg(not(target_os = "linux"))]
@@ -97,20 +111,33 @@ pub(crate) fn kernel_support() -> KernelSupport {
         KernelSupport {
             landlock_abi: None,
             pid_namespace: false,
+            hide_by_mounts: false,
         }
     }
 }
 
 impl KernelSupport {
-    /// The confinement `mode` asks for, given `rules`: an error naming what is missing in
-    /// [`ContainmentMode::Enforce`], else what can be had.
+    /// The confinement `mode` asks for, given `rules`, the paths to hide and the state
+    /// directories to create: an error naming what is missing in
+    /// [`ContainmentMode::Enforce`], else what can be had. Hiding paths needs the mount
+    /// namespace that comes with the PID namespace and [`hide_by_mounts`](Self::hide_by_mounts)
+    /// (the plan hides only then).
     pub(crate) fn confine(
         self,
         mode: ContainmentMode,
         rules: Vec<PathRule>,
+        hidden: Vec<PathBuf>,
         create: Vec<PathBuf>,
         grace: Duration,
     ) -> Result<(Confinement, ContainmentReport), String> {
+        let can_hide = self.pid_namespace && self.hide_by_mounts;
+        if !hidden.is_empty() && !can_hide {
+            return Err(
+                "the plan hides paths by mounts, which this launch cannot make (no mount \
+                 namespace, or a provider with the capabilities to see past them)"
+                    .to_owned(),
+            );
+        }
         let mut notes = Vec::new();
         if self.landlock_abi.is_none() {
             notes.push(
@@ -136,11 +163,13 @@ impl KernelSupport {
             signals_scoped: self.landlock_abi.is_some_and(|v| v >= 6),
             pid_namespace: self.pid_namespace,
             rules: rules.clone(),
+            hidden: hidden.clone(),
             notes,
         };
         Ok((
             Confinement {
                 rules,
+                hidden,
                 create,
                 landlock,
                 pid_namespace: self.pid_namespace,
@@ -425,28 +454,38 @@ mod tests {
         let bare = KernelSupport {
             landlock_abi: None,
             pid_namespace: false,
+            hide_by_mounts: false,
         };
         let grace = Duration::from_millis(10);
-        let err = bare
-            .confine(ContainmentMode::Enforce, Vec::new(), Vec::new(), grace)
-            .unwrap_err();
+        let confine = |kernel: KernelSupport, mode, hidden| {
+            kernel.confine(mode, Vec::new(), hidden, Vec::new(), grace)
+        };
+        let err = confine(bare, ContainmentMode::Enforce, Vec::new()).unwrap_err();
         assert!(
             err.contains("no Landlock") && err.contains("PID namespaces"),
             "{err}"
         );
-        let (confinement, report) = bare
-            .confine(ContainmentMode::BestEffort, Vec::new(), Vec::new(), grace)
-            .unwrap();
+        let (confinement, report) = confine(bare, ContainmentMode::BestEffort, Vec::new()).unwrap();
         assert!(!confinement.landlock && !confinement.pid_namespace);
         assert!(!report.filesystem_enforced && !report.pid_namespace);
         assert_eq!(report.notes.len(), 2, "{report:?}");
-        let full = KernelSupport {
+        // Nothing can be hidden without the mount namespace, nor from a root provider.
+        let hide = vec![PathBuf::from("/etc/shadow")];
+        let root = KernelSupport {
             landlock_abi: Some(5),
             pid_namespace: true,
+            hide_by_mounts: false,
         };
-        let (confinement, report) = full
-            .confine(ContainmentMode::Enforce, Vec::new(), Vec::new(), grace)
-            .unwrap();
+        for kernel in [bare, root] {
+            let err = confine(kernel, ContainmentMode::BestEffort, hide.clone()).unwrap_err();
+            assert!(err.contains("hides paths"), "{err}");
+        }
+        let full = KernelSupport {
+            hide_by_mounts: true,
+            ..root
+        };
+        let (confinement, report) = confine(full, ContainmentMode::Enforce, hide.clone()).unwrap();
+        assert_eq!((&confinement.hidden, &report.hidden), (&hide, &hide));
         assert!(confinement.landlock && confinement.pid_namespace);
         assert!(report.notes.is_empty());
         assert!(!report.signals_scoped, "signal scoping needs ABI 6");

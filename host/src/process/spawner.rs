@@ -173,6 +173,7 @@ struct WireSpec {
     cwd: OsString,
     parent_death_signal: bool,
     rules: Vec<(OsString, PathAccess, String)>,
+    hidden: Vec<OsString>,
     create: Vec<OsString>,
     landlock: bool,
     pid_namespace: bool,
@@ -192,6 +193,11 @@ impl WireSpec {
                 .rules
                 .iter()
                 .map(|r| (r.path.clone().into_os_string(), r.access, r.why.clone()))
+                .collect(),
+            hidden: c
+                .hidden
+                .iter()
+                .map(|p| p.clone().into_os_string())
                 .collect(),
             create: c
                 .create
@@ -221,6 +227,7 @@ impl WireSpec {
                         why,
                     })
                     .collect(),
+                hidden: self.hidden.into_iter().map(PathBuf::from).collect(),
                 create: self.create.into_iter().map(PathBuf::from).collect(),
                 landlock: self.landlock,
                 pid_namespace: self.pid_namespace,
@@ -1086,6 +1093,7 @@ mod tests {
             parent_death_signal: true,
             confinement: Confinement {
                 rules: Vec::new(),
+                hidden: Vec::new(),
                 create: Vec::new(),
                 landlock: false,
                 pid_namespace: false,
@@ -1147,18 +1155,7 @@ mod tests {
             )
             .await
             .unwrap_or_else(|e| panic!("{kind}: {e}"));
-            let [stdin, stdout, stderr] = launched.stdio;
-            let mut stdin = std::fs::File::from(stdin);
-            stdin.write_all(b"ping\n").unwrap();
-            drop(stdin);
-            let mut out = String::new();
-            std::fs::File::from(stdout)
-                .read_to_string(&mut out)
-                .unwrap();
-            let mut err = String::new();
-            std::fs::File::from(stderr)
-                .read_to_string(&mut err)
-                .unwrap();
+            let (out, err) = talk(launched.stdio, b"ping\n");
             assert_eq!(
                 (out.as_str(), err.as_str()),
                 ("got ping\n", "err\n"),
@@ -1169,6 +1166,84 @@ mod tests {
 
             refuses_a_missing_program(&conn, 2, shell(""), kind).await;
         }
+    }
+
+    /// Write `input` to a launched process's stdin, close it, and read its stdout and
+    /// stderr to their ends.
+    fn talk(stdio: [OwnedFd; 3], input: &[u8]) -> (String, String) {
+        let [stdin, stdout, stderr] = stdio;
+        let mut stdin = std::fs::File::from(stdin);
+        stdin.write_all(input).unwrap();
+        drop(stdin);
+        let mut out = String::new();
+        std::fs::File::from(stdout)
+            .read_to_string(&mut out)
+            .unwrap();
+        let mut err = String::new();
+        std::fs::File::from(stderr)
+            .read_to_string(&mut err)
+            .unwrap();
+        (out, err)
+    }
+
+    /// Hidden paths are masked in the launch's own mount namespace, and only there: a
+    /// hidden file cannot be opened (EACCES, also for root — the first file's mask and a
+    /// second one, a bind of it), a hidden directory is empty (likewise), a path that does
+    /// not exist is skipped; the host still sees them all.
+    #[tokio::test]
+    async fn hidden_paths_are_masked_in_the_launchs_namespace_only() {
+        if !super::super::linux::namespace_mounts_available() {
+            eprintln!("skipped: this kernel refuses mounts in new namespaces here");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for d in ["keys", "more-keys"] {
+            std::fs::create_dir(root.join(d)).unwrap();
+            std::fs::write(root.join(d).join("k"), "key\n").unwrap();
+        }
+        for f in ["secret", "other-secret", "public"] {
+            std::fs::write(root.join(f), format!("{f}\n")).unwrap();
+        }
+        let mut spec = shell(
+            "for f in secret other-secret public keys/k more-keys/k; do cat $f || echo no $f; done; \
+             ls -A keys more-keys | wc -w",
+        );
+        spec.cwd = root.clone();
+        spec.confinement.pid_namespace = true;
+        spec.confinement.hidden = ["secret", "other-secret", "keys", "more-keys", "missing"]
+            .iter()
+            .map(|p| root.join(p))
+            .collect();
+        let conn = Connection::process().unwrap();
+        let launched = launch_on(&conn, 1, &spec).await.unwrap();
+        let (out, err) = talk(launched.stdio, b"");
+        assert_eq!(
+            out, "no secret\nno other-secret\npublic\nno keys/k\nno more-keys/k\n2\n",
+            "stderr: {err}"
+        );
+        for denied in ["secret", "other-secret"] {
+            assert!(
+                err.contains(&format!("{denied}: Permission denied")),
+                "{denied}: {err}"
+            );
+        }
+        assert!(reported_exit(launched.exit).await.success());
+        assert_eq!(
+            std::fs::read_to_string(root.join("secret")).unwrap(),
+            "secret\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("keys/k")).unwrap(),
+            "key\n"
+        );
+        // Hiding without the namespace is refused, not skipped.
+        let mut bare = shell("true");
+        bare.confinement.hidden = vec![root.join("secret")];
+        let Err(refused) = launch_on(&conn, 2, &bare).await else {
+            panic!("a launch hiding paths without a namespace started");
+        };
+        assert!(refused.to_string().contains("mount namespace"), "{refused}");
     }
 
     /// Under a PID namespace the spawner's child is the namespace's reaper (pid 1, no process

@@ -945,6 +945,15 @@ fn dry_run_prints_the_launch_and_the_containment_and_starts_nothing() {
     assert_eq!(plan["driver"], "reference");
     assert_eq!(plan["containment"]["filesystem_enforced"], true);
     assert!(plan["env"].as_array().unwrap().len() > 2);
+    // `/etc`: its entries folded into one line (root), or one rule and its secrets hidden
+    // (a host that is not root).
+    let hidden = plan["containment"]["hidden"].as_array().unwrap();
+    let etc = if hidden.is_empty() {
+        "/etc: "
+    } else {
+        "hidden     /etc/"
+    };
+    assert!(text.contains(etc), "{etc:?} in:\n{text}");
 }
 
 #[test]

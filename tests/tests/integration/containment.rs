@@ -174,7 +174,8 @@ async fn the_filesystem_outside_the_run_is_out_of_reach() {
     let script = format!(
         "cat {secret}; echo pwned > {other}/pwned; echo pwned > {etc_target}; \
          ls {outside}; cat /etc/shadow; echo ok > in-ws.txt && echo wrote-ws; \
-         echo ok > $TMPDIR/t && echo wrote-tmp; cat /etc/hostname > /dev/null && echo read-etc",
+         echo ok > $TMPDIR/t && echo wrote-tmp; mknod disk b 8 0 && echo made-a-device; \
+         cat /etc/hostname > /dev/null && echo read-etc",
         secret = secret.display(),
         other = other_ws.path().display(),
         outside = outside.path().display(),
@@ -533,7 +534,7 @@ fn a_host_that_is_not_root_gets_the_same_confinement() {
     std::fs::copy(adaptor_exe(), &exe).unwrap();
     let driver = bin.join("hostile.wasm");
     std::fs::copy(test_driver_path("hostile"), &driver).unwrap();
-    let mut cmd = if root {
+    if root {
         use std::os::unix::fs::PermissionsExt;
         for d in [dir.path(), &bin] {
             std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -541,36 +542,56 @@ fn a_host_that_is_not_root_gets_the_same_confinement() {
         for d in [&ws, &home] {
             std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
         }
-        let mut c = std::process::Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(&exe);
-        c
-    } else {
-        std::process::Command::new(&exe)
+    }
+    let adaptor = |prompt: &str, flags: &[&str]| {
+        let mut cmd = if root {
+            let mut c = std::process::Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(&exe);
+            c
+        } else {
+            std::process::Command::new(&exe)
+        };
+        cmd.env_clear()
+            .env("HOME", &home)
+            .env("PATH", "/usr/bin:/bin")
+            .env("XDG_CONFIG_HOME", home.join("no-config"))
+            .current_dir(&ws)
+            .args(["run", "--json"])
+            .args(flags)
+            .arg("--driver")
+            .arg(&driver)
+            .args(["--config", r#"{"command":"/bin/sh"}"#, prompt])
+            .output()
+            .unwrap()
     };
-    let out = cmd
-        .env_clear()
-        .env("HOME", &home)
-        .env("PATH", "/usr/bin:/bin")
-        .env("XDG_CONFIG_HOME", home.join("no-config"))
-        .current_dir(&ws)
-        .args(["run", "--json", "--driver"])
-        .arg(&driver)
-        .args([
-            "--config",
-            r#"{"command":"/bin/sh"}"#,
-            "[[shell]] echo pid=$$; ls /root || echo home-denied; echo w > ok.txt && echo ws-ok; \
-             (setsid sleep 987221 > /dev/null 2>&1 &); echo done",
-        ])
-        .output()
-        .unwrap();
+    // Such a host's provider has no capabilities: `/etc` is granted whole, its secrets
+    // hidden by mounts in the provider's namespace (when the kernel lets the reaper mount).
+    let plan = adaptor("hi", &["--dry-run"]);
+    assert_exit(&plan, 0);
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let hidden = plan["containment"]["hidden"].as_array().unwrap();
+    let hides = !hidden.is_empty();
+    if hides && Path::new("/etc/shadow").exists() {
+        assert!(hidden.iter().any(|p| p == "/etc/shadow"), "{hidden:?}");
+    }
+    let out = adaptor(
+        "[[shell]] echo pid=$$; ls /root || echo home-denied; echo w > ok.txt && echo ws-ok; \
+         (setsid sleep 987221 > /dev/null 2>&1 &); ls /etc > /dev/null && echo listed-etc; \
+         cat /etc/shadow || echo no-shadow; cat /etc/hostname > /dev/null && echo read-etc; \
+         echo done",
+        &[],
+    );
     assert_exit(&out, 0);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let result: serde_json::Value =
         serde_json::from_str(stdout.lines().last().expect("a result line")).unwrap();
     let text = result["text"].as_str().unwrap();
+    let listed = if hides { "listed-etc\n" } else { "" };
     assert!(
-        text.starts_with("pid=2\nhome-denied\nws-ok\ndone\n"),
+        text.starts_with(&format!(
+            "pid=2\nhome-denied\nws-ok\n{listed}no-shadow\nread-etc\ndone\n"
+        )),
         "{text}"
     );
     assert!(
