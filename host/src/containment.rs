@@ -158,9 +158,11 @@ pub struct ContainmentReport {
     pub rules: Vec<PathRule>,
     /// Secrets beneath a rule, hidden from the provider by mounts over them in its own mount
     /// namespace (with a PID namespace): `/etc`'s password hashes, host keys, private TLS
-    /// keys and the like, when `/etc` is granted whole. Opening a hidden file fails with
-    /// "permission denied"; a hidden directory is empty. Without that namespace `/etc` is
-    /// granted entry by entry, without them, and this is empty.
+    /// keys and the like, when `/etc` is granted whole (a host that is not root). Opening a
+    /// hidden file fails with "permission denied"; a hidden directory is empty. The names of
+    /// secrets that do not exist are listed too: they are hidden should they appear before
+    /// the launch. Otherwise `/etc` is granted entry by entry, without them, and this is
+    /// empty.
     pub hidden: Vec<PathBuf>,
     /// What is not enforced and why (best-effort mode), or other remarks.
     pub notes: Vec<String>,

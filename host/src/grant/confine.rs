@@ -114,7 +114,8 @@ pub(crate) struct SystemRules {
     pub entries: Vec<PathRule>,
     /// `/etc` whole, for a launch that hides [`hidden`](Self::hidden).
     pub hiding: Vec<PathRule>,
-    /// The secrets of `/etc` that exist (canonical, outer before inner).
+    /// The secrets of `/etc` (canonical, outer before inner), and the names of those that
+    /// do not exist (yet).
     pub hidden: Vec<PathBuf>,
 }
 
@@ -188,6 +189,17 @@ impl EtcGrants {
             .filter_map(|p| p.canonicalize().ok())
             .filter(|p| p.starts_with(&etc) && p != &etc)
             .collect();
+        // A secret's name that does not exist now is hidden too, should it appear before a
+        // launch (the reaper skips what does not exist then): this list is decided once per
+        // process, and the entry form would not grant an entry that appeared after it.
+        // (Not `ssl` or `pki`, whose public entries a provider reads.)
+        hidden.extend(
+            ETC_SECRETS
+                .iter()
+                .filter(|name| !matches!(**name, "ssl" | "pki"))
+                .map(|name| etc.join(name))
+                .filter(|p| p.symlink_metadata().is_err()),
+        );
         // Outer before inner: an inner one under a hidden directory is then already gone.
         hidden.sort();
         hidden.dedup();
@@ -707,6 +719,11 @@ fn shebang_interpreter(program: &Path, env: &BTreeMap<OsString, OsString>) -> Op
 mod tests {
     use super::*;
 
+    /// The paths of `hidden` that exist.
+    fn existing(hidden: &[PathBuf]) -> Vec<PathBuf> {
+        hidden.iter().filter(|p| p.exists()).cloned().collect()
+    }
+
     fn rule<'a>(plan: &'a ConfinementPlan, path: &Path) -> Option<&'a PathRule> {
         let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
         plan.rules.iter().find(|r| r.path == path)
@@ -769,7 +786,14 @@ mod tests {
         // `ssl` but its public entries) hidden, outer before inner, each once.
         let whole: Vec<&Path> = grants.whole.iter().map(|r| r.path.as_path()).collect();
         assert_eq!(whole, [etc.as_path(), &elsewhere.join("os-release")]);
-        assert_eq!(grants.hidden, [etc.join("shadow"), etc.join("ssl/private")]);
+        assert_eq!(
+            existing(&grants.hidden),
+            [etc.join("shadow"), etc.join("ssl/private")]
+        );
+        // The other secrets' names, should they appear before a launch.
+        // (All but `shadow`, which exists, and `ssl` and `pki`, hidden by their entries.)
+        assert_eq!(grants.hidden.len(), 2 + ETC_SECRETS.len() - 3);
+        assert!(grants.hidden.contains(&etc.join("gshadow")));
     }
 
     #[test]
@@ -789,7 +813,14 @@ mod tests {
         symlink(root.join("outside/id"), etc.join("machine-id")).unwrap();
         symlink(etc.join("missing"), etc.join("gshadow")).unwrap();
         let grants = EtcGrants::of(&etc);
-        assert_eq!(grants.hidden, [etc.join("alt/shadow"), etc.join("alt/ssh")]);
+        assert_eq!(
+            existing(&grants.hidden),
+            [etc.join("alt/shadow"), etc.join("alt/ssh")]
+        );
+        assert!(
+            !grants.hidden.contains(&etc.join("gshadow")),
+            "a link, dangling"
+        );
         assert!(
             grants
                 .whole
