@@ -513,6 +513,48 @@ fn run_directories_of_a_crashed_host_are_swept_on_the_next_start() {
     assert!(!stale.exists(), "the stale run directory was swept");
 }
 
+/// What a provider could try against the secrets of `/etc`: a clone of the mount tree
+/// (`open_tree`, Linux 5.2+; a root provider may make one), without the mounts on top of it,
+/// then `etc/machine-id` opened through it. Prints `read` if that worked.
+const CLONE_THE_MOUNT_TREE: &str = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+for flags in (1, 1 | 0x8000):  # OPEN_TREE_CLONE, with AT_RECURSIVE
+    fd = libc.syscall(428, -100, b"/", flags | 0o2000000)
+    if fd < 0:
+        print("no clone:", os.strerror(ctypes.get_errno()))
+        continue
+    try:
+        os.read(os.open("etc/machine-id", os.O_RDONLY, dir_fd=fd), 8)
+        print("read")
+    except OSError as e:
+        print("refused:", e.strerror)
+"#;
+
+/// Whoever runs the host, no secret of `/etc` is reached past the mount tree: a root
+/// provider may clone it without the mounts on top, so a root host grants `/etc` entry by
+/// entry (the secret has no rule to be read by); a provider of a host that is not root,
+/// whose secrets are hidden by mounts, cannot clone it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clone_of_the_mount_tree_reveals_no_secret() {
+    let python = Path::new("/usr/bin/python3");
+    if !python.exists() || !Path::new("/etc/machine-id").exists() {
+        eprintln!("skipped: no /usr/bin/python3 or no /etc/machine-id here");
+        return;
+    }
+    let ws = tmp();
+    std::fs::write(ws.path().join("clone.py"), CLONE_THE_MOUNT_TREE).unwrap();
+    let agent = shell_agent(ws.path()).build();
+    let (out, err) = shell(&agent, "", "/usr/bin/python3 clone.py").await;
+    assert_eq!(out.lines().count(), 2, "stdout: {out}; stderr: {err}");
+    assert!(
+        out.lines()
+            .all(|l| l.starts_with("no clone:") || l.starts_with("refused:")),
+        "{out}"
+    );
+    agent.close().await;
+}
+
 /// The same confinement for a host that is not root: the namespaces come inside a user
 /// namespace that maps only the host user's uid and gid. Run as root (CI), the test runs the
 /// CLI as `nobody` with `setpriv`, from copies it can read (the build tree may be under a
