@@ -353,7 +353,33 @@ pub(crate) enum PlanError {
 
 impl ConfinementPlan {
     /// Decide the plan.
+    ///
+    /// Secrets are hidden (see [`SystemRules`]) only when no other rule of the launch lies on
+    /// a hidden path, in it or above it — a path the caller allowed, a state directory, the
+    /// workspace: a mask would take what that rule grants, and unmasking one secret would
+    /// show the others beside it through the whole `/etc` rule. Such a launch gets `/etc`
+    /// entry by entry, where that rule grants what it names and nothing else.
     pub(crate) fn decide(inputs: &PlanInputs<'_>) -> Result<ConfinementPlan, PlanError> {
+        if inputs.hide_by_mounts {
+            let (plan, system) = Self::decide_with(inputs, true)?;
+            let crosses = |rule: &PathRule| {
+                plan.hidden
+                    .iter()
+                    .any(|h| h.starts_with(&rule.path) || rule.path.starts_with(h))
+            };
+            if !plan.rules[system..].iter().any(crosses) {
+                return Ok(plan);
+            }
+        }
+        Self::decide_with(inputs, false).map(|(plan, _)| plan)
+    }
+
+    /// The plan, `/etc` whole with its secrets hidden (`hide`) or entry by entry, and how
+    /// many of its rules are the system's (they come first).
+    fn decide_with(
+        inputs: &PlanInputs<'_>,
+        hide: bool,
+    ) -> Result<(ConfinementPlan, usize), PlanError> {
         let mut plan = ConfinementPlan::default();
         let env = |name: &str| {
             inputs
@@ -365,12 +391,13 @@ impl ConfinementPlan {
         };
         let home = env("HOME");
         let system = system_rules();
-        if inputs.hide_by_mounts {
+        if hide {
             plan.rules.extend(system.hiding.iter().cloned());
             plan.hidden.clone_from(&system.hidden);
         } else {
             plan.rules.extend(system.entries.iter().cloned());
         }
+        let system = plan.rules.len();
         for dir in install_dirs(inputs.program, inputs.env, home.as_deref()) {
             plan.add(&dir, PathAccess::ReadExecute, "install");
         }
@@ -505,7 +532,7 @@ impl ConfinementPlan {
                 });
             }
         }
-        Ok(plan)
+        Ok((plan, system))
     }
 
     /// Add a rule for `path` (canonicalised) if it exists and no rule of the same access
@@ -922,6 +949,28 @@ mod tests {
                 .collect()
         };
         assert_eq!(not_etc(&hiding), not_etc(&plan));
+        // A rule of the caller's on a hidden path (or above one) keeps `/etc` entry by entry:
+        // a mask would take what it grants, and unmasking would show the other secrets.
+        if let Some(secret) = system_rules().hidden.iter().find(|p| p.exists()) {
+            for allowed in [secret.as_path(), Path::new("/etc")] {
+                let containment = Containment::new().allow_read(allowed);
+                let crossing = ConfinementPlan::decide(&PlanInputs {
+                    hide_by_mounts: true,
+                    containment: &containment,
+                    ..inputs
+                })
+                .unwrap();
+                assert!(crossing.hidden.is_empty(), "{allowed:?}");
+                assert!(
+                    !crossing
+                        .rules
+                        .iter()
+                        .any(|r| r.path == Path::new("/etc") && r.why == "system"),
+                    "{allowed:?}: entry by entry"
+                );
+                assert_eq!(rule(&crossing, allowed).unwrap().why, "caller");
+            }
+        }
         // Read-only: the workspace loses write; a caller path must exist.
         let read_only = PlanInputs {
             read_only: true,
