@@ -160,8 +160,8 @@ pub struct ContainmentReport {
     /// namespace (with a PID namespace): `/etc`'s password hashes, host keys, private TLS
     /// keys and the like, when `/etc` is granted whole (a host that is not root). Opening a
     /// hidden file fails with "permission denied"; a hidden directory is empty. The names of
-    /// secrets that do not exist are listed too: they are hidden should they appear before
-    /// the launch. Otherwise `/etc` is granted entry by entry, without them, and this is
+    /// secrets that lead nowhere (absent, or dangling links) are listed too: they are hidden
+    /// should they appear before the launch. Otherwise `/etc` is granted entry by entry, without them, and this is
     /// empty.
     pub hidden: Vec<PathBuf>,
     /// What is not enforced and why (best-effort mode), or other remarks.

@@ -4,8 +4,9 @@
 //!
 //! Owns: which paths a provider may read, execute and write, and why (the
 //! [`PathRule`] list a report shows), which secrets beneath them are hidden by mounts (see
-//! [`SystemRules`]), including the host's table of known CLIs' state directories. Must not: open, create or restrict anything (`process` applies the plan; the
-//! only file access here is reading metadata, `/etc`'s listing and a program's `#!` line).
+//! [`SystemRules`]), including the host's table of known CLIs' state directories.
+//! Must not: open, create or restrict anything (`process` applies the plan; the only file
+//! access here is reading metadata, `/etc`'s listing and a program's `#!` line).
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -115,7 +116,7 @@ pub(crate) struct SystemRules {
     /// `/etc` whole, for a launch that hides [`hidden`](Self::hidden).
     pub hiding: Vec<PathRule>,
     /// The secrets of `/etc` (canonical, outer before inner), and the names of those that
-    /// do not exist (yet).
+    /// lead nowhere (yet).
     pub hidden: Vec<PathBuf>,
 }
 
@@ -170,8 +171,7 @@ impl EtcGrants {
                     }));
                 }
             } else if etc_secret(&etc, &path) {
-                // Not granted in the entry form, whatever it is or leads to.
-                hidden.push(path);
+                // Not granted in the entry form, whatever it is or leads to; hidden below.
             } else if !link {
                 entries.add_canonical(path, PathAccess::Read, "system");
             } else if let Ok(target) = path.canonicalize()
@@ -184,22 +184,25 @@ impl EtcGrants {
                 whole.add_canonical(target, PathAccess::Read, "system");
             }
         }
-        let mut hidden: Vec<PathBuf> = hidden
-            .into_iter()
-            .filter_map(|p| p.canonicalize().ok())
-            .filter(|p| p.starts_with(&etc) && p != &etc)
-            .collect();
-        // A secret's name that does not exist now is hidden too, should it appear before a
-        // launch (the reaper skips what does not exist then): this list is decided once per
-        // process, and the entry form would not grant an entry that appeared after it.
-        // (Not `ssl` or `pki`, whose public entries a provider reads.)
+        // Every secret's name (not `ssl` or `pki`, whose public entries a provider reads),
+        // hidden where it leads inside `/etc` (one leading out is granted by no `/etc` rule).
+        // A name that leads nowhere now (absent, or a dangling link) is hidden as it is: this
+        // list is decided once per process, and should it appear before a launch, the mount
+        // follows it (the reaper skips what does not exist then) — as the entry form would not
+        // grant an entry that appeared after its listing.
         hidden.extend(
             ETC_SECRETS
                 .iter()
                 .filter(|name| !matches!(**name, "ssl" | "pki"))
-                .map(|name| etc.join(name))
-                .filter(|p| p.symlink_metadata().is_err()),
+                .map(|name| etc.join(name)),
         );
+        let mut hidden: Vec<PathBuf> = hidden
+            .into_iter()
+            .filter_map(|path| match path.canonicalize() {
+                Ok(target) => (target.starts_with(&etc) && target != etc).then_some(target),
+                Err(_) => Some(path),
+            })
+            .collect();
         // Outer before inner: an inner one under a hidden directory is then already gone.
         hidden.sort();
         hidden.dedup();
@@ -834,7 +837,7 @@ mod tests {
         std::fs::write(root.join("outside/id"), "").unwrap();
         std::fs::write(etc.join("alt/shadow"), "").unwrap();
         // Secrets that are links: one into `/etc` (hidden there), one out of it (no `/etc`
-        // rule grants it), one dangling (nothing to hide).
+        // rule grants it), one dangling (hidden by its name).
         symlink(etc.join("alt/shadow"), etc.join("shadow")).unwrap();
         symlink(etc.join("alt/ssh"), etc.join("ssh")).unwrap();
         symlink(root.join("outside/id"), etc.join("machine-id")).unwrap();
@@ -844,10 +847,9 @@ mod tests {
             existing(&grants.hidden),
             [etc.join("alt/shadow"), etc.join("alt/ssh")]
         );
-        assert!(
-            !grants.hidden.contains(&etc.join("gshadow")),
-            "a link, dangling"
-        );
+        // A dangling link is hidden by its name: should its target appear, the mount
+        // follows it.
+        assert!(grants.hidden.contains(&etc.join("gshadow")));
         assert!(
             grants
                 .whole

@@ -348,7 +348,7 @@ impl ProcessGrant {
             containment: &self.containment,
             config_paths: &self.config_paths,
             mcp_programs: run.mcp_programs,
-            hide_by_mounts: kernel.pid_namespace && kernel.hide_by_mounts,
+            hide_by_mounts: kernel.hide_by_mounts,
             skills: run.skills,
             profile: &self.profile_paths,
             instructions: run.instructions,

@@ -72,29 +72,39 @@ pub(crate) fn landlock_abi() -> Option<u32> {
 /// Whether this process can create a PID namespace (root, or unprivileged user namespaces).
 /// Tried once (see [`probe_namespaces`]) and remembered.
 pub(crate) fn pid_namespace_available() -> bool {
-    probe_namespaces().is_some()
+    probe_namespaces() != Namespaces::Unavailable
 }
 
 /// Whether a launch's reaper can also mount in its mount namespace (to hide paths; a
 /// security module may allow the namespaces and refuse their mounts). Tried with
 /// [`pid_namespace_available`].
 pub(crate) fn namespace_mounts_available() -> bool {
-    probe_namespaces() == Some(true)
+    probe_namespaces() == Namespaces::WithMounts
 }
 
-/// Whether PID namespaces can be created (`None`: no), and then whether mounts work in them.
+/// What a launch's namespaces can be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Namespaces {
+    /// They cannot be created.
+    Unavailable,
+    /// They can, but nothing can be mounted in them.
+    WithoutMounts,
+    /// They can, and their reaper can mount.
+    WithMounts,
+}
+
 /// Tried once, by creating a child in new namespaces that makes its mounts private and
 /// binds `/dev/null` onto itself there, then exits. The child shares the host's memory until
 /// it exits (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does), so the probe does not copy
 /// the host's page tables.
-fn probe_namespaces() -> Option<bool> {
+fn probe_namespaces() -> Namespaces {
     /// The probe child's exit code when its namespaces work but its mounts do not.
     const NO_MOUNTS: libc::c_int = 3;
-    static PROBED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    static PROBED: std::sync::OnceLock<Namespaces> = std::sync::OnceLock::new();
     *PROBED.get_or_init(|| {
         extern "C" fn try_mounts(_: *mut libc::c_void) -> libc::c_int {
             // SAFETY: plain system calls on C strings, in a mount namespace of its own (the
-            // bind is undone with it).
+            // bind is undone with it, and made only once mounts no longer propagate).
             let mounted = unsafe {
                 libc::mount(
                     std::ptr::null(),
@@ -103,7 +113,7 @@ fn probe_namespaces() -> Option<bool> {
                     libc::MS_REC | libc::MS_PRIVATE,
                     std::ptr::null(),
                 ) == 0
-                    && bind(c"/dev/null", c"/dev/null", 0)
+                    && bind(c"/dev/null", c"/dev/null")
             };
             if mounted { 0 } else { NO_MOUNTS }
         }
@@ -121,18 +131,18 @@ fn probe_namespaces() -> Option<bool> {
             )
         };
         if pid < 0 {
-            return None;
+            return Namespaces::Unavailable;
         }
         let mut status = 0;
         // SAFETY: waiting for our own child.
         let r = unsafe { libc::waitpid(pid, &mut status, 0) };
         if r != pid || !libc::WIFEXITED(status) {
-            return None;
+            return Namespaces::Unavailable;
         }
         match libc::WEXITSTATUS(status) {
-            0 => Some(true),
-            NO_MOUNTS => Some(false),
-            _ => None,
+            0 => Namespaces::WithMounts,
+            NO_MOUNTS => Namespaces::WithoutMounts,
+            _ => Namespaces::Unavailable,
         }
     })
 }
@@ -191,17 +201,17 @@ impl Confiner {
                     )
                 })?;
         }
-        let ruleset = if confinement.landlock {
-            Some(build_ruleset(&confinement.rules)?)
-        } else {
-            None
-        };
         if !confinement.hidden.is_empty() && !confinement.pid_namespace {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "paths can be hidden only in a mount namespace of the launch's own",
             ));
         }
+        let ruleset = if confinement.landlock {
+            Some(build_ruleset(&confinement.rules)?)
+        } else {
+            None
+        };
         let hidden = confinement
             .hidden
             .iter()
@@ -289,7 +299,7 @@ impl Confiner {
                     &mut file_mask
                 };
                 let made = match *mask {
-                    Some(first) => bind(first, path, 0),
+                    Some(first) => bind(first, path),
                     None if is_dir => {
                         libc::mount(
                             c"tmpfs".as_ptr(),
@@ -299,18 +309,7 @@ impl Confiner {
                             c"size=4k,mode=555".as_ptr().cast(),
                         ) == 0
                     }
-                    None => {
-                        bind(c"/dev/null", path, 0)
-                            && bind(
-                                c"",
-                                path,
-                                libc::MS_REMOUNT
-                                    | libc::MS_RDONLY
-                                    | libc::MS_NOSUID
-                                    | libc::MS_NODEV
-                                    | libc::MS_NOEXEC,
-                            )
-                    }
+                    None => bind(c"/dev/null", path) && seal(path),
                 };
                 if !made {
                     return Err(io::Error::last_os_error());
@@ -853,25 +852,43 @@ unsafe fn reaper_loop(provider: libc::pid_t, status_w: libc::c_int, grace_ms: u6
     }
 }
 
-/// `mount --bind from to` with `flags` added (with `MS_REMOUNT`, `from` is ignored and the
-/// bind at `to` is changed); whether it succeeded.
+/// `mount --bind from to`; whether it succeeded.
 ///
 /// # Safety
 ///
 /// Async-signal-safe: a system call on C strings.
-unsafe fn bind(from: &std::ffi::CStr, to: &std::ffi::CStr, flags: libc::c_ulong) -> bool {
-    let from = if flags & libc::MS_REMOUNT != 0 {
-        std::ptr::null()
-    } else {
-        from.as_ptr()
-    };
+unsafe fn bind(from: &std::ffi::CStr, to: &std::ffi::CStr) -> bool {
     // SAFETY: C strings that outlive the call.
     unsafe {
         libc::mount(
-            from,
+            from.as_ptr(),
             to.as_ptr(),
             std::ptr::null(),
-            libc::MS_BIND | flags,
+            libc::MS_BIND,
+            std::ptr::null(),
+        ) == 0
+    }
+}
+
+/// Make the bind mount at `at` read-only, `nodev`, `nosuid` and `noexec`; whether it
+/// succeeded.
+///
+/// # Safety
+///
+/// Async-signal-safe: a system call on a C string.
+unsafe fn seal(at: &std::ffi::CStr) -> bool {
+    // SAFETY: a C string that outlives the call.
+    unsafe {
+        libc::mount(
+            std::ptr::null(),
+            at.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND
+                | libc::MS_REMOUNT
+                | libc::MS_RDONLY
+                | libc::MS_NOSUID
+                | libc::MS_NODEV
+                | libc::MS_NOEXEC,
             std::ptr::null(),
         ) == 0
     }

@@ -85,8 +85,9 @@ pub(crate) struct KernelSupport {
     pub landlock_abi: Option<u32>,
     /// PID (and mount) namespaces can be created.
     pub pid_namespace: bool,
-    /// Secrets can be hidden by mounts (see `grant::confine::SystemRules`): a launch's
-    /// reaper can mount in its mount namespace, and the provider runs with no capability
+    /// Secrets can be hidden by mounts (see `grant::confine::SystemRules`): a launch gets
+    /// the namespaces of [`pid_namespace`](Self::pid_namespace), its reaper can mount in its
+    /// mount namespace, and the provider runs with no capability
     /// that reaches past a mount — the host is not root, so the provider is an unprivileged
     /// user in a user namespace of its own. A root provider could open a hidden file by
     /// handle (`open_by_handle_at`, with `CAP_DAC_READ_SEARCH`) or clone the mount tree
@@ -119,9 +120,8 @@ pub(crate) fn kernel_support() -> KernelSupport {
 impl KernelSupport {
     /// The confinement `mode` asks for, given `rules`, the paths to hide and the state
     /// directories to create: an error naming what is missing in
-    /// [`ContainmentMode::Enforce`], else what can be had. Hiding paths needs the mount
-    /// namespace that comes with the PID namespace and [`hide_by_mounts`](Self::hide_by_mounts)
-    /// (the plan hides only then).
+    /// [`ContainmentMode::Enforce`], else what can be had. Hiding paths needs
+    /// [`hide_by_mounts`](Self::hide_by_mounts) (the plan hides only then).
     pub(crate) fn confine(
         self,
         mode: ContainmentMode,
@@ -130,8 +130,7 @@ impl KernelSupport {
         create: Vec<PathBuf>,
         grace: Duration,
     ) -> Result<(Confinement, ContainmentReport), String> {
-        let can_hide = self.pid_namespace && self.hide_by_mounts;
-        if !hidden.is_empty() && !can_hide {
+        if !hidden.is_empty() && !self.hide_by_mounts {
             return Err(
                 "the plan hides paths by mounts, which this launch cannot make (no mount \
                  namespace, or a provider with the capabilities to see past them)"
