@@ -319,12 +319,9 @@ async fn run_probe(
     };
     let result = tokio::time::timeout(timeout, collect).await;
     // Whatever the probe left behind (or a probe that timed out) goes, as after a run.
-    let reaped = crate::process::reap_group(pgid, grace).await;
-    match &reaped {
-        Ok(()) => spawned.guard.disarm(),
-        Err(e) => {
-            tracing::error!(pgid, error = %e, "could not confirm the probe's process group is gone")
-        }
+    let reaped = crate::process::end_group(&mut spawned, grace).await;
+    if let Err(e) = &reaped {
+        tracing::error!(pgid, error = %e, "could not confirm the probe's process group is gone")
     }
     let result = match (result, reaped) {
         (Ok((out, err, status)), Err(e)) => {

@@ -37,7 +37,8 @@
 //! - **`tools/`** (the `tools` feature) — host tools: the vocabulary (`Tool`, `ToolError`)
 //!   and `server`, the agent's loopback MCP server, the only module that names `rmcp` or
 //!   `axum`;
-//! - **`wasm/`** — the only place that names wasmtime (`engine`, `guest`) and the
+//! - **`wasm/`** — the only place that names wasmtime (`engine`, with `file_stamps` for
+//!   what its compiled cache remembers of driver files; `guest`) and the
 //!   WIT-generated types (`bindings` for the newest contract, `since_v0_1_0` and
 //!   `since_v0_2_0` for the released `0.1.0` and `0.2.0` mapped onto it, `convert`);
 //! - **`grant/` + `process/`** — the only places that decide (`grant`: the run's

@@ -17,11 +17,13 @@
 //! - The **reaper** has `PR_SET_PDEATHSIG(SIGKILL)` towards the spawner (which has it
 //!   towards the host). When the provider exits it sends SIGTERM to everything left in the
 //!   namespace, waits for them to end (woken by each child's end, not polling) up to the
-//!   grace period, then SIGKILL; it writes the provider's wait status into a pipe the
-//!   spawner reads once it has reaped the reaper, so the pipeline sees the provider's exit
-//!   (code or signal). When the reaper dies (the host or the spawner was killed), the kernel
-//!   kills every process of the namespace. Either way nothing started for the run survives
-//!   it, and the run ends only once all of it is gone.
+//!   grace period, then SIGKILL; then, the namespace empty, it writes the provider's wait
+//!   status into a pipe and exits. The spawner reports that status as soon as it is
+//!   written, so the pipeline sees the provider's exit (code or signal) without waiting for
+//!   the reaper's own teardown. When the reaper dies (the host or the spawner was killed),
+//!   the kernel kills every process of the namespace. Either way nothing started for the
+//!   run survives it, and the run ends only once all of it is gone (but for the reaper's
+//!   exit in progress, which runs no code of the run's).
 //! - Signals the host sends to the process group reach the provider and its group as before:
 //!   the reaper, as a namespace init, gets only SIGKILL from outside.
 //! - **Landlock** is applied in the reaper before the provider is forked, so the provider and

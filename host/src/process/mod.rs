@@ -282,6 +282,20 @@ pub(crate) fn resolve_program(
     ))
 }
 
+/// After a provider's run: make sure no process of its group survives, then disarm its
+/// guard. When its reaper reported the exit once its PID namespace was empty, the group
+/// holds nothing but that reaper, which is exiting: this waits for the spawner to report it
+/// reaped (a group check would find it alive during its teardown and poll). Otherwise, or
+/// if the spawner ended first, [`reap_group`].
+pub(crate) async fn end_group(spawned: &mut Spawned, grace: Duration) -> Result<(), String> {
+    let reaped = spawned.child.only_the_reaper_is_left() && spawned.child.reaper_reaped().await;
+    if !reaped {
+        reap_group(spawned.guard.pgid(), grace).await?;
+    }
+    spawned.guard.disarm();
+    Ok(())
+}
+
 /// Make sure no process of the group survives: SIGTERM, grace, SIGKILL.
 pub(crate) async fn reap_group(pgid: i32, grace: Duration) -> Result<(), String> {
     if !group_alive(pgid) {

@@ -25,32 +25,50 @@ pub(crate) struct Spawned {
     pub guard: GroupGuard,
 }
 
-/// The provider's exit, as the spawner reports it once it has reaped the process.
+/// The provider's exit, as the spawner reports it (see [`Exit`](super::spawner::Exit)).
 pub(crate) struct ProviderChild {
-    exit: tokio::sync::watch::Receiver<Option<i32>>,
+    exit: tokio::sync::watch::Receiver<Option<super::spawner::Exit>>,
 }
 
 impl ProviderChild {
     /// Wait for the exit (cancel-safe). An error when the spawner ended first (the process
     /// died with it).
     pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
-        let status = self
+        let exit = self
             .exit
             .wait_for(Option::is_some)
             .await
             .map_err(|_| spawner_gone())?;
-        Ok(ExitStatus::from_raw(status.expect("waited for a status")))
+        Ok(ExitStatus::from_raw(
+            exit.expect("waited for a status").status,
+        ))
     }
 
     /// The exit status if the process has ended.
     pub(crate) fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
-        if let Some(status) = *self.exit.borrow() {
-            return Ok(Some(ExitStatus::from_raw(status)));
+        if let Some(exit) = *self.exit.borrow() {
+            return Ok(Some(ExitStatus::from_raw(exit.status)));
         }
         match self.exit.has_changed() {
             Err(_) => Err(spawner_gone()),
             Ok(_) => Ok(None),
         }
+    }
+
+    /// Whether the exit was reported by the launch's reaper once its namespace was empty,
+    /// and the reaper is not reaped yet: the process group holds nothing but the reaper,
+    /// which is exiting.
+    pub(crate) fn only_the_reaper_is_left(&self) -> bool {
+        self.exit.borrow().is_some_and(|exit| exit.reaper_exiting)
+    }
+
+    /// Wait until the spawner has reaped the reaper of an exit reported by it; `false`
+    /// when the spawner ended first.
+    pub(super) async fn reaper_reaped(&mut self) -> bool {
+        self.exit
+            .wait_for(|exit| exit.is_some_and(|exit| !exit.reaper_exiting))
+            .await
+            .is_ok()
     }
 }
 
@@ -144,7 +162,7 @@ pub(crate) struct Started {
     /// The parent's ends of the provider's stdin, stdout and stderr.
     pub stdio: [OwnedFd; 3],
     /// Under a PID namespace: the pipe the reaper writes the provider's wait status into
-    /// before it exits. Read it with [`reported_status`] once the child is reaped.
+    /// before it exits (non-blocking; see [`read_provider_status`]).
     pub status: Option<OwnedFd>,
 }
 
@@ -183,15 +201,24 @@ pub(crate) fn start(spec: &ProcessSpec) -> io::Result<Started> {
 }
 
 /// The wait status to report for a launch's child, reaped with `own`: under a PID
-/// namespace the provider's, as its reaper wrote it (a status that is neither an exit nor
-/// a signal, which only a provider writing into the reaper's pipe could produce, reads as
-/// exit code 126); the child's own when the reaper wrote nothing (it was killed), and
-/// without a namespace.
+/// namespace the provider's, as its reaper wrote it (see [`read_provider_status`]); the
+/// child's own when the reaper wrote nothing (it was killed), and without a namespace.
 pub(crate) fn reported_status(own: i32, status: Option<&OwnedFd>) -> i32 {
+    match status.map(read_provider_status) {
+        Some(Ok(Some(provider))) => provider,
+        _ => own,
+    }
+}
+
+/// What a reaper's status pipe (non-blocking) holds: `Some` of the provider's wait status
+/// once the reaper has written it, which it does only when every process of its namespace
+/// has ended and been reaped (a status that is neither an exit nor a signal reads as exit
+/// code 126); `None` at end of file without one (the reaper ended without writing); an
+/// error of kind `WouldBlock` while the reaper has written nothing and lives. The reaper
+/// holds the only write end (its provider closes its copy before anything else), and the
+/// 4-byte write is atomic.
+pub(crate) fn read_provider_status(pipe: &OwnedFd) -> io::Result<Option<i32>> {
     use std::os::fd::AsRawFd;
-    let Some(pipe) = status else {
-        return own;
-    };
     let mut provider: libc::c_int = 0;
     // SAFETY: reads at most the size of `provider` into it, from a descriptor we own.
     let n = unsafe {
@@ -201,13 +228,16 @@ pub(crate) fn reported_status(own: i32, status: Option<&OwnedFd>) -> i32 {
             std::mem::size_of::<libc::c_int>(),
         )
     };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
     if n != std::mem::size_of::<libc::c_int>() as isize {
-        return own;
+        return Ok(None);
     }
     if libc::WIFEXITED(provider) || libc::WIFSIGNALED(provider) {
-        provider
+        Ok(Some(provider))
     } else {
-        126 << 8
+        Ok(Some(126 << 8))
     }
 }
 

@@ -194,11 +194,8 @@ pub(crate) async fn stop_process(
             "kept provider did not exit at end of input; terminating it"
         );
     }
-    match crate::process::reap_group(pgid, grace).await {
-        Ok(()) => spawned.guard.disarm(),
-        Err(e) => {
-            tracing::warn!(pid, pgid, error = %e, "could not confirm a kept provider's process group is gone")
-        }
+    if let Err(e) = crate::process::end_group(&mut spawned, grace).await {
+        tracing::warn!(pid, pgid, error = %e, "could not confirm a kept provider's process group is gone")
     }
     if let Err(e) = spawned.child.wait().await {
         tracing::warn!(pid, error = %e, "waiting for a stopped provider failed");

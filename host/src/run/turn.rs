@@ -317,113 +317,120 @@ impl Run {
                 return result;
             }
         };
-        // Whatever happened, no process of this run survives it.
-        let reap = process::reap_group(pgid, self.inner.settings.grace_period).await;
-        match reap {
-            Ok(()) => spawned.guard.disarm(),
-            Err(e) => {
-                tracing::error!(pgid, error = %e, "could not confirm the provider process group is gone")
-            }
+        // Whatever happened, no process of this run survives it. A group whose reaper
+        // reported its namespace empty holds only that reaper, exiting: the result is
+        // worked out while it ends, and the run waits for it below, before it returns.
+        let grace = self.inner.settings.grace_period;
+        let reaper_ending = spawned.child.only_the_reaper_is_left();
+        if !reaper_ending && let Err(e) = process::end_group(&mut spawned, grace).await {
+            tracing::error!(pgid, error = %e, "could not confirm the provider process group is gone")
         }
-        // A long driver call cut by the run's cancellation: the process is gone (reaped
-        // above); the run ends as cancelled, without the driver's outcome.
-        let mut interrupted = exited.is_err() && sup.session.was_interrupted();
-        let by_caller = self.cancel.is_cancelled();
-        let (status, cancelled, timed_out) = match exited {
-            Err(_) if interrupted => (None, by_caller, !by_caller),
-            other => other?,
-        };
-        let stdin_error = sup
-            .close_stdin_and_join(self.inner.settings.grace_period)
-            .await;
-        if let Some(e) = stdin_error {
-            sup.notice(
-                "stdin.error",
-                &format!("writing to the provider's stdin failed: {e}"),
-            )
-            .await;
-        }
-        drop(private_dir);
-
-        let mut exit = exit_info(status, cancelled, timed_out);
-        exit.no_output = sup.idle_fired;
-        let output_limit = sup.budget.failure();
-        let session_exit = SessionExit {
-            code: exit.code,
-            signal: exit.signal,
-            timed_out,
-            cancelled,
-        };
-        // The process is gone: from here the driver may only close what is open and report.
-        sup.claims.stage = Stage::Exited;
-        let outcome = if interrupted {
-            None
-        } else {
-            let after_exit = async {
-                sup.deliver_after_exit().await?;
-                let actions = sup.session.on_exit(session_exit).await?;
-                sup.apply_after_exit(EventSource::Exit, actions).await?;
-                sup.session.finish(&codec).await
-            }
-            .await;
-            match after_exit {
-                Ok(outcome) => Some(outcome),
-                Err(_) if sup.session.was_interrupted() => {
-                    interrupted = true;
-                    None
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        let outcome = match outcome {
-            Some(outcome) => {
-                if let Err(v) = sup.claims.check_outcome(&outcome) {
-                    sup.violate(v).await;
-                }
-                outcome
-            }
-            None => {
+        let result = 'concluded: {
+            // A long driver call cut by the run's cancellation: the process is gone (reaped
+            // above); the run ends as cancelled, without the driver's outcome.
+            let mut interrupted = exited.is_err() && sup.session.was_interrupted();
+            let by_caller = self.cancel.is_cancelled();
+            let (status, cancelled, timed_out) = match exited {
+                Err(_) if interrupted => (None, by_caller, !by_caller),
+                Err(e) => break 'concluded Err(e),
+                Ok(exited) => exited,
+            };
+            let stdin_error = sup
+                .close_stdin_and_join(self.inner.settings.grace_period)
+                .await;
+            if let Some(e) = stdin_error {
                 sup.notice(
-                    "driver.interrupted",
-                    "the run was cancelled or timed out while a driver call ran long; the call was interrupted and the driver's outcome is lost",
+                    "stdin.error",
+                    &format!("writing to the provider's stdin failed: {e}"),
                 )
                 .await;
-                DriverOutcome::default()
             }
-        };
-        let raw = std::mem::take(&mut sup.raw);
-        let violation = sup.violation_failure().await;
-        let cancelled_mid_call = interrupted.then(|| {
-            if by_caller {
-                (
-                    FailureReason::Cancelled,
-                    "the run was cancelled; a driver call that ran long was interrupted".to_owned(),
-                )
+            drop(private_dir);
+
+            let mut exit = exit_info(status, cancelled, timed_out);
+            exit.no_output = sup.idle_fired;
+            let output_limit = sup.budget.failure();
+            let session_exit = SessionExit {
+                code: exit.code,
+                signal: exit.signal,
+                timed_out,
+                cancelled,
+            };
+            // The process is gone: from here the driver may only close what is open and report.
+            sup.claims.stage = Stage::Exited;
+            let outcome = if interrupted {
+                None
             } else {
-                (
-                    FailureReason::Timeout,
-                    format!(
-                        "the run exceeded its timeout of {} ms; a driver call that ran long was interrupted",
-                        self.options.timeout.unwrap_or_default().as_millis()
-                    ),
-                )
-            }
-        });
-        let host_failure = cancelled_mid_call.or(violation).or_else(|| {
-            sup.asks
-                .failure()
-                .or_else(|| output_limit.map(|message| (FailureReason::OutputLimit, message)))
-        });
-        self.emitter
-            .emit(Event::ProcessInfo(ProcessInfo {
-                meta: blank_meta(),
-                process: ProcessInfoKind::Exit,
-                pid: Some(pid),
-                text: describe_exit(&exit),
-                bytes: 0,
-            }))
-            .await;
-        self.conclude(outcome, raw, exit, host_failure).await
+                let after_exit = async {
+                    sup.deliver_after_exit().await?;
+                    let actions = sup.session.on_exit(session_exit).await?;
+                    sup.apply_after_exit(EventSource::Exit, actions).await?;
+                    sup.session.finish(&codec).await
+                }
+                .await;
+                match after_exit {
+                    Ok(outcome) => Some(outcome),
+                    Err(_) if sup.session.was_interrupted() => {
+                        interrupted = true;
+                        None
+                    }
+                    Err(e) => break 'concluded Err(e),
+                }
+            };
+            let outcome = match outcome {
+                Some(outcome) => {
+                    if let Err(v) = sup.claims.check_outcome(&outcome) {
+                        sup.violate(v).await;
+                    }
+                    outcome
+                }
+                None => {
+                    sup.notice(
+                        "driver.interrupted",
+                        "the run was cancelled or timed out while a driver call ran long; the call was interrupted and the driver's outcome is lost",
+                    )
+                    .await;
+                    DriverOutcome::default()
+                }
+            };
+            let raw = std::mem::take(&mut sup.raw);
+            let violation = sup.violation_failure().await;
+            let cancelled_mid_call = interrupted.then(|| {
+                if by_caller {
+                    (
+                        FailureReason::Cancelled,
+                        "the run was cancelled; a driver call that ran long was interrupted".to_owned(),
+                    )
+                } else {
+                    (
+                        FailureReason::Timeout,
+                        format!(
+                            "the run exceeded its timeout of {} ms; a driver call that ran long was interrupted",
+                            self.options.timeout.unwrap_or_default().as_millis()
+                        ),
+                    )
+                }
+            });
+            let host_failure = cancelled_mid_call.or(violation).or_else(|| {
+                sup.asks
+                    .failure()
+                    .or_else(|| output_limit.map(|message| (FailureReason::OutputLimit, message)))
+            });
+            self.emitter
+                .emit(Event::ProcessInfo(ProcessInfo {
+                    meta: blank_meta(),
+                    process: ProcessInfoKind::Exit,
+                    pid: Some(pid),
+                    text: describe_exit(&exit),
+                    bytes: 0,
+                }))
+                .await;
+            self.conclude(outcome, raw, exit, host_failure).await
+        };
+        if reaper_ending && let Err(e) = process::end_group(&mut spawned, grace).await {
+            tracing::error!(pgid, error = %e, "could not confirm the provider process group is gone")
+        }
+        result
     }
 
     /// The turn's result from the driver's outcome and the process facts: classify, apply

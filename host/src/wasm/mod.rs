@@ -1,9 +1,10 @@
 //! `wasm/` — the only part of the host that names wasmtime or the WIT-generated types.
 //!
 //! Rooms: `engine` (the one wasmtime `Engine`, its configuration and the on-disk compiled
-//! cache), `bindings` (the `bindgen!` output for the newest contract, `adaptor:driver@0.3.0`),
-//! `since_v0_1_0` and `since_v0_2_0` (the bindings of the released `0.1.0` and `0.2.0`, whose
-//! types are the newest ones),
+//! cache), `file_stamps` (what that cache remembers of the files it checked), `bindings`
+//! (the `bindgen!` output for the newest contract, `adaptor:driver@0.3.0`), `since_v0_1_0`
+//! and `since_v0_2_0` (the bindings of the released `0.1.0` and `0.2.0`, whose types are
+//! the newest ones),
 //! `guest` (a driver instance in its own `Store`, of whichever released version it was built
 //! against: the WASI context written out as data, limits, every call with its deadline),
 //! `convert` (WIT ↔ host types, with the host-side validation of what a driver returns).
@@ -17,6 +18,7 @@
 pub(crate) mod bindings;
 pub(crate) mod convert;
 pub(crate) mod engine;
+pub(crate) mod file_stamps;
 pub(crate) mod guest;
 pub(crate) mod since_v0_1_0;
 pub(crate) mod since_v0_2_0;
