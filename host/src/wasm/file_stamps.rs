@@ -211,9 +211,34 @@ pub(crate) fn boot_id() -> Option<&'static str> {
     .as_deref()
 }
 
+/// Write `bytes` over the file at `path` and put its modification time back (for tests: a
+/// write that only `ctime` tells).
+#[cfg(test)]
+pub(crate) fn rewrite_keeping_mtime(path: &Path, bytes: &[u8]) {
+    let mtime = std::fs::metadata(path).unwrap().modified().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(path, bytes).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+
+    fn sample_stamp() -> FileStamp {
+        FileStamp {
+            dev: 1,
+            ino: 2,
+            size: 3,
+            mtime: (4, 5),
+            ctime: (6, 7),
+        }
+    }
 
     fn stamp_of(path: &Path) -> FileStamp {
         FileStamp::of(&std::fs::metadata(path).unwrap()).unwrap()
@@ -239,15 +264,7 @@ mod tests {
         write(dir.path(), &record);
         assert_eq!(read(dir.path(), &stamp), Some(record));
         // A write of the same length at the same modification time still changes `ctime`.
-        let mtime = std::fs::metadata(&file).unwrap().modified().unwrap();
-        std::thread::sleep(Duration::from_millis(20));
-        std::fs::write(&file, b"two").unwrap();
-        std::fs::File::options()
-            .write(true)
-            .open(&file)
-            .unwrap()
-            .set_modified(mtime)
-            .unwrap();
+        rewrite_keeping_mtime(&file, b"two");
         let rewritten = stamp_of(&file);
         assert_ne!(rewritten, stamp);
         assert_eq!(read(dir.path(), &rewritten), None);
@@ -255,13 +272,7 @@ mod tests {
 
     #[test]
     fn damaged_records_are_not_read() {
-        let stamp = FileStamp {
-            dev: 1,
-            ino: 2,
-            size: 3,
-            mtime: (4, 5),
-            ctime: (6, 7),
-        };
+        let stamp = sample_stamp();
         let good = Record {
             wasm: stamp,
             sha256: "0".repeat(64),
@@ -297,13 +308,7 @@ mod tests {
 
     #[test]
     fn an_entry_verification_counts_only_in_its_boot() {
-        let stamp = FileStamp {
-            dev: 1,
-            ino: 2,
-            size: 3,
-            mtime: (4, 5),
-            ctime: (6, 7),
-        };
+        let stamp = sample_stamp();
         let boot = boot_id().expect("Linux has a boot id");
         let this_boot = Record {
             wasm: stamp,
