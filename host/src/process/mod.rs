@@ -462,6 +462,48 @@ pub(crate) fn sweep_stale_run_dirs() -> usize {
 mod tests {
     use super::*;
 
+    /// A group whose reaper reported the exit is ended only once the spawner reports the
+    /// reaper reaped, with no group check in between (it would find the reaper alive).
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_group_left_to_its_exiting_reaper_ends_when_the_reaper_is_reaped() {
+        use spawner::Exit;
+        let (report, exit) = tokio::sync::watch::channel(Some(Exit {
+            status: 3 << 8,
+            reaper_exiting: true,
+        }));
+        // Above any pid the kernel hands out: no group by this id can exist.
+        let pgid = 0x7fff_fff0;
+        let mut spawned = Spawned {
+            child: unix::ProviderChild::reported_through(exit),
+            pid: pgid as u32,
+            stdin: None,
+            stdout: None,
+            stderr: None,
+            guard: unix::GroupGuard::armed(pgid),
+        };
+        assert!(spawned.child.only_the_reaper_is_left());
+        let grace = Duration::from_secs(5);
+        {
+            let ending = end_group(&mut spawned, grace);
+            tokio::pin!(ending);
+            tokio::select! {
+                ended = &mut ending => panic!("ended before the reaper was reaped: {ended:?}"),
+                () = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+            report
+                .send(Some(Exit {
+                    status: 3 << 8,
+                    reaper_exiting: false,
+                }))
+                .unwrap();
+            assert_eq!(ending.await, Ok(()));
+        }
+        assert!(!spawned.guard.is_armed());
+        assert!(!spawned.child.only_the_reaper_is_left());
+        assert_eq!(spawned.child.wait().await.unwrap().code(), Some(3));
+    }
+
     #[test]
     fn enforce_refuses_a_kernel_that_cannot_confine_and_best_effort_says_what_is_missing() {
         let bare = KernelSupport {

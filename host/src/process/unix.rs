@@ -31,6 +31,14 @@ pub(crate) struct ProviderChild {
 }
 
 impl ProviderChild {
+    /// A child whose exit is reported through `exit` (for tests).
+    #[cfg(test)]
+    pub(crate) fn reported_through(
+        exit: tokio::sync::watch::Receiver<Option<super::spawner::Exit>>,
+    ) -> ProviderChild {
+        ProviderChild { exit }
+    }
+
     /// Wait for the exit (cancel-safe). An error when the spawner ended first (the process
     /// died with it).
     pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
@@ -107,6 +115,18 @@ fn start_ticks(pid: u32) -> Option<u64> {
 }
 
 impl GroupGuard {
+    /// An armed guard of group `pgid` (for tests).
+    #[cfg(test)]
+    pub(crate) fn armed(pgid: i32) -> GroupGuard {
+        GroupGuard { pgid, armed: true }
+    }
+
+    /// Whether dropping it would kill the group.
+    #[cfg(test)]
+    pub(crate) fn is_armed(&self) -> bool {
+        self.armed
+    }
+
     /// The process group id.
     pub(crate) fn pgid(&self) -> i32 {
         self.pgid

@@ -272,6 +272,35 @@ async fn setsid_daemons_and_double_forks_do_not_survive_the_run() {
     still_healthy(&agent, "daemons").await;
 }
 
+/// A run returns only once every process it started is gone and reaped: the provider's
+/// exit is reported as soon as its namespace is empty, while the reaper (the group's
+/// leader) is still tearing itself down, and the run waits for that too before it returns.
+/// The window is a fraction of a millisecond and the run's own work usually outlasts it, so
+/// this end-to-end check rarely sees it open; the waiting itself is unit-tested
+/// (`process::tests::a_group_left_to_its_exiting_reaper_ends_when_the_reaper_is_reaped`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_returns_only_once_its_reaper_is_reaped() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path()).build();
+    for round in 0..25 {
+        let result = agent.run("[[grandchild]] hello").await.expect("a run");
+        // (The grandchild makes the reaper stop a leftover before it reports.)
+        let process = result
+            .raw()
+            .launch
+            .as_ref()
+            .and_then(|l| l.process)
+            .expect("the launch's process");
+        let proc_dir = format!("/proc/{}", process.pid);
+        assert!(
+            !Path::new(&proc_dir).exists(),
+            "round {round}: the group's leader {} is not reaped when the run returns",
+            process.pid
+        );
+        assert!(!group_alive(process.pgid as u32), "round {round}");
+    }
+}
+
 /// What the provider leaves behind is first asked to stop (SIGTERM: a leftover that traps it
 /// gets to clean up), and what ignores it is killed at the end of the grace period — all of it
 /// before the run returns, not eventually.
