@@ -297,7 +297,7 @@ pub(crate) async fn end_group(spawned: &mut Spawned, grace: Duration) -> Result<
 }
 
 /// Make sure no process of the group survives: SIGTERM, grace, SIGKILL.
-pub(crate) async fn reap_group(pgid: i32, grace: Duration) -> Result<(), String> {
+async fn reap_group(pgid: i32, grace: Duration) -> Result<(), String> {
     if !group_alive(pgid) {
         return Ok(());
     }

@@ -547,6 +547,13 @@ fn prune(dir: &Path, now: std::time::SystemTime) -> usize {
     removed
 }
 
+/// The temporary file a cache file at `path` is written to before it is renamed into place
+/// (`.NAME.PID.tmp` beside it; [`prune`] deletes those a crashed write left).
+pub(crate) fn temporary_beside(path: &Path) -> PathBuf {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
+}
+
 fn write_entry(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     std::fs::create_dir_all(dir)?;
@@ -555,11 +562,7 @@ fn write_entry(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> 
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     }
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("entry"),
-        std::process::id()
-    ));
+    let tmp = temporary_beside(path);
     {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(compiled)?;
@@ -599,14 +602,17 @@ mod tests {
         let day = Duration::from_secs(24 * 3600);
         let old = aged("old.cwasm", UNUSED_FOR + day);
         let old_tmp = aged(".old.cwasm.123.tmp", UNUSED_FOR + day);
+        // A driver file's record (see `file_stamps`) not rewritten for as long goes too.
+        let old_record = aged("2049-1234.id", UNUSED_FOR + day);
         let recent = aged("recent.cwasm", UNUSED_FOR - day);
         let other = aged("notes.txt", UNUSED_FOR + day);
         // Used two days ago: a load moves its time to now; one used within the day is left.
         let used = aged("used.cwasm", 2 * day);
         let fresh = aged("fresh.cwasm", Duration::from_secs(60));
         let fresh_before = std::fs::metadata(&fresh).unwrap().modified().unwrap();
-        mark_used(&used);
-        mark_used(&fresh);
+        // Whether the time moved: the entry's stamp changed, so its record no longer holds.
+        assert!(mark_used(&used));
+        assert!(!mark_used(&fresh));
         let used_at = std::fs::metadata(&used).unwrap().modified().unwrap();
         assert!(now.duration_since(used_at).unwrap_or_default() < day);
         assert_eq!(
@@ -614,8 +620,8 @@ mod tests {
             fresh_before
         );
 
-        assert_eq!(prune(dir.path(), now), 2);
-        assert!(!old.exists() && !old_tmp.exists());
+        assert_eq!(prune(dir.path(), now), 3);
+        assert!(!old.exists() && !old_tmp.exists() && !old_record.exists());
         assert!(recent.exists() && used.exists() && fresh.exists());
         assert!(other.exists(), "only cache files are touched");
         // A year later everything unused since goes, the other file stays.

@@ -182,20 +182,15 @@ pub(crate) fn read(dir: &Path, stamp: &FileStamp) -> Option<Record> {
     Record::parse(&text).filter(|r| r.wasm == *stamp)
 }
 
-/// Write `record` (replacing the file's earlier one); a failure is logged and ignored.
+/// Write `record` (replacing the file's earlier one); a failure is logged at debug level and
+/// costs only the next load's hash.
 pub(crate) fn write(dir: &Path, record: &Record) {
     let path = record_path(dir, &record.wasm);
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        path.file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("record"),
-        std::process::id()
-    ));
+    let tmp = super::engine::temporary_beside(&path);
     let written = std::fs::write(&tmp, record.encode()).and_then(|()| std::fs::rename(&tmp, &path));
     if let Err(e) = written {
+        // A temporary file left behind is deleted with the cache's other leftovers (`prune`).
         tracing::debug!(path = %path.display(), error = %e, "could not record a driver file's stamp");
-        let _ = std::fs::remove_file(&tmp);
     }
 }
 
