@@ -137,9 +137,19 @@ fn main() -> ExitCode {
     // clap has parsed made that measurable). The command is read from the raw arguments;
     // a wrong guess only costs a spawner that idles, or one started on first use. A
     // refusal changes nothing and is logged once logging is set up.
-    let refused = starts_providers(std::env::args_os())
-        .then(adaptor::fork_spawner)
-        .and_then(Result::err);
+    let starts = starts_providers(std::env::args_os());
+    let refused = starts.then(adaptor::fork_spawner).and_then(Result::err);
+    // The same commands load a driver and build an agent: their once-per-process work (the
+    // engine, whose compiler settings detect the CPU's features, each `cpuid` a trap to the
+    // hypervisor on a virtual machine; the sweep of crashed hosts' run directories) runs
+    // on a thread of its own while this one sets up logging, parses and resolves the
+    // settings. The load and the build wait for what they need if they come first; a
+    // thread that cannot be started leaves the work to them.
+    if starts {
+        let _ = std::thread::Builder::new()
+            .name("adaptor-prepare".into())
+            .spawn(adaptor::prepare_process);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ADAPTOR_LOG")

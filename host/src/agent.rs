@@ -1050,6 +1050,24 @@ pub fn fork_spawner() -> Result<(), crate::error::SpawnerForkError> {
     crate::process::fork_spawner(crate::grant::prepare_launches)
 }
 
+/// Do now, on the calling thread, the once-per-process work that the first driver load and
+/// the first [`AgentBuilder::build`] would otherwise do on their own path: build the shared
+/// WebAssembly engine (its compiler settings detect the CPU's features — on a virtual
+/// machine each `cpuid` traps to the hypervisor, about 10 µs) and the linker every driver is
+/// instantiated with, run the CPU-feature detection of the SHA-256 and ChaCha code a load
+/// and a run use, and remove the run directories that crashed hosts left in the system
+/// temporary directory (what `build` does first).
+///
+/// Meant for a thread started first thing in `main`, as `adaptor run` does (after
+/// [`fork_spawner`], which must find the process with one thread): the main thread then
+/// finds all of it done when it loads its driver and builds its agent, and a load or build
+/// that comes first waits for the part it needs instead of doing it twice. Never needed
+/// for correctness; a second call costs nothing.
+pub fn prepare_process() {
+    crate::wasm::prepare();
+    crate::process::sweep_stale_run_dirs();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

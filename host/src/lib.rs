@@ -119,7 +119,8 @@ mod workspace;
 mod architecture;
 
 pub use agent::{
-    Agent, AgentBuilder, RunOptions, Runner, Spawn, fork_spawner, run_as, run_as_with,
+    Agent, AgentBuilder, RunOptions, Runner, Spawn, fork_spawner, prepare_process, run_as,
+    run_as_with,
 };
 pub use approval::{
     ApprovalError, ApprovalFuture, ApprovalHandler, ApprovalKind, ApprovalRequest, Choice,

@@ -25,6 +25,19 @@ pub(crate) mod since_v0_2_0;
 
 pub(crate) use bindings::wit;
 
+/// Do now, on the calling thread, the once-per-process work of the first driver load (see
+/// [`crate::prepare_process`]): the engine, the linker, and the CPU-feature detection of the
+/// SHA-256 and ChaCha code a load, a run and a driver instance's WASI use. Each detection is
+/// its own `cpuid` sequence, cached process-wide once it ran.
+pub(crate) fn prepare() {
+    use rand::{Rng, SeedableRng};
+    use sha2::Digest;
+    engine::engine();
+    guest::linker();
+    sha2::Sha256::digest(b"");
+    rand::rngs::StdRng::seed_from_u64(0).next_u64();
+}
+
 /// The released versions of `adaptor:driver` this host loads, oldest first; the last is the
 /// newest (what the SDK builds against).
 pub const SUPPORTED_WIT_VERSIONS: &[&str] = &["0.1.0", "0.2.0", "0.3.0"];

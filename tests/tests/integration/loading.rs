@@ -40,6 +40,26 @@ fn builtin_drivers_are_found_by_name() {
     );
 }
 
+/// `adaptor::prepare_process` may run on other threads while a load runs (as `adaptor run`
+/// does it beside its own load): every caller ends, the load waits for or shares what they
+/// built, and the driver works.
+#[test]
+fn preparing_the_process_beside_loads_is_safe_and_repeatable() {
+    let preparing: Vec<_> = (0..3)
+        .map(|_| std::thread::spawn(adaptor::prepare_process))
+        .collect();
+    let loaded = std::thread::spawn(|| Driver::builtin("reference"));
+    for thread in preparing {
+        thread.join().expect("prepare_process does not panic");
+    }
+    let driver = loaded
+        .join()
+        .expect("the load does not panic")
+        .expect("reference loads");
+    assert_eq!(driver.descriptor().default_program, "reference-provider");
+    adaptor::prepare_process();
+}
+
 #[test]
 fn compiled_cache_is_reused_and_corrupt_entries_are_recompiled() {
     let cache = tempfile::tempdir().unwrap();
