@@ -145,11 +145,27 @@ fn main() -> ExitCode {
     // on a thread of its own while this one sets up logging, parses and resolves the
     // settings. The load and the build wait for what they need if they come first; a
     // thread that cannot be started leaves the work to them.
-    if starts {
-        let _ = std::thread::Builder::new()
-            .name("adaptor-prepare".into())
-            .spawn(adaptor::prepare_process);
+    let preparing = starts
+        .then(|| {
+            std::thread::Builder::new()
+                .name("adaptor-prepare".into())
+                .spawn(adaptor::prepare_process)
+                .ok()
+        })
+        .flatten();
+    let code = command(refused);
+    // The thread may still be removing a crashed host's run directory (a command that
+    // ended early): ending the process under it could leave one half removed, without the
+    // `lock` by which a later sweep knows it is dead. Long done after any run; a panic
+    // there was reported by the panic hook, and the command's own load did the work.
+    if let Some(thread) = preparing {
+        let _ = thread.join();
     }
+    code
+}
+
+/// Everything after the start-up of `main`: logging, parsing, the command.
+fn command(refused: Option<adaptor::SpawnerForkError>) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ADAPTOR_LOG")
