@@ -1062,7 +1062,9 @@ pub fn fork_spawner() -> Result<(), crate::error::SpawnerForkError> {
 /// [`fork_spawner`], which must find the process with one thread): the main thread then
 /// finds all of it done when it loads its driver and builds its agent, and a load or build
 /// that comes first waits for the part it needs instead of doing it twice. Never needed
-/// for correctness; a second call costs nothing.
+/// for correctness; a second call costs nothing. Let the thread finish (join it) before
+/// the process exits: a sweep cut short by the process's end can leave a crashed host's
+/// directory half removed, without the `lock` by which a later sweep knows it is dead.
 pub fn prepare_process() {
     crate::wasm::prepare();
     crate::process::sweep_stale_run_dirs();
