@@ -132,11 +132,28 @@ impl Emitter {
         }
     }
 
-    /// Emit one event.
-    pub(crate) async fn emit(&mut self, mut event: Event) {
+    /// Emit one event. It goes into the buffer when this is called if there is room (the
+    /// common case) or if it is not to wait (below); only an event that must wait for room
+    /// leaves work for the returned future, which waits in a boxed future of its own. So the
+    /// future of every `emit` (one per event) stays small to move, and callers await it at
+    /// once.
+    pub(crate) fn emit(&mut self, event: Event) -> impl std::future::Future<Output = ()> + '_ {
+        let waiting = self.send_now(event);
+        async move {
+            if let Some(event) = waiting {
+                Box::pin(self.wait_and_send(event)).await;
+            }
+        }
+    }
+
+    /// Stamp `event` and deliver it without waiting when there is room, the consumer is gone
+    /// (nothing is delivered), the run was cancelled or the event may be dropped (both
+    /// offered once and counted as dropped when there is no room). Otherwise the event is
+    /// handed back to wait for room.
+    fn send_now(&mut self, mut event: Event) -> Option<Event> {
         self.stamp(&mut event);
         if self.consumer_gone {
-            return;
+            return None;
         }
         // After a cancel nothing waits; in drop mode droppable deltas never wait.
         let no_wait = if self.cancel.is_cancelled() {
@@ -154,8 +171,21 @@ impl Emitter {
                 event,
                 reason,
             );
-            return;
+            return None;
         }
+        match self.tx.try_send(event) {
+            Ok(()) => None,
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.consumer_gone = true;
+                None
+            }
+            Err(mpsc::error::TrySendError::Full(event)) => Some(event),
+        }
+    }
+
+    /// Wait for room in the full buffer, or for the run's cancellation (then the event is
+    /// offered once more, and counted as dropped if there is still no room).
+    async fn wait_and_send(&mut self, event: Event) {
         let reserved = tokio::select! {
             biased;
             permit = self.tx.reserve() => Some(permit),
@@ -418,5 +448,81 @@ impl Drop for Stream {
         if self.result.is_some() {
             self.cancel.cancel();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Notice, blank_meta};
+
+    fn notice(text: &str) -> Event {
+        Event::Notice(Notice {
+            meta: blank_meta(),
+            notice: "test".into(),
+            message: text.into(),
+            data: None,
+        })
+    }
+
+    /// `emit` is awaited once per event: its future must stay about one event in size (it
+    /// was about 2.6 events when it held the waiting path inline), so that moving it — into
+    /// the caller's state, then to where it is polled — copies little per event.
+    #[test]
+    fn the_future_of_an_emit_is_about_one_event() {
+        let (tx, _rx) = mpsc::channel(4);
+        let mut emitter = Emitter::new(
+            tx,
+            "run-1".into(),
+            "d".into(),
+            true,
+            CancellationToken::new(),
+        );
+        let future = emitter.emit(notice("a"));
+        let size = std::mem::size_of_val(&future);
+        assert!(
+            size <= std::mem::size_of::<Event>() + 64,
+            "the future of `emit` is {size} bytes, an event {}",
+            std::mem::size_of::<Event>()
+        );
+    }
+
+    /// With room, the event is in the buffer; with none, a blocking emitter waits until the
+    /// consumer reads, then delivers in order; after a cancel a waiting event is offered and
+    /// counted as dropped.
+    #[tokio::test]
+    async fn emit_delivers_at_once_waits_for_room_and_gives_up_at_cancel() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let cancel = CancellationToken::new();
+        let mut emitter = Emitter::new(tx, "run-1".into(), "d".into(), true, cancel.clone());
+        emitter.emit(notice("first")).await;
+        let mut second = Box::pin(emitter.emit(notice("second")));
+        assert!(
+            futures::poll!(second.as_mut()).is_pending(),
+            "a full buffer makes a blocking emit wait"
+        );
+        let first = rx.recv().await.expect("the first event");
+        second.await;
+        let second = rx.recv().await.expect("the second event");
+        let message = |e: &Event| match e {
+            Event::Notice(n) => n.message.clone(),
+            other => panic!("unexpected {other:?}"),
+        };
+        assert_eq!(
+            (message(&first), message(&second)),
+            ("first".into(), "second".into())
+        );
+        assert!(first.meta().sequence < second.meta().sequence);
+
+        emitter.emit(notice("third")).await;
+        let waiting = tokio::spawn(async move {
+            emitter.emit(notice("fourth")).await;
+            emitter
+        });
+        tokio::task::yield_now().await;
+        cancel.cancel();
+        let emitter = waiting.await.expect("the emit ends at cancel");
+        assert_eq!(emitter.dropped.count, 1, "the waiting event was dropped");
+        assert_eq!(message(&rx.recv().await.expect("third")), "third");
     }
 }

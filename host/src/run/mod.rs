@@ -139,10 +139,17 @@ fn launch(
         cancel.clone(),
     );
     let span = tracing::info_span!("run", run_id = %run_id, driver = %inner.driver.name());
-    let mut run = Run::new(inner, run_id, prompt, options, emitter, cancel, thread);
+    let mut run = Box::new(Run::new(
+        inner, run_id, prompt, options, emitter, cancel, thread,
+    ));
     run.steer = steer_rx;
     let pipeline = async move {
-        let result = run.execute().await;
+        // The run and its future are boxed: the pipeline, which is moved a few times before
+        // it is polled (instrumented, tracked, pinned), is two pointers instead of the
+        // run's whole state machine.
+        let result = Box::pin(run.execute()).await;
+        // Everything the run holds (its event sender first) goes before the result is sent.
+        drop(run);
         let _ = result_tx.send(result);
     }
     .instrument(span);
@@ -435,7 +442,7 @@ impl Run {
             })
     }
 
-    async fn execute(mut self) -> Result<RunResult, Error> {
+    async fn execute(&mut self) -> Result<RunResult, Error> {
         let on_thread = self.thread.is_some();
         let result = self.execute_in_workspace(on_thread).await;
         // Refused before `RunStarted` (a finished run released it already): nothing may be
@@ -577,7 +584,10 @@ impl Run {
             self.announce_fallback(previous_record_id, reason).await;
         }
         self.announce_warm_pool().await;
-        let mut result = self.supervise(attach).await;
+        // The stages of a turn are boxed where they are large or rare: every enclosing future
+        // then stays small, so none of them copies kilobytes per turn when it is moved (see
+        // "Per turn in a conversation" in the README).
+        let mut result = Box::pin(self.supervise(attach)).await;
         // The provider rejected the stored session: one fresh attempt, announced.
         if let Err(Error::Run(e)) = &result
             && e.reason == FailureReason::ResumeRejected
@@ -591,8 +601,8 @@ impl Run {
             if let Some(stale) = self.kept.take() {
                 resident::stop(stale, self.inner.settings.grace_period).await;
             }
-            result = match self.prepare().await {
-                Ok(prepared) => self.supervise(Attach::Spawn(Box::new(prepared))).await,
+            result = match Box::pin(self.prepare()).await {
+                Ok(prepared) => Box::pin(self.supervise(Attach::Spawn(Box::new(prepared)))).await,
                 Err(e) => Err(e),
             };
         }
@@ -610,7 +620,11 @@ impl Run {
             });
         }
         let workspace = self.workspace_dir()?;
-        let config_fingerprint = self.config_fingerprint().await?;
+        // Kept after the agent's first thread run: no future is built for it after that.
+        let config_fingerprint = match self.inner.config_fingerprint.get() {
+            Some(fingerprint) => fingerprint.clone(),
+            None => Box::pin(self.config_fingerprint()).await?,
+        };
         let tool_entries = self.inner.tool_fingerprint()?;
         let mcp_entries = self.delivery().await?.fingerprint.clone();
         let skill_entries = self
@@ -662,7 +676,8 @@ impl Run {
         if let Some((resident, actions)) = self.reuse_resident().await? {
             return Ok((Attach::Reuse(resident, actions), None));
         }
-        let (prepared, fallback) = self.prepare_thread_aware().await?;
+        // Spawning is boxed: a resident turn (above) does not carry its future.
+        let (prepared, fallback) = Box::pin(self.prepare_thread_aware()).await?;
         Ok((Attach::Spawn(Box::new(prepared)), fallback))
     }
 

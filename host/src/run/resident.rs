@@ -161,16 +161,22 @@ async fn reap(pool: Weak<ResidentPool>, wake: Arc<tokio::sync::Notify>, grace: D
 
 /// Stop a resident process: end of input first (the CLI's own clean exit), then after
 /// `grace` the process group is terminated and killed. Problems are logged: there is no run
-/// left to report them to.
-pub(crate) async fn stop(resident: Resident, grace: Duration) {
-    let Resident {
-        spawned,
-        stdin,
-        stdin_writer,
-        ..
-    } = resident;
-    drop(stdin);
-    stop_process(spawned, stdin_writer, grace).await;
+/// left to report them to. Boxed: the futures of a turn that may stop a process (and on the
+/// common path does not) hold a pointer, not the whole stop.
+pub(crate) fn stop(
+    resident: Resident,
+    grace: Duration,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        let Resident {
+            spawned,
+            stdin,
+            stdin_writer,
+            ..
+        } = resident;
+        drop(stdin);
+        stop_process(spawned, stdin_writer, grace).await;
+    })
 }
 
 /// Stop a kept process (resident or prewarmed): close its input (its own stdin pipe, or the

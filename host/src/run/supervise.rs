@@ -642,7 +642,8 @@ impl Supervisor<'_> {
             Ok(()) => self.emitter.emit(sourced(event, source)).await,
             Err(v) => {
                 self.withheld += 1;
-                self.violate(v).await;
+                // Boxed: the rare path's future would otherwise be part of every event's.
+                Box::pin(self.violate(v)).await;
             }
         }
     }
