@@ -515,14 +515,17 @@ mod tests {
         assert!(first.meta().sequence < second.meta().sequence);
 
         emitter.emit(notice("third")).await;
-        let waiting = tokio::spawn(async move {
-            emitter.emit(notice("fourth")).await;
-            emitter
-        });
-        tokio::task::yield_now().await;
+        let mut fourth = Box::pin(emitter.emit(notice("fourth")));
+        assert!(
+            futures::poll!(fourth.as_mut()).is_pending(),
+            "the fourth waits for room"
+        );
         cancel.cancel();
-        let emitter = waiting.await.expect("the emit ends at cancel");
-        assert_eq!(emitter.dropped.count, 1, "the waiting event was dropped");
+        fourth.await;
+        assert_eq!(
+            emitter.dropped.count, 1,
+            "the waiting event was dropped at cancel"
+        );
         assert_eq!(message(&rx.recv().await.expect("third")), "third");
     }
 }

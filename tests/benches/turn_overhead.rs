@@ -34,8 +34,9 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-/// Wait until `path` last changed more than 2.5 s ago (its times read in whole seconds):
-/// the compiled cache trusts a driver file's stamps only once they are 2 s old.
+/// Wait until `path` last changed 3.5 s ago by its stamps: the compiled cache trusts a
+/// driver file's stamps only once they are 2 s old, and they are read here in whole seconds
+/// (rounded down, so up to 1 s more), plus half a second of margin.
 fn settle(path: &Path) {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path).unwrap();

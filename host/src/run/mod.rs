@@ -835,7 +835,8 @@ impl Run {
 
     /// The driver's fingerprint of the agent's config (see `AgentInner::config_fingerprint`):
     /// from a fresh instance on the agent's first thread run, then kept. A refusal is not
-    /// kept, so each run reports it.
+    /// kept, so each run reports it. Callers read the kept value first
+    /// (`AgentInner::config_fingerprint`) and build this future only without one.
     /// (Borrows nothing of the run across the await, as [`fresh_instance`](Self::fresh_instance).)
     fn config_fingerprint(
         &self,
