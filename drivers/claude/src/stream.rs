@@ -288,6 +288,46 @@ fn tool_result_text(content: Option<&Value>) -> String {
 }
 
 impl<D: Dialect> StreamJsonSession<D> {
+    /// A fresh turn state for `request`, whose config is already parsed as `config`.
+    fn with_config(request: RunRequest, config: Value) -> Self {
+        Self {
+            request,
+            config,
+            transport: Transport::default(),
+            stdout: LineFramer::default(),
+            stderr: LineFramer::new(64 * 1024),
+            transcript: Transcript::default(),
+            controls: Controls::default(),
+            session_id: None,
+            model: None,
+            texts: Vec::new(),
+            usage_by_message: BTreeMap::new(),
+            streamed: HashSet::new(),
+            blocks_seen: BTreeMap::new(),
+            current_message: BTreeMap::new(),
+            open_blocks: Vec::new(),
+            open_tools: Vec::new(),
+            usage: None,
+            summary: None,
+            result: None,
+            terminal: None,
+            turn_over: false,
+            process: ProcessFacts::default(),
+            baseline: None,
+            since_last: None,
+            usage_source: None,
+            cumulative: None,
+            structured: None,
+            error: None,
+            malformed: None,
+            status: None,
+            pending_prompt: None,
+            whole: Vec::new(),
+            steerable: false,
+            dialect: PhantomData,
+        }
+    }
+
     fn handle_line(&mut self, line: Line, out: &mut Actions) {
         let (frame, text) = match json_line(line) {
             JsonLine::Blank => return,
@@ -1061,42 +1101,7 @@ fn write_frame(out: &mut Actions, frame: &Value) {
 impl<D: Dialect> Session for StreamJsonSession<D> {
     fn new(request: RunRequest) -> Self {
         let config = adaptor_sdk::json::parse_config(&request.config_json).unwrap_or(Value::Null);
-        Self {
-            request,
-            config,
-            transport: Transport::default(),
-            stdout: LineFramer::default(),
-            stderr: LineFramer::new(64 * 1024),
-            transcript: Transcript::default(),
-            controls: Controls::default(),
-            session_id: None,
-            model: None,
-            texts: Vec::new(),
-            usage_by_message: BTreeMap::new(),
-            streamed: HashSet::new(),
-            blocks_seen: BTreeMap::new(),
-            current_message: BTreeMap::new(),
-            open_blocks: Vec::new(),
-            open_tools: Vec::new(),
-            usage: None,
-            summary: None,
-            result: None,
-            terminal: None,
-            turn_over: false,
-            process: ProcessFacts::default(),
-            baseline: None,
-            since_last: None,
-            usage_source: None,
-            cumulative: None,
-            structured: None,
-            error: None,
-            malformed: None,
-            status: None,
-            pending_prompt: None,
-            whole: Vec::new(),
-            steerable: false,
-            dialect: PhantomData,
-        }
+        Self::with_config(request, config)
     }
 
     fn from_turn(turn: TurnRequest) -> Self {
@@ -1138,8 +1143,13 @@ impl<D: Dialect> Session for StreamJsonSession<D> {
                 D::PRODUCT
             )));
         }
-        // A fresh turn state on the same process and session; partial lines carry over.
-        let mut next = Self::new(request);
+        // A fresh turn state on the same process and session; partial lines carry over. The
+        // config is parsed again only if it changed (the host keeps a process for one config).
+        let mut next = if request.config_json == self.request.config_json {
+            Self::with_config(request, std::mem::take(&mut self.config))
+        } else {
+            Self::new(request)
+        };
         std::mem::swap(&mut next.stdout, &mut self.stdout);
         std::mem::swap(&mut next.stderr, &mut self.stderr);
         next.transport = Transport {

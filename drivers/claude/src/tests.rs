@@ -643,6 +643,18 @@ fn the_stream_json_transport_serves_further_turns_on_one_process() {
     );
     assert_eq!(second.text, first.text, "the turn state was reset");
 
+    // A turn whose config text differs (the kept parse is not reused for it) is served too.
+    let mut third = request("once more");
+    third.config_json = json!({"transport": "stream-json", "command": "claude"}).to_string();
+    let actions = h
+        .next_turn(third)
+        .expect("next turn with another config text");
+    let [Action::WriteStdin(bytes)] = actions.as_slice() else {
+        panic!("one stdin frame: {actions:?}")
+    };
+    let frame: Value = serde_json::from_slice(bytes).unwrap();
+    assert_eq!(frame["message"]["content"], "once more");
+
     // The default transport reads the prompt as plain stdin: one turn only.
     let (mut one_shot, _) = Harness::<ClaudeSession>::start(request("x")).expect("start");
     assert!(matches!(

@@ -469,6 +469,10 @@ impl Supervisor<'_> {
     pub(super) async fn write_stdin(&mut self, bytes: Vec<u8>) {
         let len = bytes.len();
         let offset = self.raw.stdin.len();
+        // The write's time is when the bytes are handed over, not when `write` returns: a
+        // provider woken by them may run on this thread's CPU before `write` returns (see
+        // [`ChunkRecord::at`](crate::ChunkRecord::at)).
+        let at = self.spawned_at.elapsed();
         let sent = match &self.stdin {
             Some(stdin) => {
                 self.raw.stdin.extend_from_slice(&bytes);
@@ -477,7 +481,7 @@ impl Supervisor<'_> {
             None => false,
         };
         if sent {
-            self.stdin_chunk(offset, self.spawned_at.elapsed());
+            self.stdin_chunk(offset, at);
         } else {
             self.raw.stdin.truncate(offset);
         }

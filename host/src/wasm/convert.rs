@@ -333,7 +333,9 @@ pub(crate) fn terminal(t: wit::TerminalPayload) -> Result<TerminalPayload, Strin
     if t.event.is_empty() {
         return Err("terminal payload has an empty event name".into());
     }
-    serde_json::from_str::<serde_json::Value>(&t.json)
+    // Checked, not kept: `IgnoredAny` reads the whole document (syntax, escapes, trailing
+    // characters) without building a value.
+    serde_json::from_str::<serde::de::IgnoredAny>(&t.json)
         .map_err(|e| format!("terminal payload is not valid JSON: {e}"))?;
     Ok(TerminalPayload {
         event: t.event,
@@ -992,6 +994,11 @@ mod tests {
         for (event, json, why) in [
             ("", "{}", "empty event name"),
             ("result", "{\"type\":", "not valid JSON"),
+            // Checked whole although no value is built: trailing text, a bad escape, a
+            // trailing comma.
+            ("result", "{} x", "not valid JSON"),
+            ("result", "{\"a\":\"\\q\"}", "not valid JSON"),
+            ("result", "[1,]", "not valid JSON"),
         ] {
             let mut bad = empty_outcome();
             bad.terminal = Some(wit::TerminalPayload {
