@@ -24,7 +24,9 @@
 //! also prints the host's own time: the caller's wall time minus the provider's span (from
 //! the prompt written to its stdin to the last output read), which is what the host adds
 //! over a loop that writes at once and returns on the last line, measured without the
-//! CLI's run-to-run noise.
+//! CLI's run-to-run noise. The prompt's write is timed when its bytes are handed to the pipe
+//! (`ChunkRecord::at`): the floor's loop pays the `write` itself too, and a CLI woken by it
+//! may run on the writing thread's CPU before `write` returns.
 //!
 //! Also: the `adaptor run` process's peak RSS beside the CLI (VmHWM, sampled every 5 ms, and
 //! the largest private share seen, `RssAnon`: the rest is clean pages of the executable and
@@ -653,8 +655,8 @@ fn floor_and_thread(
 }
 
 /// The host's own time in a resident turn, ms: the caller's wall time minus the provider's
-/// span in it — from the first byte written to its stdin (the prompt) to the last output
-/// byte read. What is left is everything the host does before writing the prompt and after
+/// span in it — from the first bytes written to its stdin (the prompt, timed when they are
+/// handed to the pipe) to the last output byte read. What is left is everything the host does before writing the prompt and after
 /// the turn's last line (thread lease and state, driver calls, events, the result), free of
 /// the CLI's own run-to-run noise, which dwarfs it in the paired wall times.
 fn host_time(wall: std::time::Duration, raw: &adaptor::RawStreams) -> f64 {
