@@ -75,6 +75,34 @@ pub struct CodexSession {
 }
 
 impl CodexSession {
+    /// A fresh turn state for `request`, whose config is already parsed as `config`.
+    fn with_config(request: RunRequest, config: Value) -> Self {
+        Self {
+            transport: transport(&request, &config),
+            request,
+            config,
+            stdout: LineFramer::default(),
+            stderr: LineFramer::new(64 * 1024),
+            transcript: Transcript::default(),
+            texts: Vec::new(),
+            streaming_parts: Vec::new(),
+            open_tools: Vec::new(),
+            thread_id: None,
+            usage: None,
+            total: None,
+            baseline: None,
+            completed: false,
+            terminal: None,
+            failure: None,
+            last_error: None,
+            malformed: None,
+            structured: None,
+            app: AppServer::default(),
+            status: None,
+            steerable: false,
+        }
+    }
+
     /// With a native output schema, Codex's final agent message is the JSON value
     /// (`--output-schema` / `outputSchema`): reported as the structured output when it parses.
     fn native_output(&self) -> Option<String> {
@@ -224,30 +252,7 @@ impl CodexSession {
 impl Session for CodexSession {
     fn new(request: RunRequest) -> Self {
         let config = adaptor_sdk::json::parse_config(&request.config_json).unwrap_or(Value::Null);
-        Self {
-            transport: transport(&request, &config),
-            request,
-            config,
-            stdout: LineFramer::default(),
-            stderr: LineFramer::new(64 * 1024),
-            transcript: Transcript::default(),
-            texts: Vec::new(),
-            streaming_parts: Vec::new(),
-            open_tools: Vec::new(),
-            thread_id: None,
-            usage: None,
-            total: None,
-            baseline: None,
-            completed: false,
-            terminal: None,
-            failure: None,
-            last_error: None,
-            malformed: None,
-            structured: None,
-            app: AppServer::default(),
-            status: None,
-            steerable: false,
-        }
+        Self::with_config(request, config)
     }
 
     fn from_turn(turn: adaptor_sdk::TurnRequest) -> Self {
@@ -292,7 +297,13 @@ impl Session for CodexSession {
         };
         // A fresh turn state on the same process and thread: partial lines carry over, the
         // thread's usage total so far is this turn's baseline, request ids keep counting.
-        let mut next = CodexSession::new(request);
+        // The config is parsed again only if it changed (the host keeps a process for one
+        // config).
+        let mut next = if request.config_json == self.request.config_json {
+            CodexSession::with_config(request, std::mem::take(&mut self.config))
+        } else {
+            CodexSession::new(request)
+        };
         next.transport = Transport::AppServer;
         std::mem::swap(&mut next.stdout, &mut self.stdout);
         std::mem::swap(&mut next.stderr, &mut self.stderr);

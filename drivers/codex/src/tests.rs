@@ -429,6 +429,17 @@ fn the_app_server_takes_a_next_turn_on_the_same_thread() {
         frame["id"], 3,
         "request ids keep counting on one process (initialize 1, thread/start 2)"
     );
+    assert!(frame["params"].get("effort").is_none());
+    // A turn whose config changed is built from the new config, not the kept parse.
+    let mut third = request("third");
+    third.streaming = true;
+    third.config_json = json!({"effort": "high"}).to_string();
+    let actions = h.next_turn(third).expect("next turn with another config");
+    let [Action::WriteStdin(bytes)] = actions.as_slice() else {
+        panic!("one stdin frame: {actions:?}")
+    };
+    let frame: Value = serde_json::from_slice(bytes).unwrap();
+    assert_eq!(frame["params"]["effort"], "high");
 
     // exec runs one turn per process.
     let mut exec = request("x");
