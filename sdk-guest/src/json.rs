@@ -6,6 +6,18 @@ use sha2::{Digest, Sha256};
 
 use crate::{CheckLevel, ConfigError, Descriptor, EnvironmentReport, ProbeOutput};
 
+/// The parsed config for a resident process's next turn: `previous` (parsed from
+/// `previous_json` for the turn before) taken as it is when the text is unchanged — the host
+/// keeps a process for one config —, else `next_json` parsed (`Null` when it is not a JSON
+/// object, as a session's `new` reads it).
+pub fn next_turn_config(previous_json: &str, previous: &mut Value, next_json: &str) -> Value {
+    if next_json == previous_json {
+        std::mem::take(previous)
+    } else {
+        parse_config(next_json).unwrap_or(Value::Null)
+    }
+}
+
 /// Parse a `config-json` string; it must be a JSON object (`null` counts as `{}`).
 pub fn parse_config(config_json: &str) -> Result<Value, ConfigError> {
     let value: Value = serde_json::from_str(config_json).map_err(|e| ConfigError {
@@ -353,6 +365,24 @@ fn version_check(descriptor: &Descriptor, version: Option<&str>) -> crate::Check
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_next_turn_keeps_the_parsed_config_only_when_its_text_is_unchanged() {
+        let text = r#"{"a":1}"#;
+        let mut kept = json!({"a": 1, "marker": "kept parse"});
+        assert_eq!(
+            next_turn_config(text, &mut kept, text)["marker"],
+            "kept parse",
+            "the same text takes the kept value"
+        );
+        let mut kept = json!({"a": 1});
+        assert_eq!(
+            next_turn_config(text, &mut kept, r#"{"a":2}"#),
+            json!({"a": 2})
+        );
+        assert_eq!(next_turn_config(text, &mut kept, "null"), json!({}));
+        assert_eq!(next_turn_config(text, &mut kept, "[1]"), Value::Null);
+    }
 
     #[test]
     fn uuids_are_recognised_and_nothing_else() {

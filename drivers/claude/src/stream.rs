@@ -1143,13 +1143,13 @@ impl<D: Dialect> Session for StreamJsonSession<D> {
                 D::PRODUCT
             )));
         }
-        // A fresh turn state on the same process and session; partial lines carry over. The
-        // config is parsed again only if it changed (the host keeps a process for one config).
-        let mut next = if request.config_json == self.request.config_json {
-            Self::with_config(request, std::mem::take(&mut self.config))
-        } else {
-            Self::new(request)
-        };
+        // A fresh turn state on the same process and session; partial lines carry over.
+        let config = adaptor_sdk::json::next_turn_config(
+            &self.request.config_json,
+            &mut self.config,
+            &request.config_json,
+        );
+        let mut next = Self::with_config(request, config);
         std::mem::swap(&mut next.stdout, &mut self.stdout);
         std::mem::swap(&mut next.stderr, &mut self.stderr);
         next.transport = Transport {

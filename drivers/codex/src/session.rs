@@ -297,13 +297,12 @@ impl Session for CodexSession {
         };
         // A fresh turn state on the same process and thread: partial lines carry over, the
         // thread's usage total so far is this turn's baseline, request ids keep counting.
-        // The config is parsed again only if it changed (the host keeps a process for one
-        // config).
-        let mut next = if request.config_json == self.request.config_json {
-            CodexSession::with_config(request, std::mem::take(&mut self.config))
-        } else {
-            CodexSession::new(request)
-        };
+        let config = adaptor_sdk::json::next_turn_config(
+            &self.request.config_json,
+            &mut self.config,
+            &request.config_json,
+        );
+        let mut next = CodexSession::with_config(request, config);
         next.transport = Transport::AppServer;
         std::mem::swap(&mut next.stdout, &mut self.stdout);
         std::mem::swap(&mut next.stderr, &mut self.stderr);

@@ -620,11 +620,7 @@ impl Run {
             });
         }
         let workspace = self.workspace_dir()?;
-        // Kept after the agent's first thread run: no future is built for it after that.
-        let config_fingerprint = match self.inner.config_fingerprint.get() {
-            Some(fingerprint) => fingerprint.clone(),
-            None => Box::pin(self.config_fingerprint()).await?,
-        };
+        let config_fingerprint = self.config_fingerprint().await?;
         let tool_entries = self.inner.tool_fingerprint()?;
         let mcp_entries = self.delivery().await?.fingerprint.clone();
         let skill_entries = self
@@ -835,16 +831,21 @@ impl Run {
 
     /// The driver's fingerprint of the agent's config (see `AgentInner::config_fingerprint`):
     /// from a fresh instance on the agent's first thread run, then kept. A refusal is not
-    /// kept, so each run reports it. Callers read the kept value first
-    /// (`AgentInner::config_fingerprint`) and build this future only without one.
+    /// kept, so each run reports it. Once kept it is read at once: the future is then a ready
+    /// value, and the first run's (an instance and a driver call) is boxed, so no later run's
+    /// future carries it.
     /// (Borrows nothing of the run across the await, as [`fresh_instance`](Self::fresh_instance).)
     fn config_fingerprint(
         &self,
     ) -> impl std::future::Future<Output = Result<String, Error>> + Send + 'static {
+        use futures::future::Either;
+        if let Some(kept) = self.inner.config_fingerprint.get() {
+            return Either::Left(std::future::ready(Ok(kept.clone())));
+        }
         let inner = self.inner.clone();
         let name = self.driver_name();
         let fresh = self.fresh_instance();
-        async move {
+        Either::Right(Box::pin(async move {
             let config = &inner.driver.config;
             inner
                 .config_fingerprint
@@ -857,7 +858,7 @@ impl Run {
                 })
                 .await
                 .cloned()
-        }
+        }))
     }
 
     /// A new sandboxed instance of the driver (every run, and every attempt, gets its own).
