@@ -87,12 +87,17 @@ impl Watchdog {
 }
 
 impl Drop for Watchdog {
+    /// Tells the thread the run is over and lets it end by itself: waiting for it (a wake-up
+    /// on another core and its stack's release, a few hundred microseconds of a one-shot
+    /// run's end) would only delay this process's exit. Once Ctrl-C has been seen it is
+    /// joined, so its messages are out before the exit code is.
     fn drop(&mut self) {
         signal_hook_registry::unregister(self.action);
         let byte = OVER;
         // SAFETY: write(2) of one byte from a live local into our own pipe.
         unsafe { libc::write(self.tell.as_raw_fd(), (&raw const byte).cast(), 1) };
         if let Some(thread) = self.thread.take()
+            && self.saw_ctrl_c()
             && thread.join().is_err()
         {
             errln!("adaptor: the Ctrl-C watchdog panicked");

@@ -13,6 +13,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use crate::containment::{Containment, PathAccess, PathRule};
+use crate::process::CommonRules;
 
 /// `/etc` entries a provider may not read: password hashes, sudo rules, host keys, private
 /// TLS keys.
@@ -118,6 +119,15 @@ pub(crate) struct SystemRules {
     /// The secrets of `/etc` (canonical, outer before inner), and the names of those that
     /// lead nowhere (yet).
     pub hidden: Vec<PathBuf>,
+}
+
+impl SystemRules {
+    /// The rules of one form, [`hiding`](Self::hiding) or [`entries`](Self::entries), as
+    /// the rule set every launch of that form begins with: the spawner builds its Landlock
+    /// ruleset ahead of a launch.
+    pub(crate) fn common(&'static self, hide: bool) -> CommonRules {
+        CommonRules::of(if hide { &self.hiding } else { &self.entries })
+    }
 }
 
 /// `/etc` as a plan grants it (see [`SystemRules`]).
@@ -343,6 +353,8 @@ pub(crate) struct ConfinementPlan {
     pub hidden: Vec<PathBuf>,
     /// State directories that do not exist yet (created 0700 before launch).
     pub create: Vec<PathBuf>,
+    /// The system's rules `rules` begins with (see [`SystemRules::common`]).
+    pub common: Option<CommonRules>,
 }
 
 /// Why the plan cannot be made.
@@ -394,12 +406,12 @@ impl ConfinementPlan {
         };
         let home = env("HOME");
         let system = system_rules();
+        let common = system.common(hide);
+        plan.rules.extend(common.rules().iter().cloned());
         if hide {
-            plan.rules.extend(system.hiding.iter().cloned());
             plan.hidden.clone_from(&system.hidden);
-        } else {
-            plan.rules.extend(system.entries.iter().cloned());
         }
+        plan.common = Some(common);
         let system = plan.rules.len();
         for dir in install_dirs(inputs.program, inputs.env, home.as_deref()) {
             plan.add(&dir, PathAccess::ReadExecute, "install");
@@ -928,6 +940,17 @@ mod tests {
         );
         assert!(rule(&plan, Path::new("/etc/shadow")).is_none());
         assert!(rule(&plan, Path::new("/etc")).is_none(), "entry by entry");
+        // The plan's rules begin with the system's, the common set the spawner prepares.
+        let begins_with_its_common_set = |p: &ConfinementPlan, hide: bool| {
+            let common = p.common.expect("a common set");
+            assert_eq!(common, system_rules().common(hide));
+            assert!(p.rules.starts_with(common.rules()), "{p:?}");
+            assert!(
+                p.rules.len() > common.rules().len(),
+                "and the launch's own after"
+            );
+        };
+        begins_with_its_common_set(&plan, false);
         // With a mount namespace: `/etc` whole, its secrets hidden; the rest is the same.
         let hiding = ConfinementPlan::decide(&PlanInputs {
             hide_by_mounts: true,
@@ -939,6 +962,8 @@ mod tests {
             PathAccess::Read
         );
         assert_eq!(hiding.hidden, system_rules().hidden);
+        begins_with_its_common_set(&hiding, true);
+        assert_ne!(hiding.common, plan.common);
         if Path::new("/etc/shadow").exists() {
             assert!(hiding.hidden.contains(&PathBuf::from("/etc/shadow")));
         }
@@ -963,6 +988,7 @@ mod tests {
                 })
                 .unwrap();
                 assert!(crossing.hidden.is_empty(), "{allowed:?}");
+                begins_with_its_common_set(&crossing, false);
                 assert!(
                     !crossing
                         .rules

@@ -106,7 +106,18 @@ pub(crate) struct RunPaths<'a> {
 /// spawner thread once it has started; a launch planned meanwhile waits for it rather than
 /// doing it twice).
 pub(crate) fn prepare_launches() {
-    confine::system_rules();
+    expect_launch();
+}
+
+/// A launch is coming (a run is being prepared, or a process starts in order to run one):
+/// decide the system's rules if that is not done yet, and have the spawner build the
+/// Landlock ruleset of the form launches here take unless a launch's own paths change it
+/// (see [`confine::SystemRules`]) while the run prepares the rest.
+pub(crate) fn expect_launch() {
+    let kernel = process::kernel_support();
+    if kernel.landlock_abi.is_some() {
+        process::expect_launch(confine::system_rules().common(kernel.hide_by_mounts));
+    }
 }
 
 /// The canonical workspace: `dir`, else the current directory; it must be a directory.
@@ -367,7 +378,8 @@ impl ProcessGrant {
                 }
             },
         })?;
-        let (confinement, report) = kernel
+        let common = plan.common;
+        let (mut confinement, report) = kernel
             .confine(
                 self.containment.mode,
                 plan.rules,
@@ -379,6 +391,7 @@ impl ProcessGrant {
                 driver: self.driver.clone(),
                 reason,
             })?;
+        confinement.common = common.filter(|_| confinement.landlock);
         Ok((
             ProcessSpec {
                 program,

@@ -28,7 +28,8 @@
 //!   the reaper, as a namespace init, gets only SIGKILL from outside.
 //! - **Landlock** is applied in the reaper before the provider is forked, so the provider and
 //!   all its descendants inherit it; `no_new_privs` is set with it. The ruleset is built in
-//!   the spawner before the fork (opening the rule paths).
+//!   the spawner before the fork (opening the rule paths), on the common rules' ruleset
+//!   when one was prepared ahead ([`PreparedRuleset`]; see `spawner.rs`).
 //! - The reaper **hides** the confinement's hidden paths (secrets beneath a rule, decided by
 //!   `grant::confine`) with mounts in its mount namespace, once that namespace's mounts no
 //!   longer propagate to the host's; a mask it cannot make stops the launch.
@@ -185,8 +186,9 @@ impl std::fmt::Debug for Confiner {
 
 impl Confiner {
     /// Prepare `confinement` in the spawner: create the missing state directories (0700), build
-    /// the Landlock ruleset (opening every rule's path), fix the namespace flags.
-    fn new(confinement: &Confinement) -> io::Result<Confiner> {
+    /// the Landlock ruleset (opening every rule's path; on `base`, the common rules' ruleset
+    /// prepared ahead, when the launch names one), fix the namespace flags.
+    fn new(confinement: &Confinement, base: Option<PreparedRuleset>) -> io::Result<Confiner> {
         for dir in &confinement.create {
             use std::os::unix::fs::DirBuilderExt;
             std::fs::DirBuilder::new()
@@ -210,7 +212,7 @@ impl Confiner {
             ));
         }
         let ruleset = if confinement.landlock {
-            Some(build_ruleset(&confinement.rules)?)
+            Some(build_ruleset(base, &confinement.rules)?)
         } else {
             None
         };
@@ -379,8 +381,11 @@ impl Confiner {
 /// child makes only async-signal-safe system calls until it execs. An error of the child
 /// before its exec (a namespace, Landlock, `chdir`, `execve`) comes back through a
 /// close-on-exec pipe as the call's error, as `std::process::Command` reports it.
-pub(crate) fn launch(spec: &super::ProcessSpec) -> io::Result<super::unix::Started> {
-    let confiner = Confiner::new(&spec.confinement)?;
+pub(crate) fn launch(
+    spec: &super::ProcessSpec,
+    base: Option<PreparedRuleset>,
+) -> io::Result<super::unix::Started> {
+    let confiner = Confiner::new(&spec.confinement, base)?;
     let program = c_string(spec.program.as_os_str().as_bytes(), "the program path")?;
     let mut args = vec![program.clone()];
     for arg in &spec.args {
@@ -897,17 +902,88 @@ unsafe fn seal(at: &std::ffi::CStr) -> bool {
 }
 
 /// The Landlock ruleset for `rules`, as a file descriptor for `landlock_restrict_self`.
-fn build_ruleset(rules: &[PathRule]) -> io::Result<OwnedFd> {
+fn build_ruleset(base: Option<PreparedRuleset>, rules: &[PathRule]) -> io::Result<OwnedFd> {
+    let ruleset = match base {
+        Some(base) => base.ruleset,
+        None => new_ruleset()?,
+    };
+    Option::<OwnedFd>::from(add_rules(ruleset, rules)?)
+        .ok_or_else(|| io::Error::other("the kernel has no Landlock support"))
+}
+
+/// How long a ruleset built ahead of a launch stays usable. A rule grants the file its path
+/// named when the rule was added (Landlock binds the inode): a file replaced after that (a
+/// new `/etc/resolv.conf` renamed over the old one) is not granted by it. A launch's own
+/// ruleset binds its paths at the launch, and its provider keeps them for its whole life;
+/// one prepared ahead binds them at most this much earlier — long enough for a run's
+/// preparation (milliseconds) and for back-to-back runs, short enough that a launch after a
+/// pause binds them anew.
+const PREPARED_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A Landlock ruleset holding a common rule set (`super::CommonRules`: the system's),
+/// built in the spawner ahead of a launch, which adds its own rules to it
+/// (`super::spawner`, "Common rules").
+pub(crate) struct PreparedRuleset {
+    ruleset: landlock::RulesetCreated,
+    built: std::time::Instant,
+}
+
+impl PreparedRuleset {
+    /// Open every rule's path and add it (a path that does not exist grants nothing).
+    pub(crate) fn build(rules: &[PathRule]) -> io::Result<PreparedRuleset> {
+        let built = std::time::Instant::now();
+        Ok(PreparedRuleset {
+            ruleset: add_rules(new_ruleset()?, rules)?,
+            built,
+        })
+    }
+
+    /// Young enough to use (see [`PREPARED_FRESH`]).
+    pub(crate) fn fresh(&self) -> bool {
+        self.built.elapsed() < PREPARED_FRESH
+    }
+
+    /// How long it stays fresh.
+    pub(crate) fn fresh_for(&self) -> std::time::Duration {
+        PREPARED_FRESH.saturating_sub(self.built.elapsed())
+    }
+
+    /// When it was built (tests tell rulesets apart by it).
+    #[cfg(test)]
+    pub(crate) fn built(&self) -> std::time::Instant {
+        self.built
+    }
+
+    /// Make it `by` older (tests of staleness).
+    #[cfg(test)]
+    pub(crate) fn age(&mut self, by: std::time::Duration) {
+        self.built = self
+            .built
+            .checked_sub(by)
+            .expect("an instant that far back");
+    }
+}
+
+/// An empty ruleset handling every filesystem right and scoping signals.
+fn new_ruleset() -> io::Result<landlock::RulesetCreated> {
     let to_io = |e: landlock::RulesetError| io::Error::other(e.to_string());
     let all = AccessFs::from_all(TARGET_ABI);
-    let mut ruleset = Ruleset::default()
+    Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(all)
         .map_err(to_io)?
         .scope(Scope::Signal)
         .map_err(to_io)?
         .create()
-        .map_err(to_io)?;
+        .map_err(to_io)
+}
+
+/// `ruleset` with a rule for each of `rules` whose path exists.
+fn add_rules(
+    mut ruleset: landlock::RulesetCreated,
+    rules: &[PathRule],
+) -> io::Result<landlock::RulesetCreated> {
+    let to_io = |e: landlock::RulesetError| io::Error::other(e.to_string());
     for rule in rules {
         let fd = match PathFd::new(&rule.path) {
             Ok(fd) => fd,
@@ -925,8 +1001,7 @@ fn build_ruleset(rules: &[PathRule]) -> io::Result<OwnedFd> {
             .add_rule(PathBeneath::new(fd, access))
             .map_err(to_io)?;
     }
-    Option::<OwnedFd>::from(ruleset)
-        .ok_or_else(|| io::Error::other("the kernel has no Landlock support"))
+    Ok(ruleset)
 }
 
 /// Whether `fd` (an `O_PATH` descriptor is enough) is a directory.

@@ -62,6 +62,59 @@ pub(crate) struct Confinement {
     pub pid_namespace: bool,
     /// What the reaper waits between SIGTERM and SIGKILL for leftovers.
     pub grace: Duration,
+    /// The rule set `rules` begins with, when it is one registered for many launches (the
+    /// system's): the spawner opens those paths ahead of the launch (see [`CommonRules`]).
+    /// Only with `landlock`.
+    pub common: Option<CommonRules>,
+}
+
+/// Rules that begin the rules of many launches — the system directories, `/etc` and the
+/// device nodes, decided once per process by `grant` — registered with the spawner, which
+/// builds a Landlock ruleset holding them ahead of a launch (see `spawner.rs`, "Common
+/// rules"): a launch then only adds its own rules, instead of opening some 160 paths (as
+/// root, `/etc` entry by entry) between its request and its fork.
+///
+/// Identified by the address of its rules, which live as long as the process (a set is
+/// never freed, so no other set can take its address).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CommonRules {
+    rules: &'static [PathRule],
+}
+
+impl CommonRules {
+    /// The set of `rules`.
+    pub(crate) fn of(rules: &'static [PathRule]) -> CommonRules {
+        CommonRules { rules }
+    }
+
+    /// Its identity, the same for every launch of this process that uses it.
+    pub(crate) fn id(&self) -> u64 {
+        self.rules.as_ptr() as usize as u64
+    }
+
+    /// The rules.
+    pub(crate) fn rules(&self) -> &'static [PathRule] {
+        self.rules
+    }
+}
+
+impl PartialEq for CommonRules {
+    fn eq(&self, other: &CommonRules) -> bool {
+        self.id() == other.id()
+    }
+}
+
+impl Eq for CommonRules {}
+
+/// Have the spawner build the Landlock ruleset of `common` now, ahead of a launch expected
+/// soon (a run being prepared, or a process started to run one), so that launch finds it
+/// ready. A hint: nothing waits for it, and a launch that comes first, or later than the
+/// ruleset stays fresh for, builds its own.
+pub(crate) fn expect_launch(common: CommonRules) {
+    #[cfg(target_os = "linux")]
+    spawner::expect_launch(common);
+    #[cfg(not(target_os = "linux"))]
+    let _ = common;
 }
 
 impl Confinement {
@@ -173,6 +226,7 @@ impl KernelSupport {
                 landlock,
                 pid_namespace: self.pid_namespace,
                 grace,
+                common: None,
             },
             report,
         ))

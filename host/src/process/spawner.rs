@@ -22,7 +22,7 @@
 //! ```
 //!
 //! Protocol (a private Unix stream socket pair, frames of a 4-byte little-endian length and a
-//! JSON body): the host sends a [`Request`] per launch; the spawner answers each with a
+//! JSON body, see [`ToSpawner`]): the host sends a [`Request`] per launch; the spawner answers each with a
 //! [`Reply::Spawned`] carrying the provider's stdin, stdout and stderr as file descriptors
 //! (`SCM_RIGHTS`), or a [`Reply::Failed`], and later sends [`Reply::Exited`] with the wait
 //! status once it has reaped the child (it watches each with a pidfd). Under a PID
@@ -31,6 +31,17 @@
 //! ([`Exit::reaper_exiting`]): the host works out the run's result while the reaper's own
 //! teardown (its memory, its namespaces: about 0.2 ms) runs, and waits for the second
 //! report only before the run ends.
+//!
+//! Common rules: every launch's rules begin with the system's (some 160 as root, `/etc`
+//! entry by entry; see `grant::confine::SystemRules`), and Landlock binds a rule by opening
+//! its path, which took about a millisecond between a launch's request and its fork. The
+//! host registers such a set once per spawner ([`ToSpawner::Common`]) and names it in each
+//! launch instead of sending its rules; when a launch is expected (the spawner started
+//! early, or a run began its preparation: [`ToSpawner::Expect`]) the spawner builds that
+//! set's ruleset while the host prepares the run, and the launch adds only its own rules
+//! to it ([`CommonSets`]). A prepared ruleset serves one launch, and only within a second
+//! of being built (`PreparedRuleset`: a rule binds the file its path named when it was
+//! opened); any other launch builds its own as before.
 //!
 //! No-orphan guarantees are unchanged: the spawner has the parent-death signal towards the
 //! host's spawner thread (which lives as long as the host), every provider (or its reaper)
@@ -46,7 +57,7 @@
 //! Must not: decide what is spawned (`grant` does), nor how a launch is confined (the
 //! `Confinement` says), nor run anything in the spawner but this loop.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsString;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -58,7 +69,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Confinement, ProcessSpec};
+use super::unix::PreparedRuleset;
+use super::{CommonRules, Confinement, ProcessSpec};
 use crate::containment::{PathAccess, PathRule};
 
 /// `argv[0]` of the spawner process.
@@ -160,12 +172,47 @@ fn set_cloexec(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// What the host sends the spawner.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ToSpawner {
+    /// Start a process: answered with [`Reply::Spawned`] or [`Reply::Failed`].
+    Launch(Request),
+    /// Register common rule set `id` (see [`CommonRules`]): sent once per connection,
+    /// before the first launch or hint that names it.
+    Common { id: u64, rules: Vec<WireRule> },
+    /// A launch that names common set `id` is expected soon: build its Landlock ruleset
+    /// now, unless one is ready and fresh (see [`CommonSets`]).
+    Expect { id: u64 },
+}
+
 /// One launch, as the host sends it.
 #[derive(Debug, Serialize, Deserialize)]
 struct Request {
     /// Chosen by the host; the reply carries it back.
     id: u64,
     spec: WireSpec,
+}
+
+/// A [`PathRule`] on the wire: the path as bytes, its access, why.
+type WireRule = (OsString, PathAccess, String);
+
+fn wire_rules(rules: &[PathRule]) -> Vec<WireRule> {
+    rules
+        .iter()
+        .map(|r| (r.path.clone().into_os_string(), r.access, r.why.clone()))
+        .collect()
+}
+
+fn rules_from_wire(rules: Vec<WireRule>) -> Vec<PathRule> {
+    rules
+        .into_iter()
+        .map(|(path, access, why)| PathRule {
+            path: PathBuf::from(path),
+            access,
+            why,
+        })
+        .collect()
 }
 
 /// A [`ProcessSpec`] with every path and environment entry as bytes (JSON strings cannot
@@ -177,7 +224,10 @@ struct WireSpec {
     env: Vec<(OsString, OsString)>,
     cwd: OsString,
     parent_death_signal: bool,
-    rules: Vec<(OsString, PathAccess, String)>,
+    /// The common rule set the launch's rules begin with (registered before), if any;
+    /// `rules` then holds only those after it.
+    common: Option<u64>,
+    rules: Vec<WireRule>,
     hidden: Vec<OsString>,
     create: Vec<OsString>,
     landlock: bool,
@@ -186,19 +236,23 @@ struct WireSpec {
 }
 
 impl WireSpec {
-    fn new(spec: &ProcessSpec) -> WireSpec {
+    /// The spec on the wire, and the common rule set it names (its rules are those the
+    /// spec's begin with: checked here, so a launch never loses a rule to a set it does not
+    /// begin with).
+    fn new(spec: &ProcessSpec) -> (WireSpec, Option<CommonRules>) {
         let c = &spec.confinement;
-        WireSpec {
+        let common = c
+            .common
+            .filter(|common| c.landlock && c.rules.starts_with(common.rules()));
+        let own = common.map_or(0, |common| common.rules().len());
+        let wire = WireSpec {
             program: spec.program.clone().into_os_string(),
             args: spec.args.clone(),
             env: spec.env.clone(),
             cwd: spec.cwd.clone().into_os_string(),
             parent_death_signal: spec.parent_death_signal,
-            rules: c
-                .rules
-                .iter()
-                .map(|r| (r.path.clone().into_os_string(), r.access, r.why.clone()))
-                .collect(),
+            common: common.map(|common| common.id()),
+            rules: wire_rules(&c.rules[own..]),
             hidden: c
                 .hidden
                 .iter()
@@ -212,9 +266,12 @@ impl WireSpec {
             landlock: c.landlock,
             pid_namespace: c.pid_namespace,
             grace_ms: c.grace.as_millis().min(u128::from(u64::MAX)) as u64,
-        }
+        };
+        (wire, common)
     }
 
+    /// The spec the spawner starts: its rules are the launch's own (the common set's, which
+    /// it names in [`common`](Self::common), are added from the spawner's copy).
     fn into_spec(self) -> ProcessSpec {
         ProcessSpec {
             program: PathBuf::from(self.program),
@@ -223,20 +280,13 @@ impl WireSpec {
             cwd: PathBuf::from(self.cwd),
             parent_death_signal: self.parent_death_signal,
             confinement: Confinement {
-                rules: self
-                    .rules
-                    .into_iter()
-                    .map(|(path, access, why)| PathRule {
-                        path: PathBuf::from(path),
-                        access,
-                        why,
-                    })
-                    .collect(),
+                rules: rules_from_wire(self.rules),
                 hidden: self.hidden.into_iter().map(PathBuf::from).collect(),
                 create: self.create.into_iter().map(PathBuf::from).collect(),
                 landlock: self.landlock,
                 pid_namespace: self.pid_namespace,
                 grace: Duration::from_millis(self.grace_ms),
+                common: None,
             },
         }
     }
@@ -461,6 +511,7 @@ fn serve(socket: UnixStream) -> io::Result<()> {
     watch(socket.as_raw_fd(), SOCKET_KEY)?;
     // Live children, by pid (see `Child`).
     let mut children: HashMap<u32, Child> = HashMap::new();
+    let mut commons = CommonSets::default();
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
     let mut reader = socket.try_clone()?;
     let exited = |pid: u32, status: i32, reaper_exiting: bool| {
@@ -471,15 +522,20 @@ fn serve(socket: UnixStream) -> io::Result<()> {
         send_frame(&socket, &encode(&Reply::Exited { pid, exit }), &[])
     };
     let result = 'serve: loop {
+        // Woken to drop a prepared ruleset once it is stale, if nothing comes first.
+        let timeout = commons.next_expiry().map_or(-1, |left| {
+            i32::try_from(left.as_millis().saturating_add(1)).unwrap_or(i32::MAX)
+        });
         // SAFETY: `events` has room for its length.
         let n = unsafe {
             libc::epoll_wait(
                 epoll.as_raw_fd(),
                 events.as_mut_ptr(),
                 events.len() as i32,
-                -1,
+                timeout,
             )
         };
+        commons.drop_stale();
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -490,15 +546,31 @@ fn serve(socket: UnixStream) -> io::Result<()> {
         for event in &events[..n as usize] {
             let key = event.u64;
             if key == SOCKET_KEY {
-                let request = match read_request(&mut reader) {
-                    Ok(Some(r)) => r,
+                let request = match read_message(&mut reader) {
+                    Ok(Some(ToSpawner::Launch(r))) => r,
+                    Ok(Some(ToSpawner::Common { id, rules })) => {
+                        commons.register(id, rules_from_wire(rules));
+                        continue;
+                    }
+                    Ok(Some(ToSpawner::Expect { id })) => {
+                        commons.prepare(id);
+                        continue;
+                    }
                     Ok(None) => break 'serve Ok(()),
                     Err(e) => break 'serve Err(e),
                 };
                 let id = request.id;
+                let common = request.spec.common;
                 let spec = request.spec.into_spec();
-                let outcome = std::panic::catch_unwind(|| super::unix::start(&spec))
-                    .unwrap_or_else(|_| Err(io::Error::other("starting the process panicked")));
+                // A panic loses at most the set's prepared ruleset (taken out first).
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let base = match common {
+                        Some(set) => commons.take(set)?,
+                        None => None,
+                    };
+                    super::unix::start(&spec, base)
+                }))
+                .unwrap_or_else(|_| Err(io::Error::other("starting the process panicked")));
                 let sent = match outcome {
                     Ok(super::unix::Started { pid, stdio, status }) => match pidfd_open(pid) {
                         Ok(pidfd) => {
@@ -614,7 +686,78 @@ struct Child {
     reported: Option<i32>,
 }
 
-fn read_request(socket: &mut UnixStream) -> io::Result<Option<Request>> {
+/// The common rule sets the host registered ([`ToSpawner::Common`]), each with the Landlock
+/// ruleset built from it ahead of a launch when the host expects one
+/// ([`ToSpawner::Expect`]). A launch that names a set takes its ruleset if it is fresh (see
+/// `PreparedRuleset`), else builds one then, and adds its own rules to it; a ruleset is
+/// used by one launch only. One left unused is dropped once stale (the serving loop wakes
+/// for it), so no open path is held longer than that.
+#[derive(Default)]
+struct CommonSets {
+    sets: HashMap<u64, CommonSet>,
+}
+
+struct CommonSet {
+    rules: Vec<PathRule>,
+    /// Built ahead of a launch, not used yet.
+    prepared: Option<PreparedRuleset>,
+}
+
+impl CommonSets {
+    fn register(&mut self, id: u64, rules: Vec<PathRule>) {
+        self.sets.insert(
+            id,
+            CommonSet {
+                rules,
+                prepared: None,
+            },
+        );
+    }
+
+    /// Build set `id`'s ruleset now unless a fresh one waits. A failure leaves none: the
+    /// launch then builds its own, and reports what fails.
+    fn prepare(&mut self, id: u64) {
+        let Some(set) = self.sets.get_mut(&id) else {
+            return;
+        };
+        if set.prepared.as_ref().is_some_and(PreparedRuleset::fresh) {
+            return;
+        }
+        set.prepared = PreparedRuleset::build(&set.rules).ok();
+    }
+
+    /// The ruleset a launch naming set `id` starts from: the prepared one if fresh, else
+    /// one built now. A set never registered is the host's error, and fails the launch.
+    fn take(&mut self, id: u64) -> io::Result<Option<PreparedRuleset>> {
+        let set = self.sets.get_mut(&id).ok_or_else(|| {
+            io::Error::other(format!(
+                "the launch names common rule set {id}, which the host never registered"
+            ))
+        })?;
+        match set.prepared.take().filter(PreparedRuleset::fresh) {
+            Some(prepared) => Ok(Some(prepared)),
+            None => PreparedRuleset::build(&set.rules).map(Some),
+        }
+    }
+
+    /// How long until the first prepared ruleset goes stale.
+    fn next_expiry(&self) -> Option<Duration> {
+        self.sets
+            .values()
+            .filter_map(|set| set.prepared.as_ref().map(PreparedRuleset::fresh_for))
+            .min()
+    }
+
+    fn drop_stale(&mut self) {
+        for set in self.sets.values_mut() {
+            if set.prepared.as_ref().is_some_and(|p| !p.fresh()) {
+                set.prepared = None;
+            }
+        }
+    }
+}
+
+fn read_message(socket: &mut UnixStream) -> io::Result<Option<ToSpawner>> {
     let mut len = [0u8; 4];
     match socket.read_exact(&mut len) {
         Ok(()) => {}
@@ -705,7 +848,20 @@ type LaunchReply = tokio::sync::oneshot::Sender<io::Result<Launched>>;
 /// One launch on its way to the spawner.
 struct Outgoing {
     spec: WireSpec,
+    /// The common rule set `spec` names, registered with the spawner before it.
+    common: Option<CommonRules>,
     reply: LaunchReply,
+}
+
+impl Outgoing {
+    fn new(spec: &ProcessSpec, reply: LaunchReply) -> Outgoing {
+        let (spec, common) = WireSpec::new(spec);
+        Outgoing {
+            spec,
+            common,
+            reply,
+        }
+    }
 }
 
 /// Start `spec` through the host's spawner (started on first use).
@@ -713,12 +869,14 @@ pub(crate) async fn launch(spec: &ProcessSpec) -> io::Result<Launched> {
     let (reply, answer) = tokio::sync::oneshot::channel();
     let gone = || io::Error::other("the host's spawner thread is gone");
     client()
-        .send(Job::Launch(Outgoing {
-            spec: WireSpec::new(spec),
-            reply,
-        }))
+        .send(Job::Launch(Box::new(Outgoing::new(spec, reply))))
         .map_err(|_| gone())?;
     answer.await.unwrap_or_else(|_| Err(gone()))
+}
+
+/// Have the spawner build `common`'s ruleset now (see `super::expect_launch`).
+pub(crate) fn expect_launch(common: CommonRules) {
+    let _ = client().send(Job::Expect(common));
 }
 
 /// Start the spawner now, in the background, so the first launch does not wait for it;
@@ -733,7 +891,9 @@ enum Job {
     /// Make sure a spawner runs, probe the kernel, then run `prepare`.
     Start { prepare: fn() },
     /// Start a process.
-    Launch(Outgoing),
+    Launch(Box<Outgoing>),
+    /// Prepare a common rule set's ruleset ahead of a launch.
+    Expect(CommonRules),
 }
 
 /// The host's spawner thread: it starts the spawner process (so the parent-death signal
@@ -764,13 +924,23 @@ fn client() -> &'static mpsc::Sender<Job> {
                         };
                     }
                     let outgoing = match job {
-                        Job::Launch(outgoing) => outgoing,
+                        Job::Launch(outgoing) => *outgoing,
                         Job::Start { prepare } => {
                             // Started early: also probe what the kernel offers (a namespace
                             // probe costs about a millisecond) and prepare, off the first
                             // run's path.
                             super::kernel_support();
                             prepare();
+                            continue;
+                        }
+                        Job::Expect(common) => {
+                            // A hint: a spawner that cannot be reached fails the launch
+                            // itself, which reports it.
+                            if let Some(conn) = connection.as_ref() {
+                                let _ = conn.register(common).and_then(|()| {
+                                    conn.write(&ToSpawner::Expect { id: common.id() })
+                                });
+                            }
                             continue;
                         }
                     };
@@ -807,6 +977,8 @@ struct Shared {
 struct Connection {
     socket: UnixStream,
     shared: Arc<Mutex<Shared>>,
+    /// The common rule sets this spawner has been sent, by id.
+    registered: Mutex<HashSet<u64>>,
 }
 
 impl Connection {
@@ -858,21 +1030,31 @@ impl Connection {
         std::thread::Builder::new()
             .name("adaptor-spawner-reader".into())
             .spawn(move || read_replies(reader, &for_reader, child))?;
-        Ok(Connection { socket, shared })
+        Ok(Connection {
+            socket,
+            shared,
+            registered: Mutex::default(),
+        })
     }
 
     fn alive(&self) -> bool {
         !lock(&self.shared).closed
     }
 
-    /// Register and write one request; a write failure answers it.
+    /// Register and write one request (after the common rule set it names, the first
+    /// time); a write failure answers it.
     fn send(&self, id: u64, outgoing: Outgoing) {
-        let body = encode(&Request {
+        let message = ToSpawner::Launch(Request {
             id,
             spec: outgoing.spec,
         });
         lock(&self.shared).pending.insert(id, outgoing.reply);
-        if let Err(e) = send_frame(&self.socket, &body, &[])
+        let sent = match outgoing.common {
+            Some(common) => self.register(common),
+            None => Ok(()),
+        }
+        .and_then(|()| self.write(&message));
+        if let Err(e) = sent
             && let Some(reply) = lock(&self.shared).pending.remove(&id)
         {
             let _ = reply.send(Err(io::Error::new(
@@ -880,6 +1062,29 @@ impl Connection {
                 format!("could not reach the host's spawner: {e}"),
             )));
         }
+    }
+}
+
+impl Connection {
+    /// Send `common`'s rules unless this spawner has them.
+    fn register(&self, common: CommonRules) -> io::Result<()> {
+        let mut registered = self
+            .registered
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if registered.contains(&common.id()) {
+            return Ok(());
+        }
+        self.write(&ToSpawner::Common {
+            id: common.id(),
+            rules: wire_rules(common.rules()),
+        })?;
+        registered.insert(common.id());
+        Ok(())
+    }
+
+    fn write(&self, message: &ToSpawner) -> io::Result<()> {
+        send_frame(&self.socket, &encode(message), &[])
     }
 }
 
@@ -1188,19 +1393,14 @@ mod tests {
                 landlock: false,
                 pid_namespace: false,
                 grace: Duration::from_millis(100),
+                common: None,
             },
         }
     }
 
     async fn launch_on(conn: &Connection, id: u64, spec: &ProcessSpec) -> io::Result<Launched> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        conn.send(
-            id,
-            Outgoing {
-                spec: WireSpec::new(spec),
-                reply,
-            },
-        );
+        conn.send(id, Outgoing::new(spec, reply));
         answer.await.expect("answered")
     }
 
@@ -1437,10 +1637,10 @@ mod tests {
         let server = std::thread::spawn(move || serve(spawner_end));
         let mut spec = shell("exit 3");
         spec.confinement.pid_namespace = true;
-        let request = Request {
+        let request = ToSpawner::Launch(Request {
             id: 1,
-            spec: WireSpec::new(&spec),
-        };
+            spec: WireSpec::new(&spec).0,
+        });
         send_frame(&host, &encode(&request), &[]).unwrap();
         let mut reader = FrameReader::new(host.try_clone().unwrap());
         let mut exits = Vec::new();
@@ -1529,6 +1729,138 @@ mod tests {
         assert!(take_forked().is_none());
     }
 
+    fn read_rule(path: &str) -> PathRule {
+        PathRule {
+            path: PathBuf::from(path),
+            access: PathAccess::ReadExecute,
+            why: "test".into(),
+        }
+    }
+
+    /// A common set for a test (leaked: a set lives as long as the process, as the
+    /// system's does).
+    fn common_set(rules: Vec<PathRule>) -> CommonRules {
+        CommonRules::of(Box::leak(rules.into_boxed_slice()))
+    }
+
+    /// A spec names its common set (and carries only the rules after it) only when its
+    /// rules begin with the set's and Landlock applies them; otherwise every rule travels.
+    #[test]
+    fn a_spec_names_its_common_set_only_when_its_rules_begin_with_it() {
+        let common = common_set(vec![read_rule("/usr")]);
+        let mut spec = shell("true");
+        spec.confinement.landlock = true;
+        spec.confinement.rules = vec![read_rule("/usr"), read_rule("/srv")];
+        spec.confinement.common = Some(common);
+        let (wire, named) = WireSpec::new(&spec);
+        assert_eq!(named, Some(common));
+        assert_eq!(wire.common, Some(common.id()));
+        assert_eq!(rules_from_wire(wire.rules), [read_rule("/srv")]);
+        spec.confinement.rules.reverse();
+        let (wire, named) = WireSpec::new(&spec);
+        assert_eq!((named, wire.common), (None, None));
+        assert_eq!(rules_from_wire(wire.rules), spec.confinement.rules);
+        spec.confinement.rules.reverse();
+        spec.confinement.landlock = false;
+        let (wire, named) = WireSpec::new(&spec);
+        assert_eq!((named, wire.common, wire.rules.len()), (None, None, 2));
+    }
+
+    /// A ruleset prepared ahead serves one launch, and only while fresh: a stale one is
+    /// dropped and the launch builds its own; a set the host never registered fails the
+    /// launch.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_prepared_ruleset_serves_one_launch_while_fresh() {
+        if super::super::linux::landlock_abi().is_none() {
+            eprintln!("skipped: no Landlock in this kernel");
+            return;
+        }
+        let mut sets = CommonSets::default();
+        let unknown = sets.take(7).err().expect("never registered");
+        assert!(
+            unknown.to_string().contains("never registered"),
+            "{unknown}"
+        );
+        sets.register(7, vec![read_rule("/usr")]);
+        assert_eq!(sets.next_expiry(), None);
+        sets.prepare(7);
+        let prepared = sets.sets[&7].prepared.as_ref().expect("prepared").built();
+        assert!(sets.next_expiry().expect("prepared") <= Duration::from_secs(1));
+        sets.prepare(7);
+        let again = sets.sets[&7].prepared.as_ref().expect("kept").built();
+        assert_eq!(again, prepared, "a fresh one is not rebuilt");
+        let taken = sets.take(7).unwrap().expect("a ruleset");
+        assert_eq!(taken.built(), prepared);
+        assert_eq!(sets.next_expiry(), None, "used by one launch only");
+        let built = sets.take(7).unwrap().expect("built at the launch");
+        assert!(built.built() > prepared);
+        sets.prepare(7);
+        let stale = sets.sets.get_mut(&7).unwrap().prepared.as_mut().unwrap();
+        stale.age(Duration::from_secs(2));
+        let stale = stale.built();
+        assert_eq!(sets.next_expiry(), Some(Duration::ZERO));
+        let fresh = sets.take(7).unwrap().expect("built at the launch");
+        assert!(fresh.built() > stale, "a stale one is not used");
+        sets.prepare(7);
+        sets.sets
+            .get_mut(&7)
+            .unwrap()
+            .prepared
+            .as_mut()
+            .unwrap()
+            .age(Duration::from_secs(2));
+        sets.drop_stale();
+        assert!(sets.sets[&7].prepared.is_none());
+    }
+
+    /// A launch that names a common set gets the set's rules and its own, and nothing else,
+    /// whether the set's ruleset is built at the launch (the set registered with it) or was
+    /// prepared ahead (a hint), through a spawner process.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_launch_on_a_common_set_gets_the_sets_rules_and_its_own() {
+        if super::super::linux::landlock_abi().is_none() {
+            eprintln!("skipped: no Landlock in this kernel");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        for name in ["common", "own", "other"] {
+            std::fs::create_dir(dir.join(name)).unwrap();
+            std::fs::write(dir.join(name).join("f"), format!("{name}\n")).unwrap();
+        }
+        let mut system: Vec<PathRule> = ["/usr", "/bin", "/lib", "/lib64", "/etc"]
+            .into_iter()
+            .filter(|p| std::path::Path::new(p).exists())
+            .map(read_rule)
+            .collect();
+        system.push(read_rule(dir.join("common").to_str().unwrap()));
+        let common = common_set(system);
+        let script = format!(
+            "cd /; for d in common own other; do cat {}/$d/f || echo \"no $d\"; done",
+            dir.display()
+        );
+        let mut spec = shell(&script);
+        spec.confinement.landlock = true;
+        spec.confinement.rules = common.rules().to_vec();
+        spec.confinement
+            .rules
+            .push(read_rule(dir.join("own").to_str().unwrap()));
+        spec.confinement.common = Some(common);
+        let conn = Connection::process().unwrap();
+        for (id, hint) in [(1, false), (2, true), (3, false)] {
+            if hint {
+                conn.register(common).unwrap();
+                conn.write(&ToSpawner::Expect { id: common.id() }).unwrap();
+            }
+            let launched = launch_on(&conn, id, &spec).await.unwrap();
+            let (out, err) = talk(launched.stdio, b"");
+            assert_eq!(out, "common\nown\nno other\n", "launch {id}: {err}");
+            assert_eq!(reported_exit(launched.exit).await.code(), Some(0));
+        }
+    }
+
     #[test]
     fn paths_and_variables_that_are_not_utf8_cross_intact() {
         let mut spec = shell("true");
@@ -1540,7 +1872,7 @@ mod tests {
             access: PathAccess::ReadWrite,
             why: "test".into(),
         });
-        let body = encode(&WireSpec::new(&spec));
+        let body = encode(&WireSpec::new(&spec).0);
         let back: WireSpec = serde_json::from_slice(&body).unwrap();
         assert_eq!(back.into_spec(), spec);
     }

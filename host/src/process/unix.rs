@@ -189,14 +189,37 @@ pub(crate) struct Started {
 /// Start `spec` (in the spawner): the leader of a new process group, its stdio piped, under
 /// its confinement (Linux: `linux::launch`). The caller reaps it.
 #[cfg(target_os = "linux")]
-pub(crate) fn start(spec: &ProcessSpec) -> io::Result<Started> {
-    super::linux::launch(spec)
+pub(crate) fn start(spec: &ProcessSpec, base: Option<PreparedRuleset>) -> io::Result<Started> {
+    super::linux::launch(spec, base)
+}
+
+#[cfg(target_os = "linux")]
+pub(crate) use super::linux::PreparedRuleset;
+
+/// A ruleset prepared ahead of a launch: none without Landlock.
+#[cfg(not(target_os = "linux"))]
+pub(crate) enum PreparedRuleset {}
+
+#[cfg(not(target_os = "linux"))]
+impl PreparedRuleset {
+    pub(crate) fn build(_: &[crate::containment::PathRule]) -> io::Result<PreparedRuleset> {
+        Err(io::Error::other("no Landlock on this system"))
+    }
+
+    pub(crate) fn fresh(&self) -> bool {
+        match *self {}
+    }
+
+    pub(crate) fn fresh_for(&self) -> std::time::Duration {
+        match *self {}
+    }
 }
 
 /// Start `spec` (in the spawner): the leader of a new process group, its stdio piped. The
 /// caller reaps it.
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn start(spec: &ProcessSpec) -> io::Result<Started> {
+pub(crate) fn start(spec: &ProcessSpec, base: Option<PreparedRuleset>) -> io::Result<Started> {
+    let _ = base;
     use std::os::unix::process::CommandExt;
     let mut child = std::process::Command::new(&spec.program)
         .args(&spec.args)

@@ -45,6 +45,8 @@ impl Run {
                 None => super::warm::refill(&self.inner),
             }
         }
+        // A process will be launched: the spawner opens the system's rules meanwhile.
+        crate::grant::expect_launch();
         self.prepare_cold().await
     }
 

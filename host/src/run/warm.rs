@@ -514,6 +514,7 @@ async fn make(inner: &Arc<AgentInner>) -> Result<Warm, Error> {
 /// Prepare and spawn one process for the agent's default options and the warm prompt.
 async fn start(inner: &Arc<AgentInner>) -> Result<Warm, Error> {
     let mut run = Run::detached(inner, WARM_PROMPT.to_owned(), inner.defaults.clone());
+    crate::grant::expect_launch();
     let Prepared {
         session,
         launch,
