@@ -114,9 +114,10 @@ pub(crate) fn prepare_launches() {
 /// Landlock ruleset of the form launches here take unless a launch's own paths change it
 /// (see [`confine::SystemRules`]) while the run prepares the rest.
 pub(crate) fn expect_launch() {
+    let system = confine::system_rules();
     let kernel = process::kernel_support();
     if kernel.landlock_abi.is_some() {
-        process::expect_launch(confine::system_rules().common(kernel.hide_by_mounts));
+        process::expect_launch(system.common(kernel.hide_by_mounts));
     }
 }
 
