@@ -936,10 +936,12 @@ fn client() -> &'static mpsc::Sender<Job> {
                         Job::Expect(common) => {
                             // A hint: a spawner that cannot be reached fails the launch
                             // itself, which reports it.
-                            if let Some(conn) = connection.as_ref() {
-                                let _ = conn.register(common).and_then(|()| {
+                            if let Some(conn) = connection.as_ref()
+                                && let Err(e) = conn.register(common).and_then(|()| {
                                     conn.write(&ToSpawner::Expect { id: common.id() })
-                                });
+                                })
+                            {
+                                tracing::debug!(error = %e, "could not ask the spawner to prepare a launch");
                             }
                             continue;
                         }
@@ -1063,9 +1065,7 @@ impl Connection {
             )));
         }
     }
-}
 
-impl Connection {
     /// Send `common`'s rules unless this spawner has them.
     fn register(&self, common: CommonRules) -> io::Result<()> {
         let mut registered = self

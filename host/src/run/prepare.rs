@@ -45,7 +45,13 @@ impl Run {
                 None => super::warm::refill(&self.inner),
             }
         }
-        // A process will be launched: the spawner opens the system's rules meanwhile.
+        self.prepare_to_launch().await
+    }
+
+    /// [`prepare_cold`](Self::prepare_cold) for a process that will be launched (a run, a
+    /// warm process): the spawner opens the system's rules meanwhile (a dry run launches
+    /// nothing and asks for nothing).
+    pub(super) async fn prepare_to_launch(&mut self) -> Result<Prepared, Error> {
         crate::grant::expect_launch();
         self.prepare_cold().await
     }

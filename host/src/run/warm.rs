@@ -514,7 +514,6 @@ async fn make(inner: &Arc<AgentInner>) -> Result<Warm, Error> {
 /// Prepare and spawn one process for the agent's default options and the warm prompt.
 async fn start(inner: &Arc<AgentInner>) -> Result<Warm, Error> {
     let mut run = Run::detached(inner, WARM_PROMPT.to_owned(), inner.defaults.clone());
-    crate::grant::expect_launch();
     let Prepared {
         session,
         launch,
@@ -522,7 +521,7 @@ async fn start(inner: &Arc<AgentInner>) -> Result<Warm, Error> {
         private_dir,
         bundle,
         ..
-    } = run.prepare_cold().await?;
+    } = run.prepare_to_launch().await?;
     drop(session);
     let spawned = process::spawn(&spec).await.map_err(|source| Error::Spawn {
         driver: inner.driver.name().to_owned(),
