@@ -9,7 +9,7 @@
 //!                  │                                  leader, pid 1 of the new namespace,
 //!                  │                                  fresh /proc, hidden paths masked,
 //!                  │                                  Landlock applied)
-//!                  │  fork, exec
+//!                  │  vfork-style clone, exec
 //!                  ▼
 //!                provider (pid 2) and every descendant, setsid or not
 //! ```
@@ -36,7 +36,11 @@
 //! - Without a PID namespace (the kernel refuses one) the spawner's child is the provider,
 //!   under Landlock alone, and nothing can be hidden (such a launch is refused).
 //! - Forks are the raw `clone3` system call and, between fork and exec, only
-//!   async-signal-safe system calls run: every string is converted before the fork.
+//!   async-signal-safe system calls run: every string is converted before the fork. The
+//!   reaper's fork of the provider shares the reaper's memory until its exec, as
+//!   `posix_spawn` does (`CLONE_VM | CLONE_VFORK`, a stack of its own, all signals blocked
+//!   across it): no page table of the reaper is copied for a process that execs at once
+//!   ([`ChildPlan::start_provider`]).
 //!   (Until 2026-12 a keeper process sat between the spawner and the reaper to mirror the
 //!   provider's exit: one fork and one exit report more per launch.)
 //!
@@ -418,6 +422,8 @@ pub(crate) fn launch(
     } else {
         None
     };
+    // Never touched here: only the provider's child writes it, in the reaper's copy.
+    let mut provider_stack = Vec::<u128>::with_capacity(PROVIDER_STACK / 16);
     let plan = ChildPlan {
         confiner: &confiner,
         program: &program,
@@ -435,6 +441,13 @@ pub(crate) fn launch(
         death_signal: spec.parent_death_signal,
         // SAFETY: getpid(2) cannot fail.
         parent: unsafe { libc::getpid() },
+        // SAFETY: the top of the allocation (the stack grows down).
+        provider_stack: unsafe {
+            provider_stack
+                .as_mut_ptr()
+                .add(provider_stack.capacity())
+                .cast()
+        },
     };
     let flags = if confiner.namespace {
         confiner.flags
@@ -469,6 +482,11 @@ pub(crate) fn launch(
     }
 }
 
+/// The size of the stack the provider's child runs on from its fork by the reaper to its
+/// exec: it calls a handful of system calls (`dup2`, `sigprocmask`, `execve`) and, when one
+/// fails, writes its error.
+const PROVIDER_STACK: usize = 64 * 1024;
+
 /// What the child of [`launch`] needs, prepared before the fork.
 struct ChildPlan<'a> {
     confiner: &'a Confiner,
@@ -489,6 +507,10 @@ struct ChildPlan<'a> {
     death_signal: bool,
     /// The spawner's pid.
     parent: libc::pid_t,
+    /// The top of the stack the provider's child runs on until its exec under a namespace
+    /// (see [`ChildPlan::start_provider`]): memory of the launch's, 16-byte aligned, which
+    /// the reaper has as a copy.
+    provider_stack: *mut libc::c_void,
 }
 
 impl ChildPlan<'_> {
@@ -500,16 +522,7 @@ impl ChildPlan<'_> {
     ///
     /// Only in the child of `clone_process`: async-signal-safe system calls only.
     unsafe fn run(&self) -> ! {
-        unsafe {
-            let error = self.start();
-            let errno: libc::c_int = error.raw_os_error().unwrap_or(libc::EINVAL);
-            libc::write(
-                self.error,
-                (&raw const errno).cast(),
-                std::mem::size_of::<libc::c_int>(),
-            );
-            libc::_exit(127)
-        }
+        unsafe { self.fail(self.start()) }
     }
 
     /// Returns only with the error that stopped the launch.
@@ -559,17 +572,72 @@ impl ChildPlan<'_> {
             if let Err(e) = self.confiner.enter_namespaces() {
                 return e;
             }
-            match clone_process(0) {
-                Err(e) => e,
-                Ok(0) => {
-                    libc::close(self.status);
-                    self.exec()
-                }
-                Ok(provider) => {
-                    libc::close(self.error);
-                    reaper_loop(provider, self.status, self.confiner.grace_ms)
-                }
+            let provider = match self.start_provider() {
+                Err(e) => return e,
+                Ok(provider) => provider,
+            };
+            libc::close(self.error);
+            reaper_loop(provider, self.status, self.confiner.grace_ms)
+        }
+    }
+
+    /// The reaper's fork of the provider, as `posix_spawn` makes one: the child shares the
+    /// reaper's memory (`CLONE_VM`) on a stack of its own ([`ChildPlan::provider_stack`])
+    /// and the reaper is suspended until the child has called `execve` or exited
+    /// (`CLONE_VFORK`). So no page table of the reaper (a copy of the spawner: the host's
+    /// executable mapped whole, its heap) is copied for a process that replaces its memory
+    /// at once, and the exec has no copy to tear down. All signals are blocked across the
+    /// fork, so no handler of the reaper's runs in the child on the shared memory; the
+    /// child unblocks them only just before its `execve` (see [`ChildPlan::exec`]), which
+    /// resets every handler. An error before the exec reaches the error pipe as with a
+    /// copied child; the child then exits 127.
+    ///
+    /// # Safety
+    ///
+    /// Only in the reaper (the child of a launch), with `self` alive until this returns.
+    unsafe fn start_provider(&self) -> io::Result<libc::pid_t> {
+        extern "C" fn provider(plan: *mut libc::c_void) -> libc::c_int {
+            // SAFETY: `plan` is the reaper's `ChildPlan`, alive while this child runs (the
+            // reaper is suspended until it execs or exits); the child makes only
+            // async-signal-safe system calls, as any child of a launch.
+            unsafe {
+                let plan = &*plan.cast::<ChildPlan>();
+                libc::close(plan.status);
+                plan.fail(plan.exec())
             }
+        }
+        unsafe {
+            let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+            let mut before = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+            libc::sigfillset(all.as_mut_ptr());
+            libc::sigprocmask(libc::SIG_SETMASK, all.as_ptr(), before.as_mut_ptr());
+            let pid = libc::clone(
+                provider,
+                self.provider_stack,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                std::ptr::from_ref(self).cast_mut().cast(),
+            );
+            let error = io::Error::last_os_error();
+            libc::sigprocmask(libc::SIG_SETMASK, before.as_ptr(), std::ptr::null_mut());
+            if pid < 0 { Err(error) } else { Ok(pid) }
+        }
+    }
+
+    /// Report `error` (what stopped the launch before its exec) through the error pipe and
+    /// exit 127.
+    ///
+    /// # Safety
+    ///
+    /// Only in a child of a launch, before its exec.
+    unsafe fn fail(&self, error: io::Error) -> ! {
+        unsafe {
+            let errno: libc::c_int = error.raw_os_error().unwrap_or(libc::EINVAL);
+            libc::write(
+                self.error,
+                (&raw const errno).cast(),
+                std::mem::size_of::<libc::c_int>(),
+            );
+            libc::_exit(127)
         }
     }
 

@@ -1545,6 +1545,41 @@ mod tests {
     /// between it and the spawner), the provider runs as pid 2, and the provider's exit —
     /// code or signal — is what is reported; a program that cannot start is still its OS
     /// error.
+    /// The provider under a namespace starts with no signal blocked: the reaper forks it on
+    /// shared memory with every signal blocked across the fork (`start_provider`), and the
+    /// child must unblock them before its exec, which keeps the mask.
+    #[tokio::test]
+    async fn a_namespace_provider_starts_with_no_signal_blocked() {
+        if !super::super::linux::pid_namespace_available() {
+            eprintln!("skipped: this kernel refuses PID namespaces here");
+            return;
+        }
+        // The shell reads its own status with builtins only (`/proc/self` is the reader).
+        let mut spec = shell(
+            "while read -r name value; do [ \"$name\" = SigBlk: ] && echo \"$value\"; done < /proc/self/status; exit 0",
+        );
+        spec.confinement.pid_namespace = true;
+        for (kind, conn) in [
+            ("process", Connection::process().unwrap()),
+            ("in-process", Connection::in_process().unwrap()),
+        ] {
+            let launched = launch_on(&conn, 1, &spec)
+                .await
+                .unwrap_or_else(|e| panic!("{kind}: {e}"));
+            let [stdin, stdout, _stderr] = launched.stdio;
+            drop(stdin);
+            let mut out = String::new();
+            std::fs::File::from(stdout)
+                .read_to_string(&mut out)
+                .unwrap();
+            assert_eq!(
+                out, "0000000000000000\n",
+                "{kind}: the provider's blocked signals"
+            );
+            assert!(reported_exit(launched.exit).await.success(), "{kind}");
+        }
+    }
+
     #[tokio::test]
     async fn a_namespace_launch_reports_the_providers_own_exit() {
         if !super::super::linux::pid_namespace_available() {
