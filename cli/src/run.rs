@@ -172,7 +172,10 @@ pub async fn run(
         }
         builder = builder.lease_ttl(Duration::from_secs_f64(secs));
     }
-    if args.thread.is_some() || args.store.is_some() {
+    // A run with a thread store closes the store's connection at the end (see
+    // `leave_to_exit`).
+    let store_open = args.thread.is_some() || args.store.is_some();
+    if store_open {
         match threads::open_store(settings.store.value.as_deref()).await {
             Ok(store) => builder = builder.shared_thread_store(store),
             Err(code) => return code,
@@ -407,7 +410,6 @@ pub async fn run(
             Err(e) => report(&e),
         }
     };
-    let store_open = args.thread.is_some() || args.store.is_some();
     if !store_open {
         leave_to_exit(agent);
     }

@@ -63,7 +63,7 @@ const DEVICES: &[&str] = &[
 /// The rules every launch gets — the system directories, `/etc` without its secrets,
 /// `/proc`, `/sys`, the device nodes — decided once per process (about 1 ms of `/etc`
 /// listing and path resolution per launch otherwise), ahead of the first launch when the
-/// spawner starts early (`super::prepare_launches`), in both of `/etc`'s forms (see
+/// spawner starts early (`super::expect_launch`), in both of `/etc`'s forms (see
 /// [`SystemRules`]).
 pub(crate) fn system_rules() -> &'static SystemRules {
     static RULES: std::sync::OnceLock<SystemRules> = std::sync::OnceLock::new();

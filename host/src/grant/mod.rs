@@ -101,18 +101,13 @@ pub(crate) struct RunPaths<'a> {
     pub instructions: Option<&'a Path>,
 }
 
-/// The once-per-process work every launch shares, done ahead of the first one: the
-/// confinement rules for the system directories, `/etc` and the device nodes (run by the
-/// spawner thread once it has started; a launch planned meanwhile waits for it rather than
-/// doing it twice).
-pub(crate) fn prepare_launches() {
-    expect_launch();
-}
-
-/// A launch is coming (a run is being prepared, or a process starts in order to run one):
-/// decide the system's rules if that is not done yet, and have the spawner build the
-/// Landlock ruleset of the form launches here take unless a launch's own paths change it
-/// (see [`confine::SystemRules`]) while the run prepares the rest.
+/// A launch is coming (a run is being prepared, a process starts in order to run one, or
+/// the host's spawner has just started): decide the system's rules if that is not done yet
+/// — the once-per-process work every launch shares, the confinement rules for the system
+/// directories, `/etc` and the device nodes; a launch planned meanwhile waits for it rather
+/// than doing it twice — and have the spawner build the Landlock ruleset of the form
+/// launches here take unless a launch's own paths change it (see [`confine::SystemRules`])
+/// while the run prepares the rest.
 pub(crate) fn expect_launch() {
     let system = confine::system_rules();
     let kernel = process::kernel_support();

@@ -37,10 +37,9 @@
 //!   under Landlock alone, and nothing can be hidden (such a launch is refused).
 //! - Forks are the raw `clone3` system call and, between fork and exec, only
 //!   async-signal-safe system calls run: every string is converted before the fork. The
-//!   reaper's fork of the provider shares the reaper's memory until its exec, as
-//!   `posix_spawn` does (`CLONE_VM | CLONE_VFORK`, a stack of its own, all signals blocked
-//!   across it): no page table of the reaper is copied for a process that execs at once
-//!   ([`ChildPlan::start_provider`]).
+//!   reaper's fork of the provider (and the one-time namespace probe's child) shares the
+//!   forking process's memory until its exec, as `posix_spawn` does
+//!   ([`clone_sharing_memory`]): no page table is copied for a process that execs at once.
 //!   (Until 2026-12 a keeper process sat between the spawner and the reaper to mirror the
 //!   provider's exit: one fork and one exit report more per launch.)
 //!
@@ -125,21 +124,20 @@ fn probe_namespaces() -> Namespaces {
             if mounted { 0 } else { NO_MOUNTS }
         }
         let mut stack = vec![0u128; 1024]; // 16 KiB, 16-byte aligned
-        let flags = namespace_flags() | libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
         // SAFETY: the child runs `try_mounts` on `stack` (the top of which is passed, as the
-        // stack grows down) and exits; CLONE_VFORK suspends this thread until it has, so the
-        // stack outlives it.
-        let pid = unsafe {
-            libc::clone(
+        // stack grows down) and exits; this thread is suspended until it has, so the stack
+        // outlives it.
+        let started = unsafe {
+            clone_sharing_memory(
                 try_mounts,
                 stack.as_mut_ptr().add(stack.len()).cast(),
-                flags,
+                namespace_flags(),
                 std::ptr::null_mut(),
             )
         };
-        if pid < 0 {
+        let Ok(pid) = started else {
             return Namespaces::Unavailable;
-        }
+        };
         let mut status = 0;
         // SAFETY: waiting for our own child.
         let r = unsafe { libc::waitpid(pid, &mut status, 0) };
@@ -581,16 +579,14 @@ impl ChildPlan<'_> {
         }
     }
 
-    /// The reaper's fork of the provider, as `posix_spawn` makes one: the child shares the
-    /// reaper's memory (`CLONE_VM`) on a stack of its own ([`ChildPlan::provider_stack`])
-    /// and the reaper is suspended until the child has called `execve` or exited
-    /// (`CLONE_VFORK`). So no page table of the reaper (a copy of the spawner: the host's
-    /// executable mapped whole, its heap) is copied for a process that replaces its memory
-    /// at once, and the exec has no copy to tear down. All signals are blocked across the
-    /// fork, so no handler of the reaper's runs in the child on the shared memory; the
-    /// child unblocks them only just before its `execve` (see [`ChildPlan::exec`]), which
-    /// resets every handler. An error before the exec reaches the error pipe as with a
-    /// copied child; the child then exits 127.
+    /// The reaper's fork of the provider, sharing the reaper's memory until the provider's
+    /// `execve` ([`clone_sharing_memory`], on [`ChildPlan::provider_stack`]): no page table
+    /// of the reaper (a copy of the spawner: the host's executable mapped whole, its heap) is
+    /// copied for a process that replaces its memory at once, and the exec has no copy to
+    /// tear down. The child starts with every signal blocked and unblocks them only just
+    /// before its `execve` (see [`ChildPlan::exec`]), which resets every handler. An error
+    /// before the exec reaches the error pipe as with a copied child; the child then exits
+    /// 127.
     ///
     /// # Safety
     ///
@@ -606,20 +602,15 @@ impl ChildPlan<'_> {
                 plan.fail(plan.exec())
             }
         }
+        // SAFETY: the stack is this launch's (see `launch`), and `self` outlives the child's
+        // use of it: this thread is suspended until the child has exec'd or exited.
         unsafe {
-            let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-            let mut before = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-            libc::sigfillset(all.as_mut_ptr());
-            libc::sigprocmask(libc::SIG_SETMASK, all.as_ptr(), before.as_mut_ptr());
-            let pid = libc::clone(
+            clone_sharing_memory(
                 provider,
                 self.provider_stack,
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                0,
                 std::ptr::from_ref(self).cast_mut().cast(),
-            );
-            let error = io::Error::last_os_error();
-            libc::sigprocmask(libc::SIG_SETMASK, before.as_ptr(), std::ptr::null_mut());
-            if pid < 0 { Err(error) } else { Ok(pid) }
+            )
         }
     }
 
@@ -730,6 +721,42 @@ unsafe fn clone_process(flags: libc::c_int) -> io::Result<libc::pid_t> {
         return Err(io::Error::last_os_error());
     }
     Ok(pid as libc::pid_t)
+}
+
+/// Start `entry(arg)` in a child that shares this process's memory until it execs or
+/// exits, as `posix_spawn` does (`CLONE_VM | CLONE_VFORK`, with `flags` — namespaces — on
+/// top): this thread is suspended until then, and no page table is copied. The child runs
+/// on `stack_top` (the top of 16-byte aligned memory it may use alone) with every signal
+/// blocked, so no handler of this process's runs in it on the shared memory; the mask is
+/// restored here once the clone returns.
+///
+/// # Safety
+///
+/// `entry` makes only async-signal-safe system calls and touches no memory this thread
+/// uses but what it was given; `stack_top` and `arg` stay valid until the child has
+/// exec'd or exited (this call returns only then).
+unsafe fn clone_sharing_memory(
+    entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    stack_top: *mut libc::c_void,
+    flags: libc::c_int,
+    arg: *mut libc::c_void,
+) -> io::Result<libc::pid_t> {
+    // SAFETY: signal masks of this thread only; the clone as the caller promised.
+    unsafe {
+        let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        let mut before = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigfillset(all.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), before.as_mut_ptr());
+        let pid = libc::clone(
+            entry,
+            stack_top,
+            flags | libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            arg,
+        );
+        let error = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, before.as_ptr(), std::ptr::null_mut());
+        if pid < 0 { Err(error) } else { Ok(pid) }
+    }
 }
 
 /// The spawner's alive pipe (read, write), made on first use and kept for the life of the

@@ -1541,10 +1541,6 @@ mod tests {
         assert!(refused.to_string().contains("mount namespace"), "{refused}");
     }
 
-    /// Under a PID namespace the spawner's child is the namespace's reaper (pid 1, no process
-    /// between it and the spawner), the provider runs as pid 2, and the provider's exit —
-    /// code or signal — is what is reported; a program that cannot start is still its OS
-    /// error.
     /// The provider under a namespace starts with no signal blocked: the reaper forks it on
     /// shared memory with every signal blocked across the fork (`start_provider`), and the
     /// child must unblock them before its exec, which keeps the mask.
@@ -1580,6 +1576,10 @@ mod tests {
         }
     }
 
+    /// Under a PID namespace the spawner's child is the namespace's reaper (pid 1, no process
+    /// between it and the spawner), the provider runs as pid 2, and the provider's exit —
+    /// code or signal — is what is reported; a program that cannot start is still its OS
+    /// error.
     #[tokio::test]
     async fn a_namespace_launch_reports_the_providers_own_exit() {
         if !super::super::linux::pid_namespace_available() {

@@ -38,6 +38,33 @@ fn run_prints_text_tools_and_a_final_line() {
     );
 }
 
+/// `adaptor run` leaves its agent to the process's exit (`leave_to_exit`): what must be
+/// cleaned up is cleaned up by the run itself, before the output ends. With `TMPDIR` of its
+/// own, nothing is left in it once `adaptor run` has exited — not the run directory, with
+/// or without a thread store.
+#[test]
+fn a_finished_run_leaves_no_run_directory() {
+    let state = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = state.path().join("threads.db");
+    let store = store.display().to_string();
+    for extra in [&[][..], &["--thread", "t1", "--store", store.as_str()][..]] {
+        let out = adaptor()
+            .env("TMPDIR", tmp.path())
+            .args(["run", "--config", &config(state.path())])
+            .args(extra)
+            .arg("Hello CLI")
+            .output()
+            .unwrap();
+        assert_exit(&out, 0);
+        let left: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "{extra:?}: left in TMPDIR: {left:?}");
+    }
+}
+
 #[test]
 fn json_mode_prints_one_event_per_line_then_the_result() {
     let state = tempfile::tempdir().unwrap();
