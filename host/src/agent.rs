@@ -702,7 +702,7 @@ impl AgentBuilder {
         crate::process::sweep_stale_run_dirs();
         // In the background, so the first launch does not wait for the spawner to start.
         #[cfg(unix)]
-        crate::process::start_spawner(crate::grant::expect_launch);
+        crate::process::start_spawner(crate::grant::launch_common);
         let cancel = CancellationToken::new();
         let warm = crate::run::warm::WarmPool::new(
             self.driver.name(),
@@ -1047,7 +1047,7 @@ pub async fn run_as_with<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
 /// spawner; a second call finds the spawner thread the first one started), logged at debug
 /// level too. Does nothing on systems other than Linux, where no spawner process is used.
 pub fn fork_spawner() -> Result<(), crate::error::SpawnerForkError> {
-    crate::process::fork_spawner(crate::grant::expect_launch)
+    crate::process::fork_spawner(crate::grant::launch_common)
 }
 
 /// Do now, on the calling thread, the once-per-process work that the first driver load and

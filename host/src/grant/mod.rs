@@ -101,19 +101,25 @@ pub(crate) struct RunPaths<'a> {
     pub instructions: Option<&'a Path>,
 }
 
-/// A launch is coming (a run is being prepared, a process starts in order to run one, or
-/// the host's spawner has just started): decide the system's rules if that is not done yet
-/// — the once-per-process work every launch shares, the confinement rules for the system
-/// directories, `/etc` and the device nodes; a launch planned meanwhile waits for it rather
-/// than doing it twice — and have the spawner build the Landlock ruleset of the form
-/// launches here take unless a launch's own paths change it (see [`confine::SystemRules`])
-/// while the run prepares the rest.
+/// A launch is coming (a run is being prepared, or a process starts in order to run one):
+/// have the spawner build the Landlock ruleset of [`launch_common`] while the run prepares
+/// the rest.
 pub(crate) fn expect_launch() {
-    let system = confine::system_rules();
-    let kernel = process::kernel_support();
-    if kernel.landlock_abi.is_some() {
-        process::expect_launch(system.common(kernel.hide_by_mounts));
+    if let Some(common) = launch_common() {
+        process::expect_launch(common);
     }
+}
+
+/// The rule set every launch here starts from, unless a launch's own paths change its form
+/// (see [`confine::SystemRules`]), as the common set a spawner prepares ahead; `None`
+/// without Landlock. Decides the system's rules if that is not done yet — the
+/// once-per-process work every launch shares, the confinement rules for the system
+/// directories, `/etc` and the device nodes; a launch planned meanwhile waits for it rather
+/// than doing it twice. A spawner that has just started asks for it first thing (see
+/// `process::fork_spawner`).
+pub(crate) fn launch_common() -> Option<process::CommonRules> {
+    let system = confine::system_rules();
+    process::common_form().map(|hide| system.common(hide))
 }
 
 /// The canonical workspace: `dir`, else the current directory; it must be a directory.

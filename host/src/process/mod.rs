@@ -29,19 +29,22 @@ pub(crate) use tool::run_host_tool;
 pub(crate) use unix::{Spawned, exit_parts, group_alive, killed_status, signal_group, spawn};
 
 /// Fork this process's spawner now (see [`crate::fork_spawner`]); once the spawner thread has
-/// taken it and probed the kernel, it runs `prepare`.
-pub(crate) fn fork_spawner(prepare: fn()) -> Result<(), crate::error::SpawnerForkError> {
+/// taken it, it has the spawner prepare `common`'s ruleset and then probes the kernel (see
+/// [`start_spawner`]).
+pub(crate) fn fork_spawner(
+    common: fn() -> Option<CommonRules>,
+) -> Result<(), crate::error::SpawnerForkError> {
     #[cfg(target_os = "linux")]
     {
         spawner::fork_at_start().inspect_err(|e| {
             tracing::debug!(error = %e, "no spawner forked; it will be started on first use");
         })?;
-        spawner::start_early(prepare);
+        spawner::start_early(common);
         Ok(())
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = prepare;
+        let _ = common;
         Ok(())
     }
 }
@@ -156,8 +159,7 @@ pub(crate) fn kernel_support() -> KernelSupport {
         KernelSupport {
             landlock_abi: linux::landlock_abi(),
             pid_namespace: linux::pid_namespace_available(),
-            // SAFETY: geteuid(2) cannot fail.
-            hide_by_mounts: linux::namespace_mounts_available() && unsafe { libc::geteuid() } != 0,
+            hide_by_mounts: hide_by_mounts(),
         }
     }
     #[cfg(not(target_os = "linux"))]
@@ -167,6 +169,31 @@ pub(crate) fn kernel_support() -> KernelSupport {
             pid_namespace: false,
             hide_by_mounts: false,
         }
+    }
+}
+
+/// [`KernelSupport::hide_by_mounts`], with the namespace probe only when the answer depends
+/// on it: a root host never hides, whatever its namespaces can do.
+#[cfg(target_os = "linux")]
+fn hide_by_mounts() -> bool {
+    // SAFETY: geteuid(2) cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    !root && linux::namespace_mounts_available()
+}
+
+/// The form of the system's rules launches here start from (see
+/// `grant::confine::SystemRules::common`): whether they hide `/etc`'s secrets by mounts, or
+/// `None` without Landlock (no ruleset to build ahead). As [`kernel_support`] decides it, but
+/// a root host knows it without the namespace probe (it never hides), so its spawner can
+/// start on the launches' ruleset while the probe runs (see `spawner::start_early`).
+pub(crate) fn common_form() -> Option<bool> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::landlock_abi().map(|_| hide_by_mounts())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
     }
 }
 
@@ -515,6 +542,23 @@ pub(crate) fn sweep_stale_run_dirs() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The form the spawner is asked to prepare ahead is the one launches take: what
+    /// [`kernel_support`] decides (a launch's plan hides exactly when it says so), reached
+    /// without the probe only where the probe cannot change it.
+    #[test]
+    fn the_common_form_prepared_ahead_is_the_launches_form() {
+        let kernel = kernel_support();
+        assert_eq!(
+            common_form(),
+            kernel.landlock_abi.map(|_| kernel.hide_by_mounts)
+        );
+        #[cfg(target_os = "linux")]
+        // SAFETY: geteuid(2) cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            assert_eq!(common_form(), kernel.landlock_abi.map(|_| false));
+        }
+    }
 
     /// A group whose reaper reported the exit is ended only once the spawner reports the
     /// reaper reaped, with no group check in between (it would find the reaper alive).

@@ -880,16 +880,18 @@ pub(crate) fn expect_launch(common: CommonRules) {
 }
 
 /// Start the spawner now, in the background, so the first launch does not wait for it;
-/// then, on the spawner thread, probe the kernel and run `prepare` (the caller's own
-/// once-per-process work for launches), off the first launch's path.
-pub(crate) fn start_early(prepare: fn()) {
-    let _ = client().send(Job::Start { prepare });
+/// then, on the spawner thread, have it build the ruleset of `common` (the rule set launches
+/// here start from, decided there: the caller's once-per-process work for launches) and
+/// probe the kernel, off the first launch's path.
+pub(crate) fn start_early(common: fn() -> Option<CommonRules>) {
+    let _ = client().send(Job::Start { common });
 }
 
 /// What the spawner thread is asked to do.
 enum Job {
-    /// Make sure a spawner runs, probe the kernel, then run `prepare`.
-    Start { prepare: fn() },
+    /// Make sure a spawner runs, have it prepare the common set `common` decides, then
+    /// probe the kernel.
+    Start { common: fn() -> Option<CommonRules> },
     /// Start a process.
     Launch(Box<Outgoing>),
     /// Prepare a common rule set's ruleset ahead of a launch.
@@ -925,24 +927,21 @@ fn client() -> &'static mpsc::Sender<Job> {
                     }
                     let outgoing = match job {
                         Job::Launch(outgoing) => *outgoing,
-                        Job::Start { prepare } => {
-                            // Started early: also probe what the kernel offers (a namespace
-                            // probe costs about a millisecond) and prepare, off the first
-                            // run's path.
+                        Job::Start { common } => {
+                            // Started early: the launches' common ruleset first, then the
+                            // probe of what the kernel offers (a namespace probe costs about
+                            // a millisecond), off the first run's path. A root host knows
+                            // its common set without the probe (`super::common_form`), so
+                            // its spawner builds that ruleset while the probe runs; the other
+                            // way round the first launch often waited for it.
+                            if let Some(common) = common() {
+                                expect(connection.as_ref(), common);
+                            }
                             super::kernel_support();
-                            prepare();
                             continue;
                         }
                         Job::Expect(common) => {
-                            // A hint: a spawner that cannot be reached fails the launch
-                            // itself, which reports it.
-                            if let Some(conn) = connection.as_ref()
-                                && let Err(e) = conn.register(common).and_then(|()| {
-                                    conn.write(&ToSpawner::Expect { id: common.id() })
-                                })
-                            {
-                                tracing::debug!(error = %e, "could not ask the spawner to prepare a launch");
-                            }
+                            expect(connection.as_ref(), common);
                             continue;
                         }
                     };
@@ -962,6 +961,18 @@ fn client() -> &'static mpsc::Sender<Job> {
         }
         queue
     })
+}
+
+/// Ask the spawner behind `connection` to build `common`'s ruleset ahead of a launch. A
+/// hint: a spawner that cannot be reached fails the launch itself, which reports it.
+fn expect(connection: Option<&Connection>, common: CommonRules) {
+    if let Some(conn) = connection
+        && let Err(e) = conn
+            .register(common)
+            .and_then(|()| conn.write(&ToSpawner::Expect { id: common.id() }))
+    {
+        tracing::debug!(error = %e, "could not ask the spawner to prepare a launch");
+    }
 }
 
 /// What the reader thread shares with the writer.
