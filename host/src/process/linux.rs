@@ -1145,9 +1145,10 @@ mod tests {
     use super::*;
 
     /// The error pipe as a reaper or a child leaves it: `written`, then every write end
-    /// closed (`closed`) or one still open.
+    /// closed (`closed`) or one still open. Non-blocking, so a read that would wait for a
+    /// write end still open fails (`WouldBlock`) instead of hanging the test.
     fn read_back(written: &[u8], closed: bool) -> Option<io::Error> {
-        let (r, w) = pipe(0).expect("a pipe");
+        let (r, w) = pipe(libc::O_NONBLOCK).expect("a pipe");
         // SAFETY: writing a live buffer to a pipe we own.
         let n = unsafe { libc::write(w.as_raw_fd(), written.as_ptr().cast(), written.len()) };
         assert_eq!(n, written.len() as isize);
