@@ -116,7 +116,7 @@ pub(crate) fn expect_launch() {
 /// once-per-process work every launch shares, the confinement rules for the system
 /// directories, `/etc` and the device nodes; a launch planned meanwhile waits for it rather
 /// than doing it twice. A spawner that has just started asks for it first thing (see
-/// `process::fork_spawner`).
+/// `process::start_spawner`).
 pub(crate) fn launch_common() -> Option<process::CommonRules> {
     let system = confine::system_rules();
     process::common_form().map(|hide| system.common(hide))

@@ -580,6 +580,9 @@ impl ChildPlan<'_> {
             // end of the pipe woke it on the CPU it last ran on, where the provider now
             // starts up, and it waited there for the provider's first pause (most runs:
             // about 0.9 ms before the host had the provider's stdin).
+            // Its result is not needed: a spawner that no longer reads has given up the
+            // launch (and a write that raises SIGPIPE ends this reaper, its namespace with
+            // it).
             let started = STARTED_MARK;
             libc::write(self.error, (&raw const started).cast(), 1);
             libc::close(self.error);

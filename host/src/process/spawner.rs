@@ -880,9 +880,9 @@ pub(crate) fn expect_launch(common: CommonRules) {
 }
 
 /// Start the spawner now, in the background, so the first launch does not wait for it;
-/// then, on the spawner thread, have it build the ruleset of `common` (the rule set launches
-/// here start from, decided there: the caller's once-per-process work for launches) and
-/// probe the kernel, off the first launch's path.
+/// then, on the spawner thread, call `common` (the caller's once-per-process work for
+/// launches, which returns the rule set they start from), have the spawner build that set's
+/// ruleset, and probe the kernel, all off the first launch's path.
 pub(crate) fn start_early(common: fn() -> Option<CommonRules>) {
     let _ = client().send(Job::Start { common });
 }
