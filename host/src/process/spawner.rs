@@ -933,7 +933,8 @@ fn client() -> &'static mpsc::Sender<Job> {
                             // a millisecond), off the first run's path. A root host knows
                             // its common set without the probe (`super::common_form`), so
                             // its spawner builds that ruleset while the probe runs; the other
-                            // way round the first launch often waited for it.
+                            // way round the build ran across the first run's own launch path,
+                            // the two competing for the CPUs.
                             if let Some(common) = common() {
                                 expect(connection.as_ref(), common);
                             }
