@@ -1033,13 +1033,14 @@ pub async fn run_as_with<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
 /// The forked spawner is the same as the started one: the same serving loop, its own
 /// process group, the parent-death signal towards the main thread, stdio on `/dev/null`,
 /// no other inherited descriptor, its environment cleared, SIGPIPE at its default. Right
-/// after the fork the host's spawner thread starts and takes it, probes what the kernel
-/// offers for confinement (a throwaway child in new namespaces, about a millisecond) and
-/// decides the confinement rules every launch shares (the system directories, `/etc`
-/// without its secrets, the device nodes: listing and resolving `/etc` is about half a
-/// millisecond) while the program goes on loading its driver, rather than when the first
-/// `Agent` is built, after that load, or at the first launch. If the spawner died
-/// meanwhile, the next launch starts one the usual way.
+/// after the fork the host's spawner thread starts and takes it, decides the confinement
+/// rules every launch shares (the system directories, `/etc` without its secrets, the
+/// device nodes: listing and resolving `/etc` is about half a millisecond), has the spawner
+/// build their Landlock ruleset, and probes what the kernel offers for confinement (a
+/// throwaway child in new namespaces, about a millisecond; a host that is not root probes
+/// first, as the probe decides its rules' form), all while the program goes on loading its
+/// driver, rather than when the first `Agent` is built, after that load, or at the first
+/// launch. If the spawner died meanwhile, the next launch starts one the usual way.
 ///
 /// Refused with a [`SpawnerForkError`](crate::SpawnerForkError), and nothing changed, when
 /// called from a thread other than the main one or while the process has any other thread

@@ -575,14 +575,13 @@ impl ChildPlan<'_> {
                 Ok(provider) => provider,
             };
             // The provider has exec'd (or failed, its error already in the pipe): say so
-            // with a byte rather than by the pipe's end alone. A write wakes the waiting
-            // spawner as a hand-over to this CPU, which this process leaves at once; the
-            // end of the pipe woke it on the CPU it last ran on, where the provider now
-            // starts up, and it waited there for the provider's first pause (most runs:
-            // about 0.9 ms before the host had the provider's stdin).
-            // Its result is not needed: a spawner that no longer reads has given up the
-            // launch (and a write that raises SIGPIPE ends this reaper, its namespace with
-            // it).
+            // with a byte (see `exec_error`) rather than by the pipe's end alone. A write
+            // wakes the waiting spawner as a hand-over to this CPU, which this process
+            // leaves at once; the pipe's end woke it on the CPU it last ran on, behind the
+            // starting provider (README, "The host's own overhead").
+            //
+            // The write's result is not needed: a spawner that no longer reads has given
+            // up the launch (and a SIGPIPE ends this reaper, its namespace with it).
             let started = STARTED_MARK;
             libc::write(self.error, (&raw const started).cast(), 1);
             libc::close(self.error);
