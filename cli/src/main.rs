@@ -5,7 +5,7 @@
 //! settings name, the agent builder) and the exit codes. Modules: `run` (`adaptor run`),
 //! `view` (what a run prints), `status` (the live status line), `output` (stdout/stderr
 //! manners, colour, sanitising), `settings` (config file + flags), `info` (`inspect`,
-//! `drivers` lists, installs, verifies), `threads`, `approve` (`--approve`), `interrupt` (Ctrl-C for a run whose output is blocked), `acp` (`adaptor acp`, on `adaptor_bridges`). Everything else is the library's single
+//! `drivers` lists, installs, verifies), `threads`, `approve` (`--approve`), `interrupt` (Ctrl-C for a run whose output is blocked), `acp` (`adaptor acp`, on `adaptor_bridges`), `deferred` (subcommand arguments built only when clap needs them). Everything else is the library's single
 //! pipeline; the CLI uses only the public `adaptor` API.
 //!
 //! Exit codes: 0 success · 1 the run failed · 2 usage, config or setup error · 3 driver fault
@@ -15,6 +15,7 @@
 mod acp;
 mod approve;
 mod confine;
+mod deferred;
 mod drivers;
 mod info;
 mod interrupt;
@@ -32,6 +33,7 @@ use std::process::ExitCode;
 use adaptor::{Agent, Driver, Error};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+use deferred::Deferred;
 use output::{ColorChoice, sanitize};
 use settings::Settings;
 
@@ -55,40 +57,29 @@ struct Cli {
     command: Command,
 }
 
+/// The subcommands. Each one's arguments are built only when clap needs them (the one
+/// invoked, or all of them for completions and checks; see [`Deferred`]), so `adaptor run`
+/// does not build the other commands' arguments on its way to a prompt.
 #[derive(Subcommand)]
 enum Command {
     /// Run one prompt and stream the result.
     #[command(after_help = run::EXAMPLES)]
-    Run(Box<run::RunArgs>),
+    Run(Deferred<Box<run::RunArgs>>),
     /// Serve the driver as an Agent Client Protocol agent on stdin/stdout (for editors).
     #[command(after_help = acp::EXAMPLES)]
-    Acp(Box<acp::AcpArgs>),
+    Acp(Deferred<Box<acp::AcpArgs>>),
     /// Inspect a driver and its CLI on this machine (read-only).
     #[command(after_help = info::INSPECT_EXAMPLES)]
-    Inspect {
-        #[command(flatten)]
-        driver: settings::DriverArgs,
-        #[command(flatten)]
-        containment: confine::ContainmentArgs,
-        /// Print the inspection as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Inspect(Deferred<InspectArgs>),
     /// Inspect and manage stored threads (`run --thread KEY` creates and continues them).
     #[command(subcommand, after_help = threads::EXAMPLES)]
-    Threads(threads::ThreadsCommand),
+    Threads(Deferred<threads::ThreadsCommand>),
     /// List, install, verify and remove drivers (without a subcommand: list them).
     #[command(after_help = drivers::EXAMPLES, args_conflicts_with_subcommands = true)]
-    Drivers {
-        #[command(subcommand)]
-        command: Option<drivers::DriversCommand>,
-        /// Print the list as JSON Lines.
-        #[arg(long)]
-        json: bool,
-    },
+    Drivers(Deferred<DriversArgs>),
     /// The config file: defaults for driver, driver config, model, policy and store.
     #[command(subcommand)]
-    Config(ConfigCommand),
+    Config(Deferred<ConfigCommand>),
     /// Print a shell completion script to stdout.
     #[command(after_help = "Examples:
   adaptor completions bash > ~/.local/share/bash-completion/completions/adaptor
@@ -99,6 +90,34 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+}
+
+/// `adaptor inspect` flags.
+#[derive(clap::Args)]
+struct InspectArgs {
+    #[command(flatten)]
+    driver: settings::DriverArgs,
+    #[command(flatten)]
+    containment: confine::ContainmentArgs,
+    /// Print the inspection as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `adaptor drivers` flags and subcommands.
+#[derive(clap::Args)]
+struct DriversArgs {
+    #[command(subcommand)]
+    command: Option<drivers::DriversCommand>,
+    /// Print the list as JSON Lines.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The command tree with every subcommand's arguments in place, as completion scripts need
+/// it (see [`Deferred`]).
+fn full_command() -> clap::Command {
+    deferred::expanded(Cli::command)
 }
 
 #[derive(Subcommand)]
@@ -207,7 +226,7 @@ fn command(refused: Option<adaptor::SpawnerForkError>) -> ExitCode {
             }
         });
     let configured = match &cli.command {
-        Command::Run(args) => Some(run::configure(args)),
+        Command::Run(Deferred(args)) => Some(run::configure(args)),
         _ => None,
     };
     let started = starting.and_then(|thread| {
@@ -223,25 +242,25 @@ fn command(refused: Option<adaptor::SpawnerForkError>) -> ExitCode {
         }
     };
     let code = match cli.command {
-        Command::Drivers { command, json } => drivers::main(command, json),
-        Command::Run(args) => match configured.unwrap_or_else(|| run::configure(&args)) {
+        Command::Drivers(Deferred(DriversArgs { command, json })) => drivers::main(command, json),
+        Command::Run(Deferred(args)) => match configured.unwrap_or_else(|| run::configure(&args)) {
             Ok(configured) => runtime.block_on(run::run(*args, configured, None, color)),
             Err(code) => code,
         },
-        Command::Acp(args) => runtime.block_on(acp::main(*args)),
-        Command::Threads(cmd) => runtime.block_on(threads::main(cmd, color)),
-        Command::Inspect {
+        Command::Acp(Deferred(args)) => runtime.block_on(acp::main(*args)),
+        Command::Threads(Deferred(cmd)) => runtime.block_on(threads::main(cmd, color)),
+        Command::Inspect(Deferred(InspectArgs {
             driver,
             containment,
             json,
-        } => runtime.block_on(info::inspect(&driver, &containment, json)),
-        Command::Config(ConfigCommand::Show {
+        })) => runtime.block_on(info::inspect(&driver, &containment, json)),
+        Command::Config(Deferred(ConfigCommand::Show {
             driver,
             model,
             policy,
             store,
             json,
-        }) => settings::show(
+        })) => settings::show(
             &settings::Flags {
                 driver: driver.driver.as_deref(),
                 config: driver.config.as_deref(),
@@ -251,7 +270,7 @@ fn command(refused: Option<adaptor::SpawnerForkError>) -> ExitCode {
             },
             json,
         ),
-        Command::Config(ConfigCommand::Path) => match settings::config_path().0 {
+        Command::Config(Deferred(ConfigCommand::Path)) => match settings::config_path().0 {
             Some(path) => {
                 outln!("{}", path.display());
                 ExitCode::SUCCESS
@@ -263,7 +282,7 @@ fn command(refused: Option<adaptor::SpawnerForkError>) -> ExitCode {
         },
         Command::Completions { shell } => {
             let mut buffer = Vec::new();
-            clap_complete::generate(shell, &mut Cli::command(), "adaptor", &mut buffer);
+            clap_complete::generate(shell, &mut full_command(), "adaptor", &mut buffer);
             out!("{}", String::from_utf8_lossy(&buffer));
             ExitCode::SUCCESS
         }
@@ -410,7 +429,75 @@ pub(crate) fn report(e: &Error) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::starts_providers;
+    use super::{Cli, full_command, starts_providers};
+    use clap::CommandFactory;
+
+    /// Every command path of the tree (`["threads", "list"]`, …), from the full tree.
+    fn command_paths(cmd: &clap::Command, above: &[String], paths: &mut Vec<Vec<String>>) {
+        for sub in cmd.get_subcommands() {
+            let mut path = above.to_vec();
+            path.push(sub.get_name().to_string());
+            command_paths(sub, &path, paths);
+            paths.push(path);
+        }
+    }
+
+    /// What clap prints for `adaptor ARGS`: its help, usage or error text.
+    fn rendered(cmd: clap::Command, args: &[&str]) -> String {
+        match cmd.try_get_matches_from(std::iter::once("adaptor").chain(args.iter().copied())) {
+            Ok(_) => "(parsed)".to_string(),
+            Err(e) => e.render().to_string(),
+        }
+    }
+
+    #[test]
+    fn the_command_tree_is_valid() {
+        Cli::command().debug_assert();
+        full_command().debug_assert();
+    }
+
+    /// Deferred arguments change nothing a user sees: every command's help, and the errors
+    /// of a wrong or missing argument, read as from the tree built at once.
+    #[test]
+    fn deferred_arguments_print_as_the_full_tree() {
+        let mut paths = Vec::new();
+        command_paths(&full_command(), &[], &mut paths);
+        assert!(paths.len() >= 20, "{paths:?}");
+        paths.push(Vec::new());
+        for path in &paths {
+            let words: Vec<&str> = path.iter().map(String::as_str).collect();
+            for tail in [&["--help"][..], &["-h"], &["--no-such-flag"], &[]] {
+                let args: Vec<&str> = words.iter().chain(tail).copied().collect();
+                assert_eq!(
+                    rendered(Cli::command(), &args),
+                    rendered(full_command(), &args),
+                    "adaptor {}",
+                    args.join(" ")
+                );
+            }
+        }
+        for args in [
+            &["help", "threads", "list"][..],
+            &["thread"],
+            &["run", "hi", "--mode"],
+        ] {
+            assert_eq!(
+                rendered(Cli::command(), args),
+                rendered(full_command(), args)
+            );
+        }
+    }
+
+    /// Completion scripts describe `adaptor help …` too, whose tree clap copies from the
+    /// command's as it stands: the full tree has every nested command there.
+    #[test]
+    fn completions_see_the_nested_commands_under_help() {
+        let mut cmd = full_command();
+        cmd.build();
+        let help = cmd.find_subcommand("help").expect("clap's help subcommand");
+        let threads = help.find_subcommand("threads").expect("help threads");
+        assert!(threads.find_subcommand("list").is_some());
+    }
 
     fn args(words: &[&str]) -> Vec<std::ffi::OsString> {
         std::iter::once("adaptor")
