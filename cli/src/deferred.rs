@@ -10,8 +10,9 @@ use clap::{ArgMatches, Args, Command, Error, FromArgMatches, Subcommand};
 /// A subcommand's arguments (`T: Args`) or subcommands (`T: Subcommand`), added to its
 /// `Command` only when clap builds that command (`Command::defer`): when it is the one
 /// invoked, or for its help. Its name, description and settings stay on the variant, so
-/// `adaptor --help` and the suggestions for a mistyped command need none of it. Measured on
-/// `adaptor run`: see the README ("The host's own overhead").
+/// `adaptor --help` and the suggestions for a mistyped command need none of it. Measured
+/// (README, "The host's own overhead"): short commands such as `adaptor --version` 0.16 ms
+/// faster; `adaptor run`, which builds its own large argument set anyway, no measurable change.
 ///
 /// Completions are generated from the whole tree built at once ([`expanded`]): clap
 /// copies the tree as it stands into the `help` subcommand's, which completion scripts

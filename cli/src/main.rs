@@ -58,8 +58,8 @@ struct Cli {
 }
 
 /// The subcommands. Each one's arguments are built only when clap needs them (the one
-/// invoked, or all of them for completions and checks; see [`Deferred`]), so `adaptor run`
-/// does not build the other commands' arguments on its way to a prompt.
+/// invoked, or all of them for completions and checks; see [`Deferred`]), so a command
+/// does not build the others' arguments before it runs.
 #[derive(Subcommand)]
 enum Command {
     /// Run one prompt and stream the result.
