@@ -60,7 +60,7 @@ impl Watchdog {
             })
         }?;
         // SAFETY: pthread_self(3) cannot fail.
-        let event_loop = unsafe { libc::pthread_self() };
+        let event_loop = EventLoopThread(unsafe { libc::pthread_self() });
         let ctrl_c = Arc::new(AtomicBool::new(false));
         let seen = ctrl_c.clone();
         let thread = std::thread::Builder::new()
@@ -110,7 +110,7 @@ fn watch(
     listen: &OwnedFd,
     seen: &AtomicBool,
     cancel: &adaptor::Canceller,
-    event_loop: libc::pthread_t,
+    event_loop: EventLoopThread,
 ) {
     if !matches!(next_byte(listen, None), Ok(Some(CTRL_C))) {
         return;
@@ -123,7 +123,7 @@ fn watch(
         return;
     }
     errln!("\nadaptor: output is blocked; stopping after Ctrl-C");
-    if let Err(e) = unblock_stdout(event_loop) {
+    if let Err(e) = unblock_stdout(&event_loop) {
         errln!("adaptor: could not unblock stdout: {e}");
     }
     if over_within(listen, PATIENCE) {
@@ -186,8 +186,18 @@ fn next_byte(listen: &OwnedFd, timeout: Option<Duration>) -> io::Result<Option<u
     }
 }
 
+/// The thread running the event loop, as `pthread_kill` names it. A plain number on glibc, a
+/// pointer on musl (hence not `Send` by itself); either way a handle that stays valid in
+/// any thread of the process while that thread lives. The watchdog uses it only after
+/// Ctrl-C, and the run then joins the watchdog before its thread goes on.
+struct EventLoopThread(libc::pthread_t);
+
+// SAFETY: see above: the handle is only passed to `pthread_kill`, from another thread of
+// the same process, while the thread it names runs.
+unsafe impl Send for EventLoopThread {}
+
 /// Point stdout at `/dev/null` and interrupt the event loop's blocked write.
-fn unblock_stdout(event_loop: libc::pthread_t) -> io::Result<()> {
+fn unblock_stdout(event_loop: &EventLoopThread) -> io::Result<()> {
     let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
     // SAFETY: dup2(2) onto descriptor 1; `null` stays ours and closes on drop.
     if unsafe { libc::dup2(null.as_raw_fd(), libc::STDOUT_FILENO) } < 0 {
@@ -204,7 +214,7 @@ fn unblock_stdout(event_loop: libc::pthread_t) -> io::Result<()> {
         if libc::sigaction(libc::SIGURG, &action, std::ptr::null_mut()) != 0 {
             return Err(io::Error::last_os_error());
         }
-        match libc::pthread_kill(event_loop, libc::SIGURG) {
+        match libc::pthread_kill(event_loop.0, libc::SIGURG) {
             0 => Ok(()),
             e => Err(io::Error::from_raw_os_error(e)),
         }

@@ -956,8 +956,10 @@ unsafe fn reaper_loop(provider: libc::pid_t, status_w: libc::c_int, grace_ms: u6
                 while libc::waitpid(-1, &mut status, 0) > 0 {}
                 break;
             }
+            // `as _`: the field's own type (`libc::time_t` is deprecated on musl, whose
+            // width changed); `left` is at most the grace period, a few seconds.
             let wait = libc::timespec {
-                tv_sec: left.as_secs() as libc::time_t,
+                tv_sec: left.as_secs() as _,
                 tv_nsec: left.subsec_nanos() as libc::c_long,
             };
             // Returns SIGCHLD when a child ended (or one ended before the call: it stays
