@@ -187,13 +187,14 @@ fn next_byte(listen: &OwnedFd, timeout: Option<Duration>) -> io::Result<Option<u
 }
 
 /// The thread running the event loop, as `pthread_kill` names it. A plain number on glibc, a
-/// pointer on musl (hence not `Send` by itself); either way a handle that stays valid in
-/// any thread of the process while that thread lives. The watchdog uses it only after
-/// Ctrl-C, and the run then joins the watchdog before its thread goes on.
+/// pointer on musl (hence not `Send` by itself); either way a handle that any thread of the
+/// process may use while the thread it names lives. That thread is the main thread:
+/// `adaptor run` drives its loop with `block_on` on it (see `main`), and it lives until the
+/// process exits, which also ends the watchdog.
 struct EventLoopThread(libc::pthread_t);
 
-// SAFETY: see above: the handle is only passed to `pthread_kill`, from another thread of
-// the same process, while the thread it names runs.
+// SAFETY: see above: the handle is only passed to `pthread_kill`, from the watchdog thread,
+// and names the main thread, which outlives every other thread of the process.
 unsafe impl Send for EventLoopThread {}
 
 /// Point stdout at `/dev/null` and interrupt the event loop's blocked write.
