@@ -32,6 +32,33 @@ LIBRARY_DRIVERS=("codebuddy-driver:codebuddy")
 # The release build (install, bench, symbol-order): one package selection, so one feature
 # resolution and the same adaptor executable from each.
 RELEASE_PACKAGES=(-p adaptor-cli -p adaptortest -p reference-provider)
+
+# The release build's target: the host, named explicitly. On Linux with glibc the release
+# executables are static (`-C target-feature=+crt-static`, static-pie: no dynamic loader,
+# no libc.so to map and relocate at every start; README, "The host's own overhead"). The
+# flag goes to the target's rustflags, and `--target` keeps it off the build scripts and
+# proc macros, which must stay dynamic. Output: $RELEASE_DIR ($TARGET/<host>/release).
+# `--target` also names the crates differently from a plain build (symbol-order.txt names
+# this build's functions). Callers pass "${RELEASE_TARGET[@]}" to each release cargo command.
+release_setup() {
+  local host
+  host="$(rustc -vV | sed -n 's/^host: //p')"
+  RELEASE_TARGET=(--target "$host")
+  RELEASE_DIR="$TARGET/$host/release"
+  RELEASE_RUSTFLAGS=""
+  case "$host" in
+    *-linux-gnu*)
+      RELEASE_RUSTFLAGS="-C target-feature=+crt-static"
+      local var
+      var="CARGO_TARGET_$(tr 'a-z.-' 'A-Z__' <<<"$host")_RUSTFLAGS"
+      # Added to what the caller set for this target, not in place of it.
+      export "$var=${!var:+${!var} }$RELEASE_RUSTFLAGS" ;;
+  esac
+  if [[ -n "${RUSTFLAGS:-}${CARGO_ENCODED_RUSTFLAGS:-}" && -n "$RELEASE_RUSTFLAGS" ]]; then
+    # Cargo lets RUSTFLAGS replace the target's rustflags: keep both.
+    export RUSTFLAGS="${RUSTFLAGS:-} $RELEASE_RUSTFLAGS"
+  fi
+}
 TEST_DRIVERS=("testbed-driver:testbed" "broken-driver:broken" "unstable-driver:unstable" "hostile-driver:hostile" "puppet-driver:puppet")
 
 # Real agent CLIs for the end-to-end tests, pinned, installed from npm into a cache outside
@@ -343,10 +370,11 @@ case "$cmd" in
     build_drivers
     case "$profile" in
       release)
-        cargo build --release "${RELEASE_PACKAGES[@]}" >&2
-        python3 cli/symbol-order.py coverage "$TARGET/release/adaptor" cli/symbol-order.txt >&2 \
+        release_setup
+        cargo build --release "${RELEASE_TARGET[@]}" "${RELEASE_PACKAGES[@]}" >&2
+        python3 cli/symbol-order.py coverage "$RELEASE_DIR/adaptor" cli/symbol-order.txt >&2 \
           || echo "x.sh: warning: installing an adaptor laid out in the default order (more resident memory)" >&2
-        install_into "$prefix" "$TARGET/release" ;;
+        install_into "$prefix" "$RELEASE_DIR" ;;
       dev)
         build_workspace
         install_into "$prefix" "$TARGET/debug" ;;
@@ -394,9 +422,12 @@ PY
     build_drivers
     build_workspace
     work="$TARGET/symbol-order"
-    CARGO_TARGET_DIR="$work/target" RUSTFLAGS="-Cprofile-generate=$work/unprofiled" \
-      cargo build --release "${RELEASE_PACKAGES[@]}" >&2
-    python3 cli/symbol-order.py profile "$work/target/release/adaptor" "$TARGET" "$work/runs" \
+    release_setup
+    # RUSTFLAGS replaces the target's rustflags: the instrumented build names the static
+    # build's flags again. With `--target`, RUSTFLAGS reaches no build script or proc macro.
+    CARGO_TARGET_DIR="$work/target" RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-generate=$work/unprofiled $RELEASE_RUSTFLAGS" \
+      cargo build --release "${RELEASE_TARGET[@]}" "${RELEASE_PACKAGES[@]}" >&2
+    python3 cli/symbol-order.py profile "$work/target/${RELEASE_DIR#"$TARGET/"}/adaptor" "$TARGET" "$work/runs" \
       "llvm-profdata-$llvm" cli/symbol-order.txt
     # The optimised build keeps some functions out of line under names the profile lacks:
     # link with the list and add the functions of ours that page-fault, up to three rounds
@@ -404,30 +435,32 @@ PY
     # mapped outside the block: 175, 93 and 78 the first time), then link the final list.
     command -v perf >/dev/null || apt_install linux-perf
     for round in 1 2 3; do
-      cargo build --release "${RELEASE_PACKAGES[@]}" >&2
-      added="$(python3 cli/symbol-order.py faults "$TARGET/release/adaptor" "$TARGET" \
+      cargo build --release "${RELEASE_TARGET[@]}" "${RELEASE_PACKAGES[@]}" >&2
+      added="$(python3 cli/symbol-order.py faults "$RELEASE_DIR/adaptor" "$TARGET" \
         "$work/runs" cli/symbol-order.txt)"
       [[ "$added" -eq 0 ]] && break
     done
-    cargo build --release "${RELEASE_PACKAGES[@]}" >&2
+    cargo build --release "${RELEASE_TARGET[@]}" "${RELEASE_PACKAGES[@]}" >&2
     # How many listed functions the final build has, for `coverage` to compare with later.
-    python3 cli/symbol-order.py record "$TARGET/release/adaptor" cli/symbol-order.txt
+    python3 cli/symbol-order.py record "$RELEASE_DIR/adaptor" cli/symbol-order.txt
     ;;
   bench)
     build_drivers
-    cargo build --release "${RELEASE_PACKAGES[@]}" >&2
+    release_setup
+    cargo build --release "${RELEASE_TARGET[@]}" "${RELEASE_PACKAGES[@]}" >&2
     # The figures must be those of the build that ships: with its function order.
-    python3 cli/symbol-order.py coverage "$TARGET/release/adaptor" cli/symbol-order.txt >&2
-    # All three benches in one build: their link-time-optimised links run side by side.
-    cargo bench -p adaptor-integration-tests --bench turn_overhead --bench load \
+    python3 cli/symbol-order.py coverage "$RELEASE_DIR/adaptor" cli/symbol-order.txt >&2
+    # All three benches in one build: their link-time-optimised links run side by side. They
+    # build for the release's target too, so they sit beside (and run) its adaptor.
+    cargo bench "${RELEASE_TARGET[@]}" -p adaptor-integration-tests --bench turn_overhead --bench load \
       --bench sdk_compare --no-run >&2
-    cargo bench -p adaptor-integration-tests --bench turn_overhead
-    cargo bench -p adaptor-integration-tests --bench load
+    cargo bench "${RELEASE_TARGET[@]}" -p adaptor-integration-tests --bench turn_overhead
+    cargo bench "${RELEASE_TARGET[@]}" -p adaptor-integration-tests --bench load
     ensure_clis
     # shellcheck source=tests/sdk-bench/ensure_sdks.sh
     source "$ROOT/tests/sdk-bench/ensure_sdks.sh"
     ensure_sdks
-    cargo bench -p adaptor-integration-tests --bench sdk_compare
+    cargo bench "${RELEASE_TARGET[@]}" -p adaptor-integration-tests --bench sdk_compare
     ;;
   *)
     sed -n '2,14p' "$0"

@@ -2,9 +2,10 @@
 //!
 //! On Linux with glibc 2.36 or later, in a native build, the executable's relative
 //! relocations are packed (`-z pack-relative-relocs`, `DT_RELR`): the position-independent
-//! executable keeps its address randomisation, but the dynamic loader reads a table of
-//! kilobytes instead of the 0.9 MiB of `.rela.dyn` it read (and kept resident) at every
-//! start of `adaptor` and of the spawner it re-executes. Older glibc cannot load such an
+//! executable keeps its address randomisation, but the dynamic loader (or, in the static
+//! release build `./x.sh` makes, glibc's own start-up code relocating the static-pie) reads
+//! a table of kilobytes instead of the 0.9 MiB of `.rela.dyn` it read (and kept resident)
+//! at every start of `adaptor` and of the spawner it re-executes. Older glibc cannot load such an
 //! executable, and a cross build cannot tell what glibc its target has, so both keep the
 //! ordinary table. The linker must know the option: rustc's own LLD (the default linker of
 //! `x86_64-unknown-linux-gnu`) does, and so does GNU ld from 2.38, which every distribution
