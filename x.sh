@@ -13,7 +13,9 @@
 #   ./x.sh symbol-order                        regenerate cli/symbol-order.txt, the release adaptor's
 #                                              function order, from an instrumented build's profile
 #
-# CARGO_TARGET_DIR is honoured; drivers land in "$CARGO_TARGET_DIR/drivers".
+# CARGO_TARGET_DIR is honoured; drivers land in "$CARGO_TARGET_DIR/drivers", the release
+# executables (install, bench, symbol-order) in "$CARGO_TARGET_DIR/<host triple>/release"
+# (static on Linux with glibc: release_setup).
 # `run` and `test` build with one and the same cargo invocation (build_workspace), so they
 # share every compiled crate: wasmtime is built once, whichever command comes first.
 set -euo pipefail
@@ -32,6 +34,7 @@ LIBRARY_DRIVERS=("codebuddy-driver:codebuddy")
 # The release build (install, bench, symbol-order): one package selection, so one feature
 # resolution and the same adaptor executable from each.
 RELEASE_PACKAGES=(-p adaptor-cli -p adaptortest -p reference-provider)
+TEST_DRIVERS=("testbed-driver:testbed" "broken-driver:broken" "unstable-driver:unstable" "hostile-driver:hostile" "puppet-driver:puppet")
 
 # The release build's target: the host, named explicitly. On Linux with glibc the release
 # executables are static (`-C target-feature=+crt-static`, static-pie: no dynamic loader,
@@ -54,12 +57,16 @@ release_setup() {
       # Added to what the caller set for this target, not in place of it.
       export "$var=${!var:+${!var} }$RELEASE_RUSTFLAGS" ;;
   esac
-  if [[ -n "${RUSTFLAGS:-}${CARGO_ENCODED_RUSTFLAGS:-}" && -n "$RELEASE_RUSTFLAGS" ]]; then
-    # Cargo lets RUSTFLAGS replace the target's rustflags: keep both.
-    export RUSTFLAGS="${RUSTFLAGS:-} $RELEASE_RUSTFLAGS"
+  # Cargo lets CARGO_ENCODED_RUSTFLAGS, else RUSTFLAGS, replace the target's rustflags:
+  # the caller's flags and ours, both.
+  if [[ -z "$RELEASE_RUSTFLAGS" ]]; then
+    :
+  elif [[ -n "${CARGO_ENCODED_RUSTFLAGS:-}" ]]; then
+    export CARGO_ENCODED_RUSTFLAGS="$CARGO_ENCODED_RUSTFLAGS"$'\x1f'"${RELEASE_RUSTFLAGS// /$'\x1f'}"
+  elif [[ -n "${RUSTFLAGS:-}" ]]; then
+    export RUSTFLAGS="$RUSTFLAGS $RELEASE_RUSTFLAGS"
   fi
 }
-TEST_DRIVERS=("testbed-driver:testbed" "broken-driver:broken" "unstable-driver:unstable" "hostile-driver:hostile" "puppet-driver:puppet")
 
 # Real agent CLIs for the end-to-end tests, pinned, installed from npm into a cache outside
 # the clone (idempotent: nothing is fetched when the pinned version is there).
