@@ -458,7 +458,9 @@ PY
     # The figures must be those of the build that ships: with its function order.
     python3 cli/symbol-order.py coverage "$RELEASE_DIR/adaptor" cli/symbol-order.txt >&2
     # All three benches in one build: their link-time-optimised links run side by side. They
-    # build for the release's target too, so they sit beside (and run) its adaptor.
+    # build for the release's target too, so they sit beside (and run) its adaptor. (Cargo
+    # warns that it drops the `cdylib` crate type of the driver crates they link natively: a
+    # static glibc target has no shared libraries; the benches use the `rlib`.)
     cargo bench "${RELEASE_TARGET[@]}" -p adaptor-integration-tests --bench turn_overhead --bench load \
       --bench sdk_compare --no-run >&2
     cargo bench "${RELEASE_TARGET[@]}" -p adaptor-integration-tests --bench turn_overhead
