@@ -59,13 +59,18 @@ release_setup() {
   esac
   # Cargo lets CARGO_ENCODED_RUSTFLAGS, else RUSTFLAGS, replace the target's rustflags:
   # the caller's flags and ours, both.
-  if [[ -z "$RELEASE_RUSTFLAGS" ]]; then
-    :
-  elif [[ -n "${CARGO_ENCODED_RUSTFLAGS:-}" ]]; then
+  [[ -n "$RELEASE_RUSTFLAGS" ]] || return 0
+  if [[ -n "${CARGO_ENCODED_RUSTFLAGS:-}" ]]; then
     export CARGO_ENCODED_RUSTFLAGS="$CARGO_ENCODED_RUSTFLAGS"$'\x1f'"${RELEASE_RUSTFLAGS// /$'\x1f'}"
   elif [[ -n "${RUSTFLAGS:-}" ]]; then
     export RUSTFLAGS="$RUSTFLAGS $RELEASE_RUSTFLAGS"
   fi
+}
+
+# The release build itself (after release_setup), one command for install, bench and
+# symbol-order; extra arguments go to cargo.
+release_build() {
+  cargo build --release "${RELEASE_TARGET[@]}" "${RELEASE_PACKAGES[@]}" "$@" >&2
 }
 
 # Real agent CLIs for the end-to-end tests, pinned, installed from npm into a cache outside
@@ -378,7 +383,7 @@ case "$cmd" in
     case "$profile" in
       release)
         release_setup
-        cargo build --release "${RELEASE_TARGET[@]}" "${RELEASE_PACKAGES[@]}" >&2
+        release_build
         python3 cli/symbol-order.py coverage "$RELEASE_DIR/adaptor" cli/symbol-order.txt >&2 \
           || echo "x.sh: warning: installing an adaptor laid out in the default order (more resident memory)" >&2
         install_into "$prefix" "$RELEASE_DIR" ;;
@@ -433,7 +438,7 @@ PY
     # RUSTFLAGS replaces the target's rustflags: the instrumented build names the static
     # build's flags again. With `--target`, RUSTFLAGS reaches no build script or proc macro.
     CARGO_TARGET_DIR="$work/target" RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-generate=$work/unprofiled $RELEASE_RUSTFLAGS" \
-      cargo build --release "${RELEASE_TARGET[@]}" "${RELEASE_PACKAGES[@]}" >&2
+      release_build
     python3 cli/symbol-order.py profile "$work/target/${RELEASE_DIR#"$TARGET/"}/adaptor" "$TARGET" "$work/runs" \
       "llvm-profdata-$llvm" cli/symbol-order.txt
     # The optimised build keeps some functions out of line under names the profile lacks:
@@ -442,19 +447,19 @@ PY
     # mapped outside the block: 175, 93 and 78 the first time), then link the final list.
     command -v perf >/dev/null || apt_install linux-perf
     for round in 1 2 3; do
-      cargo build --release "${RELEASE_TARGET[@]}" "${RELEASE_PACKAGES[@]}" >&2
+      release_build
       added="$(python3 cli/symbol-order.py faults "$RELEASE_DIR/adaptor" "$TARGET" \
         "$work/runs" cli/symbol-order.txt)"
       [[ "$added" -eq 0 ]] && break
     done
-    cargo build --release "${RELEASE_TARGET[@]}" "${RELEASE_PACKAGES[@]}" >&2
+    release_build
     # How many listed functions the final build has, for `coverage` to compare with later.
     python3 cli/symbol-order.py record "$RELEASE_DIR/adaptor" cli/symbol-order.txt
     ;;
   bench)
     build_drivers
     release_setup
-    cargo build --release "${RELEASE_TARGET[@]}" "${RELEASE_PACKAGES[@]}" >&2
+    release_build
     # The figures must be those of the build that ships: with its function order.
     python3 cli/symbol-order.py coverage "$RELEASE_DIR/adaptor" cli/symbol-order.txt >&2
     # All three benches in one build: their link-time-optimised links run side by side. They
