@@ -9,6 +9,17 @@
 //! config given later is laid over key by key. Must not: run sessions (see `run/`), or know
 //! the driver store (`packages` opens installed drivers, and holds `Driver::open` and
 //! `Driver::reload`, which reach it).
+//!
+//! The spare instance: loading instantiates the driver to call `describe`, and
+//! [`Driver::with_config`] calls `validate-config` on that same instance; the instance is then
+//! kept ([`Spare`]) for the driver's first run, which takes it instead of instantiating anew
+//! (and skips its own `validate-config` when the spare has validated exactly the run's
+//! config). A run on a fresh instance makes the same calls, `validate-config` first; the spare
+//! has had `describe` before it, a deterministic query the contract has the host call once
+//! per load. One instance instead of three is about half a millisecond of a one-shot
+//! `adaptor run` (README, "The host's own overhead"). Only one run takes it (later runs and
+//! later attempts instantiate), only with the limits it was made with
+//! ([`GuestLimits::default`]), and it is dropped with the last clone of the driver.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,7 +56,10 @@ pub(crate) struct LoadedDriver {
 
 /// A loaded driver component and the configuration runs will use.
 ///
-/// Cheap to clone: the compiled component is shared.
+/// Cheap to clone: the compiled component is shared. The instance that loading made (to
+/// read the descriptor) and [`with_config`](Driver::with_config) validated on is kept for
+/// the first run of the driver or any of its clones; every other run gets a fresh one (see
+/// the `driver` module's docs). It is freed with the last clone.
 #[derive(Clone)]
 pub struct Driver {
     pub(crate) loaded: Arc<LoadedDriver>,
@@ -56,6 +70,23 @@ pub struct Driver {
     origin: Origin,
     /// The config as the caller gave it (before a preset's base was laid under it).
     given: serde_json::Value,
+    /// The instance loading (and configuring) made, for the first run (module docs).
+    /// Shared by clones: only one run takes it.
+    spare: Arc<std::sync::Mutex<Option<Spare>>>,
+}
+
+/// An instance kept for a driver's first run (see the module docs): made with
+/// [`GuestLimits::default`], `describe` called, and `validate-config` at most once, with
+/// `validated`, which it accepted.
+struct Spare {
+    instance: GuestInstance,
+    validated: Option<String>,
+}
+
+impl Spare {
+    fn kept(spare: Option<Spare>) -> Arc<std::sync::Mutex<Option<Spare>>> {
+        Arc::new(std::sync::Mutex::new(spare))
+    }
 }
 
 /// Where a [`Driver`] was loaded from: what [`Driver::reload`] reads again.
@@ -181,9 +212,15 @@ impl Driver {
                 reason,
             })
         })?;
+        let name: Arc<str> = Arc::from(descriptor.name.as_str());
+        instance.name_driver(name.clone());
+        let spare = Spare {
+            instance,
+            validated: None,
+        };
         Ok(Driver {
             loaded: Arc::new(LoadedDriver {
-                name: Arc::from(descriptor.name.as_str()),
+                name,
                 descriptor,
                 pre,
                 sha256,
@@ -194,6 +231,7 @@ impl Driver {
             preset: None,
             origin: Origin::Bytes,
             given: serde_json::Value::Object(Default::default()),
+            spare: Spare::kept(Some(spare)),
         })
     }
 
@@ -309,7 +347,8 @@ impl Driver {
         })
     }
 
-    /// Replace the configuration (a JSON object), validated by the driver now. A driver
+    /// Replace the configuration (a JSON object), validated by the driver now (on the
+    /// instance the first run will then use, if no other config was validated on it). A driver
     /// loaded through a preset keeps the preset's config as the base: each top-level key of
     /// `config` replaces the preset's key of that name, the others stay (so
     /// `{"model": "…"}` on `gemini` keeps its `command` and `agent`).
@@ -325,11 +364,24 @@ impl Driver {
         };
         let given = config_given;
         let text = config.to_string();
-        let mut instance = run_sync(GuestInstance::new(
-            self.loaded.name.clone(),
-            &self.loaded.pre,
-            GuestLimits::default(),
-        ))?;
+        // The load's spare, if no other config has been validated on it (a spare validates
+        // at most one), else a fresh instance; either becomes the new driver's spare.
+        let unvalidated = self
+            .spare
+            .lock()
+            .ok()
+            .and_then(|mut spare| match spare.as_ref() {
+                Some(s) if s.validated.is_none() => spare.take().map(|s| s.instance),
+                _ => None,
+            });
+        let mut instance = match unvalidated {
+            Some(instance) => instance,
+            None => run_sync(GuestInstance::new(
+                self.loaded.name.clone(),
+                &self.loaded.pre,
+                GuestLimits::default(),
+            ))?,
+        };
         match run_sync(instance.validate_config(&text))? {
             Ok(()) => Ok(Driver {
                 loaded: self.loaded,
@@ -337,6 +389,10 @@ impl Driver {
                 preset: self.preset,
                 origin: self.origin,
                 given,
+                spare: Spare::kept(Some(Spare {
+                    instance,
+                    validated: Some(text),
+                })),
             }),
             Err(e) => Err(e.into_error(self.loaded.name.to_string())),
         }
@@ -411,6 +467,28 @@ impl Driver {
             config_paths,
         )
         .with_launch_env(self.loaded.descriptor.launch_env.clone()))
+    }
+
+    /// The spare instance for a run with `limits` and the config text `config` (this
+    /// driver's), and whether it has validated that config already; `None` when another run
+    /// took it, or it was made with other limits (it is dropped then: the next run would not
+    /// fit it either). The run sets the instance's interrupt itself.
+    pub(crate) fn take_spare(
+        &self,
+        limits: &GuestLimits,
+        config: &str,
+    ) -> Option<(GuestInstance, bool)> {
+        let spare = self.spare.lock().ok()?.take()?;
+        if spare.instance.limits() != limits {
+            return None;
+        }
+        let validated = match spare.validated.as_deref() {
+            None => false,
+            Some(text) if text == config => true,
+            // Validated for another config: not this run's instance.
+            Some(_) => return None,
+        };
+        Some((spare.instance, validated))
     }
 
     pub(crate) fn configured_program(&self) -> String {

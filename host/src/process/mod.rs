@@ -498,9 +498,21 @@ impl PrivateDir {
 
 impl Drop for PrivateDir {
     fn drop(&mut self) {
-        if self.created
-            && let Err(e) = std::fs::remove_dir_all(&self.root)
-        {
+        if !self.created {
+            return;
+        }
+        // The usual shape first, one system call per entry: the `lock` (unlinked while
+        // still held: a sweep treats a directory without one as live), and `tmp/` and
+        // `files/` if they were left empty. Whatever else is there (the provider's
+        // temporary files, private files, an instructions bundle) is left to
+        // `remove_dir_all`, which lists and inspects every directory it removes.
+        let _ = std::fs::remove_file(self.root.join("lock"));
+        let _ = std::fs::remove_dir(Self::tmp_for(&self.root));
+        let _ = std::fs::remove_dir(Self::files_for(&self.root));
+        if std::fs::remove_dir(&self.root).is_ok() {
+            return;
+        }
+        if let Err(e) = std::fs::remove_dir_all(&self.root) {
             tracing::warn!(path = %self.root.display(), error = %e, "could not remove the run's private directory");
         }
     }
@@ -542,6 +554,30 @@ pub(crate) fn sweep_stale_run_dirs() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run's directory goes whole, in its usual shape (empty `tmp/` and `files/`, the
+    /// `lock`) and with whatever was left in it.
+    #[test]
+    fn a_run_directory_is_removed_with_whatever_was_left_in_it() {
+        let base = tempfile::tempdir().unwrap();
+        let empty = base.path().join("adaptor-run-empty");
+        drop(PrivateDir::create(empty.clone(), &[]).unwrap());
+        assert!(!empty.exists());
+
+        let full = base.path().join("adaptor-run-full");
+        let dir = PrivateDir::create(full.clone(), &[("schema.json", b"{}")]).unwrap();
+        assert_eq!(
+            std::fs::read(full.join("files/schema.json")).unwrap(),
+            b"{}"
+        );
+        let nested = PrivateDir::tmp_for(&full).join("cli/cache");
+        std::fs::create_dir_all(&nested).unwrap();
+        std::fs::write(nested.join("entry"), b"x").unwrap();
+        std::fs::create_dir(PrivateDir::instructions_for(&full)).unwrap();
+        std::fs::write(PrivateDir::instructions_for(&full).join("AGENTS.md"), b"x").unwrap();
+        drop(dir);
+        assert!(!full.exists());
+    }
 
     /// The form the spawner is asked to prepare ahead is the one launches take: what
     /// [`kernel_support`] decides (a launch's plan hides exactly when it says so), reached

@@ -398,7 +398,10 @@ pub(crate) fn create_private_dir(path: &std::path::Path) -> io::Result<()> {
     std::fs::DirBuilder::new().mode(0o700).create(path)
 }
 
-/// Create a new file only the current user can read (0600); fails if it exists.
+/// Create a new file only the current user can read (0600); fails if it exists. Not
+/// synced: it lives only as long as its run (the provider reads it through the page cache,
+/// and a crash leaves the run's directory for the next host's sweep), and an `fsync` would
+/// make each launch wait for a journal commit.
 pub(crate) fn create_private_file(path: &std::path::Path, contents: &[u8]) -> io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
@@ -407,8 +410,7 @@ pub(crate) fn create_private_file(path: &std::path::Path, contents: &[u8]) -> io
         .create_new(true)
         .mode(0o600)
         .open(path)?;
-    f.write_all(contents)?;
-    f.sync_all()
+    f.write_all(contents)
 }
 
 /// Create `path` and hold an exclusive `flock` on it for as long as the file stays open.

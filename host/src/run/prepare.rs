@@ -88,9 +88,18 @@ impl Run {
             return Err(Error::SteeringUnsupported { driver: name });
         }
         let workspace = self.workspace_dir()?;
-        let mut instance = self.fresh_instance().await?;
         let config_json = driver.config.to_string();
-        if let Err(e) = instance.validate_config(&config_json).await? {
+        // The driver's spare instance when this is the first run to ask (see `driver`), else
+        // a fresh one; either way the config is validated on the instance that serves the run.
+        let (mut instance, validated) =
+            match driver.take_spare(&self.inner.settings.limits, &config_json) {
+                Some((mut spare, validated)) => {
+                    spare.interrupt_on(Some(self.interrupt()));
+                    (spare, validated)
+                }
+                None => (self.fresh_instance().await?, false),
+            };
+        if !validated && let Err(e) = instance.validate_config(&config_json).await? {
             return Err(e.into_error(name));
         }
         // The grant is decided once: program resolved, environment rules fixed.

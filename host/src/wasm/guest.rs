@@ -502,6 +502,18 @@ impl GuestInstance {
         self.store.data_mut().interrupt = interrupt;
     }
 
+    /// The limits it was made with.
+    pub(crate) fn limits(&self) -> &GuestLimits {
+        &self.limits
+    }
+
+    /// Name the driver as its errors and logs will from now on (an instance made before
+    /// the descriptor was read is named after the file it came from).
+    pub(crate) fn name_driver(&mut self, name: Arc<str>) {
+        self.store.data_mut().driver = name.clone();
+        self.driver = name;
+    }
+
     /// Instantiate a fresh store.
     pub(crate) async fn new(
         driver: Arc<str>,

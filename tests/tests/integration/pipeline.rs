@@ -330,6 +330,47 @@ async fn close_cancels_runs_and_refuses_new_ones() {
     agent.close().await; // idempotent
 }
 
+/// The first run of a loaded and configured driver is served by the instance its load made
+/// (`describe`) and its config validated (`with_config`): one instance, not three. The run
+/// does not validate the same config again. Every later run, a clone's first run, and a run
+/// with other guest limits get a fresh instance and validate on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_run_takes_the_instance_its_driver_was_loaded_and_configured_on() {
+    let (state, ws) = (tmp(), tmp());
+    async fn calls(agent: &adaptor::Agent, prompt: &str) -> String {
+        let (events, result) = collect(agent.stream(format!("[[instance-calls]] {prompt}"))).await;
+        result.expect("the run succeeds");
+        notice(&events, "testbed.instance-calls")
+            .expect("the testbed reports its instance's calls")
+            .message
+            .clone()
+    }
+    let driver = testbed(state.path());
+    let agent = agent_builder(driver.clone(), ws.path()).build();
+    assert_eq!(calls(&agent, "first").await, "describe=1 validate=1");
+    assert_eq!(calls(&agent, "second").await, "describe=0 validate=1");
+    // A clone shares the spare, which the first run took.
+    let clone = agent_builder(driver, ws.path()).build();
+    assert_eq!(calls(&clone, "clone").await, "describe=0 validate=1");
+
+    // Other limits than the spare was made with: a fresh instance.
+    let limits = adaptor::GuestLimits {
+        call_fuel: adaptor::GuestLimits::default().call_fuel / 2,
+        ..adaptor::GuestLimits::default()
+    };
+    let agent = agent_builder(testbed(state.path()), ws.path())
+        .guest_limits(limits)
+        .build();
+    assert_eq!(calls(&agent, "limits").await, "describe=0 validate=1");
+
+    // Configured twice: the second config is validated on a fresh instance (a spare
+    // validates one config), which the run then takes without validating again.
+    let twice = with_reference_provider(testbed(state.path()), state.path());
+    let agent = agent_builder(twice, ws.path()).build();
+    assert_eq!(calls(&agent, "twice").await, "describe=0 validate=1");
+    agent.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trap_names_the_driver_and_the_next_run_works() {
     let (state, ws) = (tmp(), tmp());

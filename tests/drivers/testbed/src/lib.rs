@@ -7,7 +7,10 @@
 //! - `[[launch-cwd-escape]]`: ask for the working directory `..` (outside the workspace);
 //! - `[[bad-private-file]]`: ask for a private file named `../escape`;
 //! - `[[driver-ignore-output]]`: ignore every stdout and stderr byte;
-//! - `[[driver-no-checkpoint]]`: succeed but report no checkpoint (a thread cannot be saved).
+//! - `[[driver-no-checkpoint]]`: succeed but report no checkpoint (a thread cannot be saved);
+//! - `[[instance-calls]]`: report, in a `testbed.instance-calls` notice as the process exits,
+//!   how often `describe` and `validate-config` have been called on this instance
+//!   (`describe=1 validate=1`), so the host's tests can tell which instance served a run.
 //!
 //! Caller metadata `testbed=prompt-in-args` appends the prompt to the command line (a launch
 //! that depends on the prompt, which prewarmed processes cannot serve).
@@ -22,6 +25,12 @@ use adaptor_sdk::{
     Session, StartError,
 };
 use reference_driver::{ReferenceDriver, ReferenceSession};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Calls of `describe` on this instance (an instance is one component instance: its statics).
+static DESCRIBED: AtomicU32 = AtomicU32::new(0);
+/// Calls of `validate-config` on this instance.
+static VALIDATED: AtomicU32 = AtomicU32::new(0);
 
 /// The testbed driver.
 pub struct TestbedDriver;
@@ -30,6 +39,7 @@ impl Driver for TestbedDriver {
     type Session = TestbedSession;
 
     fn describe() -> Descriptor {
+        DESCRIBED.fetch_add(1, Ordering::Relaxed);
         let mut d = ReferenceDriver::describe();
         d.name = "testbed".into();
         // A version literal found once in the component, so the driver store's tests can
@@ -47,6 +57,7 @@ impl Driver for TestbedDriver {
     }
 
     fn validate_config(config: &serde_json::Value) -> Result<(), ConfigError> {
+        VALIDATED.fetch_add(1, Ordering::Relaxed);
         ReferenceDriver::validate_config(config)
     }
 
@@ -138,6 +149,14 @@ impl Session for TestbedSession {
     }
 
     fn on_exit(&mut self, status: &ExitStatus, out: &mut Actions) {
+        if self.wants("instance-calls") {
+            let calls = format!(
+                "describe={} validate={}",
+                DESCRIBED.load(Ordering::Relaxed),
+                VALIDATED.load(Ordering::Relaxed)
+            );
+            out.notice("testbed.instance-calls", &calls, None);
+        }
         self.inner.on_exit(status, out);
     }
 
