@@ -184,15 +184,15 @@ ensure_wasm_target() {
   done
 }
 
-# Build a group of driver crates and copy each one's component to "$dest/<name>.wasm".
-# Artifact paths come from cargo's own JSON messages, so two builds of one crate with
-# different features never get mixed up.
+# Build a group of driver crates in cargo profile `$2` and copy each one's component to
+# "$1/<name>.wasm". Artifact paths come from cargo's own JSON messages, so two builds of one
+# crate with different features never get mixed up.
 build_group() {
-  local dest="$1"; shift
+  local dest="$1" profile="$2"; shift 2
   local args=() entry
   for entry in "$@"; do args+=(-p "${entry%%:*}"); done
   local artifacts
-  artifacts="$(cargo build --profile driver --target wasm32-wasip2 "${args[@]}" \
+  artifacts="$(cargo build --profile "$profile" --target wasm32-wasip2 "${args[@]}" \
       --message-format=json-render-diagnostics | python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -224,20 +224,24 @@ PRESETS=(drivers/*/presets/*.preset.json)
 
 build_drivers() {
   ensure_wasm_target
-  # Two invocations: test drivers reuse built-in driver crates as libraries (without their
-  # `component` export feature), which one unified build would switch back on.
+  # Separate invocations: test drivers (and built-ins in LIBRARY_DRIVERS) reuse built-in
+  # driver crates as libraries (without their `component` export feature), which one
+  # unified build would switch back on. Those builds use the profile `driver-lib` (the same
+  # settings, its own directory): a crate with a `cdylib` target gets no hash in its file
+  # names, so its two feature sets in one profile would overwrite each other and every
+  # `x.sh` command would rebuild both (about 20 s).
   local entry standalone=()
   for entry in "${DRIVERS[@]}"; do
     [[ " ${LIBRARY_DRIVERS[*]} " == *" $entry "* ]] || standalone+=("$entry")
   done
-  build_group "$TARGET/drivers" "${standalone[@]}"
-  build_group "$TARGET/drivers" "${LIBRARY_DRIVERS[@]}"
+  build_group "$TARGET/drivers" driver "${standalone[@]}"
+  build_group "$TARGET/drivers" driver-lib "${LIBRARY_DRIVERS[@]}"
   local preset
   for preset in "${PRESETS[@]}"; do
     cp "$preset" "$TARGET/drivers/$(basename "$preset").tmp"
     mv "$TARGET/drivers/$(basename "$preset").tmp" "$TARGET/drivers/$(basename "$preset")"
   done
-  build_group "$TARGET/test-drivers" "${TEST_DRIVERS[@]}"
+  build_group "$TARGET/test-drivers" driver-lib "${TEST_DRIVERS[@]}"
   # The reference driver without WASI (a core module; the loading test turns it into a
   # component) proves that drivers need no WASI at all.
   cargo build --profile driver --target wasm32-unknown-unknown -p reference-driver >&2
