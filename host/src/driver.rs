@@ -19,7 +19,10 @@
 //! per load. One instance instead of three took 0.1–0.5 ms off a one-shot `adaptor run` in
 //! interleaved rounds (README, "The host's own overhead"). Only one run takes it (later runs and
 //! later attempts instantiate), only with the limits it was made with
-//! ([`GuestLimits::default`]), and it is dropped with the last clone of the driver.
+//! ([`GuestLimits::default`]), and it is dropped with the last clone of the driver. Until
+//! then it holds the linear memory `describe` and `validate-config` grew it to (within
+//! `memory_bytes`, 64 MiB by default; the reference driver's is well under 1 MiB), which a
+//! loaded driver that never runs now keeps for as long as it is kept.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
