@@ -21,7 +21,7 @@
 //! later attempts instantiate), only with the limits it was made with
 //! ([`GuestLimits::default`]), and it is dropped with the last clone of the driver. Until
 //! then it holds the linear memory `describe` and `validate-config` grew it to (within
-//! `memory_bytes`, 64 MiB by default; the reference driver's is well under 1 MiB), which a
+//! `memory_bytes`, 64 MiB by default), which a
 //! loaded driver that never runs now keeps for as long as it is kept.
 
 use std::path::{Path, PathBuf};
