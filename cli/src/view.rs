@@ -240,6 +240,8 @@ fn result_json(r: &RunResult, failure: Option<serde_json::Value>) -> serde_json:
         "exit": r.exit,
         "thread": r.thread,
         "failure": failure,
+        "duration_ms": r.duration.as_secs_f64() * 1e3,
+        "provider_ms": r.raw().exited.map(|d| d.as_secs_f64() * 1e3),
     })
 }
 

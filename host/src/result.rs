@@ -242,6 +242,18 @@ pub struct RawStreams {
     pub launch: Option<std::sync::Arc<LaunchRecord>>,
     /// The terminal event.
     pub terminal: Option<TerminalPayload>,
+    /// When the host saw the provider process exit, timed as [`ChunkRecord::at`] is (since
+    /// the run attached to the process): how long the process lived in this run as the host
+    /// can tell, from the spawner's reply (the process has started) to its exit's report.
+    /// `None` when it did not exit in this run (a thread kept it for its next turn), never
+    /// started, or waiting for it failed.
+    ///
+    /// For a run on a process of its own, [`RunResult::duration`] minus this is the host's
+    /// own time in the run: preparing and launching the process, then concluding after its
+    /// exit (a caller's wall time around the run, or around an `adaptor run` process, minus
+    /// this counts the rest too). `adaptor run --json` prints it as the result line's
+    /// `provider_ms`.
+    pub exited: Option<Duration>,
 }
 
 impl RawStreams {

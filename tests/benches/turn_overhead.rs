@@ -3,7 +3,8 @@
 //! Prints, from interleaved rounds on this machine:
 //! 1. in-process `Agent::run` through the reference driver vs spawning the reference provider
 //!    directly (median ms each, difference, ratio);
-//! 2. the `adaptor run` CLI process vs the provider process run directly;
+//! 2. the `adaptor run` CLI process vs the provider process run directly, and its own time
+//!    (its wall time minus the provider process's life, `--json`'s `provider_ms`);
 //! 3. driver cold compile vs cached load (from bytes, which are hashed every time, and from
 //!    the driver's file, as `Driver::builtin` and `adaptor run` load it: the file's stamps
 //!    recorded, neither file read), and instantiating a fresh sandboxed instance;
@@ -77,7 +78,9 @@ async fn direct(state: &Path) -> Duration {
     t.elapsed()
 }
 
-fn cli(state: &Path, ws: &Path) -> Duration {
+/// `adaptor run --json` as a process: its wall time and its own (the wall time minus the
+/// provider process's life, the result line's `provider_ms`).
+fn cli(state: &Path, ws: &Path) -> (Duration, Duration) {
     let config = serde_json::json!({
         "command": provider_path().display().to_string(),
         "state_dir": state.display().to_string(),
@@ -86,6 +89,7 @@ fn cli(state: &Path, ws: &Path) -> Duration {
     let out = std::process::Command::new(bin_dir().join("adaptor"))
         .args([
             "run",
+            "--json",
             "--config",
             &config.to_string(),
             "--cwd",
@@ -96,12 +100,25 @@ fn cli(state: &Path, ws: &Path) -> Duration {
         .stderr(Stdio::piped())
         .output()
         .expect("run adaptor");
+    let wall = t.elapsed();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    t.elapsed()
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let result: serde_json::Value = stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("adaptor run --json ends with its result: {stdout}"));
+    let provider = result["provider_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("the result line times the provider's exit: {result}"));
+    (
+        wall,
+        wall.saturating_sub(Duration::from_secs_f64(provider / 1e3)),
+    )
 }
 
 fn direct_process(state: &Path) -> Duration {
@@ -252,7 +269,8 @@ fn main() {
         .workspace(ws.path())
         .parent_death_signal(false)
         .build();
-    let (mut d, mut a, mut l, mut dp, mut c) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut d, mut a, mut l, mut dp, mut c, mut ch) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
     rt.block_on(async {
         // Warm up every path once.
         direct(state.path()).await;
@@ -271,7 +289,9 @@ fn main() {
     cli(state.path(), ws.path());
     for _ in 0..rounds.min(15) {
         dp.push(direct_process(state.path()));
-        c.push(cli(state.path(), ws.path()));
+        let (wall, own) = cli(state.path(), ws.path());
+        c.push(wall);
+        ch.push(own);
     }
     // Host tool round trips, interleaved with the bare server's, over one session each.
     let calls = (rounds * 20).max(200);
@@ -313,7 +333,14 @@ fn main() {
         resident_turns,
     ));
     let us = |server: &str, q: &str| report[server][q].as_f64().expect("a latency");
-    let (d, a, l, dp, c) = (median(d), median(a), median(l), median(dp), median(c));
+    let (d, a, l, dp, c, ch) = (
+        median(d),
+        median(a),
+        median(l),
+        median(dp),
+        median(c),
+        median(ch),
+    );
     println!("turn overhead ({rounds} interleaved rounds, medians)");
     println!(
         "  in-process: provider direct {:.2} ms · Agent::run via reference.wasm {:.2} ms · host adds {:.2} ms · ratio {:.2}x",
@@ -329,11 +356,12 @@ fn main() {
         ms(l) / ms(d)
     );
     println!(
-        "  processes:  provider direct {:.2} ms · `adaptor run` {:.2} ms · CLI adds {:.2} ms · ratio {:.2}x",
+        "  processes:  provider direct {:.2} ms · `adaptor run` {:.2} ms · CLI adds {:.2} ms · ratio {:.2}x · its own time {:.2} ms (wall − the provider process's life)",
         ms(dp),
         ms(c),
         ms(c) - ms(dp),
-        ms(c) / ms(dp)
+        ms(c) / ms(dp),
+        ms(ch)
     );
     println!(
         "driver load ({} KB component): cold compile {:.2} ms · cached load {:.3} ms · ratio {:.0}x",

@@ -250,7 +250,10 @@ impl Supervisor<'_> {
                 }
                 st = spawned.child.wait(), if status.is_none() => {
                     match st {
-                        Ok(st) => status = Some(st),
+                        Ok(st) => {
+                            status = Some(st);
+                            self.raw.exited = Some(self.spawned_at.elapsed());
+                        }
                         Err(e) => {
                             self.notice("process.error", &format!("waiting for the provider failed: {e}")).await;
                             self.signal(Sig::Kill, "wait failed").await;

@@ -91,6 +91,13 @@ fn json_mode_prints_one_event_per_line_then_the_result() {
     assert_eq!(result["text"], "Reference reply: json please");
     assert_eq!(result["checkpoint"]["valid"], true);
     assert!(result["usage"]["cache_write_tokens"].is_null());
+    // The run's duration and, within it, how long its provider process lived.
+    let duration = result["duration_ms"].as_f64().expect("duration_ms");
+    let provider = result["provider_ms"].as_f64().expect("provider_ms");
+    assert!(
+        0.0 < provider && provider < duration,
+        "{provider} within {duration}"
+    );
     let seqs: Vec<u64> = lines[..lines.len() - 1]
         .iter()
         .map(|l| l["sequence"].as_u64().unwrap())

@@ -131,6 +131,11 @@ async fn run_and_stream_result_give_equal_results() {
                 .is_some_and(|c| c.filesystem_enforced)
         );
     }
+    // Both saw their process exit: the time is each run's own, within its duration.
+    for r in [&a, &b] {
+        let exited = r.raw().exited.expect("the provider's exit was seen");
+        assert!(exited < r.duration, "{exited:?} within {:?}", r.duration);
+    }
     assert_eq!(a.text, "Reference reply: Compare me");
     assert_eq!(a.transcript(), b.transcript());
     assert_eq!(a.session_id(), Some(FIXED_SESSION));
@@ -139,6 +144,34 @@ async fn run_and_stream_result_give_equal_results() {
     assert_eq!(usage.cache_write_tokens, None, "absent stays absent");
     assert!(a.checkpoint.as_ref().expect("checkpoint").is_valid());
     assert_eq!(a.terminal().expect("terminal").event, "result");
+}
+
+/// `RawStreams::exited` times the provider process's life from the run's attach: a provider
+/// that sleeps lived at least that long, the host's own time around it is the rest of the
+/// duration, and every output chunk was read within the life or the drain after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_result_times_the_provider_process_until_its_exit() {
+    let (state, ws) = (tmp(), tmp());
+    let agent = agent_builder(reference(state.path()), ws.path()).build();
+    let r = agent.run("[[sleep 300]] slow").await.expect("run");
+    let exited = r.raw().exited.expect("the provider's exit was seen");
+    assert!(
+        exited >= Duration::from_millis(300),
+        "the provider slept 300 ms, so it lived at least that long: {exited:?}"
+    );
+    assert!(exited < r.duration, "{exited:?} within {:?}", r.duration);
+    let last_read = r
+        .raw()
+        .chunks
+        .iter()
+        .filter(|c| c.stream != adaptor::StreamKind::Stdin)
+        .map(|c| c.at)
+        .max()
+        .expect("output was read");
+    assert!(
+        last_read <= exited + Duration::from_secs(1),
+        "output read long after the exit: {last_read:?} against {exited:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -50,6 +50,7 @@ async fn a_thread_keeps_its_process_across_turns() {
     let (events, first) = collect(t.stream("hello")).await;
     let first = first.unwrap();
     assert!(first.exit.kept_alive, "the process outlives the turn");
+    assert_eq!(first.raw().exited, None, "no exit to time in a kept turn");
     let pid = spawned_pid(&events).expect("a spawn");
     assert!(pid_alive(pid));
     assert!(
@@ -91,6 +92,7 @@ async fn one_shot_plain_and_idle_runs_do_not_keep_processes() {
     let plain = agent.run("plain").await.unwrap();
     assert!(!plain.exit.kept_alive);
     assert_eq!(plain.exit.code, Some(0));
+    assert!(plain.raw().exited.is_some(), "its process's exit is timed");
 
     let t = agent.thread("idle");
     let (events, r) = collect(t.stream("hello")).await;
