@@ -244,9 +244,10 @@ pub struct RawStreams {
     pub terminal: Option<TerminalPayload>,
     /// When the host saw the provider process exit, timed as [`ChunkRecord::at`] is (since
     /// the run attached to the process): how long the process lived in this run as the host
-    /// can tell, from the spawner's reply (the process has started) to its exit's report.
-    /// `None` when it did not exit in this run (a thread kept it for its next turn), never
-    /// started, or waiting for it failed.
+    /// can tell, from the spawner's report that its program runs (read on a thread of its
+    /// own, so a busy host does not delay it) to the report of its exit. `None` when it did
+    /// not exit in this run (a thread kept it for its next turn), never started, or waiting
+    /// for it failed.
     ///
     /// For a run on a process of its own, [`RunResult::duration`] minus this is the host's
     /// own time in the run: preparing and launching the process, then concluding after its

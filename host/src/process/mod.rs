@@ -619,6 +619,7 @@ mod tests {
             stdout: None,
             stderr: None,
             guard: unix::GroupGuard::armed(pgid),
+            started: std::time::Instant::now(),
         };
         assert!(spawned.child.only_the_reaper_is_left());
         let grace = Duration::from_secs(5);

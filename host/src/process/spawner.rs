@@ -848,6 +848,11 @@ pub(crate) struct Launched {
     /// Becomes `Some` once the spawner reports its end; closed without a value if the
     /// spawner ended first.
     pub exit: tokio::sync::watch::Receiver<Option<Exit>>,
+    /// When the reader thread read the report: the program was running by then (the
+    /// spawner reports a launch once its provider has exec'd). Taken there, not where the
+    /// launch is awaited: a CLI that takes every CPU as it starts (Claude Code does) can
+    /// keep a busy caller from that moment for milliseconds.
+    pub at: std::time::Instant,
 }
 
 type LaunchReply = tokio::sync::oneshot::Sender<io::Result<Launched>>;
@@ -1171,6 +1176,7 @@ fn read_replies(mut reader: FrameReader, shared: &Mutex<Shared>, child: Option<S
             Ok(None) => break "the spawner ended".to_owned(),
             Err(e) => break format!("reading from the spawner failed: {e}"),
         };
+        let read_at = std::time::Instant::now();
         let reply: Reply = match serde_json::from_slice(&body) {
             Ok(r) => r,
             Err(e) => break format!("the spawner sent an unreadable reply: {e}"),
@@ -1194,7 +1200,12 @@ fn read_replies(mut reader: FrameReader, shared: &Mutex<Shared>, child: Option<S
                     shared.exits.insert(pid, exit_tx);
                     shared.pending.remove(&id)
                 };
-                let launched = Launched { pid, stdio, exit };
+                let launched = Launched {
+                    pid,
+                    stdio,
+                    exit,
+                    at: read_at,
+                };
                 if reply.is_none_or(|r| r.send(Ok(launched)).is_err()) {
                     // Nobody waits for it any more: it must not run unattended.
                     kill_group(pid);

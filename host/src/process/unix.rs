@@ -23,6 +23,9 @@ pub(crate) struct Spawned {
     pub stdout: Option<ChildStdout>,
     pub stderr: Option<ChildStderr>,
     pub guard: GroupGuard,
+    /// When the host learned that the program runs (its `exec` done): the spawner's report,
+    /// as its reader thread read it ([`Launched::at`](super::spawner::Launched::at)).
+    pub started: std::time::Instant,
 }
 
 /// The provider's exit, as the spawner reports it (see [`Exit`](super::spawner::Exit)).
@@ -153,6 +156,7 @@ pub(crate) async fn spawn(spec: &ProcessSpec) -> io::Result<Spawned> {
         pid,
         stdio: [stdin, stdout, stderr],
         exit,
+        at: started,
     } = super::spawner::launch(spec).await?;
     // Armed first: if wrapping the pipes fails, the group is killed.
     let guard = GroupGuard {
@@ -170,6 +174,7 @@ pub(crate) async fn spawn(spec: &ProcessSpec) -> io::Result<Spawned> {
         child: ProviderChild { exit },
         pid,
         guard,
+        started,
     })
 }
 

@@ -37,6 +37,10 @@ struct Attached {
     keep_alive: bool,
     /// A resident process's open stdin; a new process's stdin is piped here.
     stdin: Option<StdinPipe>,
+    /// When the run attached to the process (`ChunkRecord::at` counts from it): when the
+    /// host learned that the process it spawned runs, else when it took a prewarmed or
+    /// resident one.
+    attached_at: Instant,
 }
 
 /// An open stdin: where the turn's writes go, and the task that writes them.
@@ -61,6 +65,7 @@ impl Run {
             initial,
             keep_alive,
             stdin: pipe,
+            attached_at,
         } = match attach {
             Attach::Spawn(prepared) => {
                 let Prepared {
@@ -74,7 +79,7 @@ impl Run {
                     warm,
                 } = *prepared;
                 let input_written = warm.as_ref().is_some_and(|w| w.input_written);
-                let spawned = match warm {
+                let (spawned, attached_at) = match warm {
                     Some(super::warm::Taken {
                         spawned, waited, ..
                     }) => {
@@ -104,13 +109,18 @@ impl Run {
                                 })),
                             }))
                             .await;
-                        spawned
+                        (spawned, Instant::now())
                     }
-                    None => process::spawn(&spec).await.map_err(|source| Error::Spawn {
-                        driver: name.clone(),
-                        program: spec.program.display().to_string(),
-                        source,
-                    })?,
+                    None => {
+                        let spawned =
+                            process::spawn(&spec).await.map_err(|source| Error::Spawn {
+                                driver: name.clone(),
+                                program: spec.program.display().to_string(),
+                                source,
+                            })?;
+                        let started = spawned.started;
+                        (spawned, started)
+                    }
                 };
                 tracing::info!(
                     pid = spawned.pid,
@@ -150,6 +160,7 @@ impl Run {
                     initial,
                     keep_alive,
                     stdin: None,
+                    attached_at,
                 }
             }
             Attach::Reuse(resident, actions) => {
@@ -180,6 +191,7 @@ impl Run {
                         sender: r.stdin,
                         writer: r.stdin_writer,
                     }),
+                    attached_at: Instant::now(),
                 }
             }
         };
@@ -210,7 +222,7 @@ impl Run {
                 launch: Some(launch_record.clone()),
                 ..RawStreams::default()
             },
-            spawned_at: Instant::now(),
+            spawned_at: attached_at,
             idle_fired: false,
             budget: OutputBudget::new(
                 self.inner.settings.max_output_bytes,
