@@ -121,9 +121,11 @@ pub enum StreamKind {
 pub struct ChunkRecord {
     /// The stream.
     pub stream: StreamKind,
-    /// Time since the run attached to the process: its spawn, or the moment the run took a
-    /// prewarmed or resident process. Input written to a prewarmed process before the run
-    /// took it (its launch's prompt-independent input) is recorded first, at zero.
+    /// Time since the run attached to the process: for a process it spawned, when the host
+    /// learned that its program runs (the spawner's report, read on a thread of its own);
+    /// else the moment the run took a prewarmed or resident process. Input written to a
+    /// prewarmed process before the run took it (its launch's prompt-independent input) is
+    /// recorded first, at zero.
     ///
     /// A read is timed when it returned; a write when the host handed its bytes over (to the
     /// pipe, or to the writer task when the pipe was full), before the `write` call returns.
