@@ -34,7 +34,8 @@
 //!
 //! Also: the `adaptor run` process's peak RSS beside the CLI (VmHWM, sampled every 5 ms, and
 //! the largest private share seen, `RssAnon`: the rest is clean pages of the executable and
-//! shared libraries, shared with every process running them and reclaimable) and
+//! shared libraries, shared with every process running them and reclaimable; in an untimed
+//! run of its own each round, as the sampling costs the process under it) and
 //! the cold compile and cached load of the built-in drivers.
 //!
 //! Every row checks that the mock saw exactly the model requests it should (one per turn).
@@ -50,7 +51,7 @@ use adaptor::store::MemoryStore;
 use adaptor::{Agent, AgentBuilder, Driver, Event, LoadOptions};
 use adaptor_integration_tests::mock_anthropic::{MockAnthropic, claude_env, claude_path};
 use adaptor_integration_tests::mock_openai::{MockOpenAi, codex_env, codex_home, codex_path};
-use adaptor_integration_tests::{bin_dir, driver_path, proc_kib};
+use adaptor_integration_tests::{bin_dir, driver_path, own_time_of_json_run, proc_kib};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -96,7 +97,11 @@ struct OneShot<'a> {
     program: &'a Path,
     env: &'a [(String, String)],
     cold: &'a Agent,
-    warm: &'a Agent,
+    /// The agent of the prewarmed row, without `prewarm`: built for that row alone and
+    /// closed after it, so that no warm process of ours idles beside the other rows (an idle
+    /// Codex app-server's file-watcher thread woke during them, taking CPU from whatever was
+    /// measured).
+    warm: &'a dyn Fn() -> AgentBuilder,
     /// Driver config added to `adaptor run`'s for one more `adaptor run` row each (the Codex
     /// driver's exec transport: the raw row's own entry point, where its default for a
     /// streaming caller is the app-server).
@@ -106,11 +111,11 @@ struct OneShot<'a> {
 }
 
 impl OneShot<'_> {
-    /// Fill the warm agent's pool and give the new process a second to finish starting
-    /// (untimed: nothing is measured meanwhile).
-    fn warm_up(&self, rt: &tokio::runtime::Runtime) {
+    /// Fill `warm`'s pool and give the new process a second to finish starting (untimed:
+    /// nothing is measured meanwhile).
+    fn warm_up(rt: &tokio::runtime::Runtime, warm: &Agent) {
         rt.block_on(async {
-            self.warm.warm_up().await.expect("prewarm");
+            warm.warm_up().await.expect("prewarm");
             tokio::time::sleep(Duration::from_secs(1)).await;
         })
     }
@@ -218,13 +223,18 @@ impl Bench {
         codex_env(self.codex_home.path(), self.home.path())
     }
 
-    /// A command with only `PATH` and `env` (what the host passes the CLI, and no more).
+    /// A command with only `PATH` and `env` (what the host passes the CLI, and no more),
+    /// run in the workspace: the bench's own working directory (set in `main`), which every
+    /// child inherits. Not `Command::current_dir`: for it the standard library of a static
+    /// glibc build (as the release is) forks the whole bench — its threads, mocks and
+    /// agents — instead of starting the child as `posix_spawn` does, which added about
+    /// 0.5 ms to every row's wall time and, uncounted by the raw CLI, to the host's own
+    /// time of `adaptor run` (a `sched` trace: fork to `exec` 0.87 against 0.35 ms).
     fn command(&self, program: &Path, env: &[(String, String)]) -> Command {
         let mut cmd = Command::new(program);
         cmd.env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .envs(env.iter().map(|(k, v)| (k, v)))
-            .current_dir(self.ws.path())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
@@ -255,8 +265,8 @@ impl Bench {
         self.on(Cli::Codex, what, expected, f)
     }
 
-    /// One round of one CLI's one-shot rows: raw CLI, `adaptor run` (its peak RSS and private
-    /// RSS, MiB, pushed to `rss`), `Agent::run` cold, then on a prewarmed process, then
+    /// One round of one CLI's one-shot rows: raw CLI, `adaptor run`, `Agent::run` cold, then
+    /// on a prewarmed process, then
     /// `adaptor run` with each of `adaptor_variants`, then each SDK script; wall and time to
     /// first text of each, in the order of the table. They run in a different order each
     /// round, shuffled ([`round_order`]): a fixed order measured every path right after the
@@ -266,18 +276,20 @@ impl Bench {
     /// showed none. Rotating the order is not enough: it keeps every path's neighbour (the
     /// Codex exec-transport row, always right after the prewarmed run and its pool's
     /// refill, read 28–46 ms over the raw CLI in rotated runs, where 100 alternating rounds
-    /// by hand put it at 7.8 ms). The prewarmed run takes a process started ≥ 1 s before, and the pool's refill
-    /// (a new CLI starting) is waited out before the next path, untimed. The pool is filled
-    /// right before the run as well, not only once before the rounds: the paths outside
-    /// our confinement (the raw CLI, the SDKs) create Claude Code's `~/.claude.json` on
-    /// their first run, and a process warmed before that file existed is rightly refused
-    /// (the confinement grants a state file only once it exists, so its rules differ).
+    /// by hand put it at 7.8 ms). The prewarmed run takes a process started ≥ 1 s before, on
+    /// an agent built for that row (its pool filled then, after the other paths' runs: those
+    /// outside our confinement, the raw CLI and the SDKs, create Claude Code's
+    /// `~/.claude.json` on their first run, and a process warmed before that file existed is
+    /// rightly refused, the confinement granting a state file only once it exists); the
+    /// pool's refill (a new CLI starting) is waited out, untimed, and the agent closed before
+    /// the next path. With `rss` (MiB), one more `adaptor run` after the rows, untimed, gives
+    /// its peak and private RSS.
     fn one_shot_round(
         &self,
         rt: &tokio::runtime::Runtime,
         one: &OneShot<'_>,
         round: usize,
-        rss: &mut Vec<(f64, f64)>,
+        rss: Option<&mut Vec<(f64, f64)>>,
     ) -> Vec<Sample> {
         let cli = one.cli;
         let variants = one.adaptor_variants.len();
@@ -290,26 +302,30 @@ impl Bench {
                     Cli::Codex => self.raw_codex(),
                 })),
                 1 => self.on(cli, "adaptor run", 1, || {
-                    let (sample, peak, private) =
-                        self.adaptor_run(one.driver, one.program, &json!({}), one.env);
-                    rss.push((peak as f64 / 1024.0, private as f64 / 1024.0));
-                    sample
+                    self.adaptor_run(one.driver, one.program, &json!({}), one.env, false)
+                        .0
                 }),
                 2 => self.on(cli, "Agent::run", 1, || {
                     rt.block_on(agent_run(one.cold, false))
                 }),
                 3 => {
-                    one.warm_up(rt);
+                    let warm = rt.block_on(async { (one.warm)().prewarm(1).build() });
+                    OneShot::warm_up(rt, &warm);
                     let measured = self.on(cli, "Agent::run, prewarmed", 1, || {
-                        rt.block_on(agent_run(one.warm, true))
+                        rt.block_on(agent_run(&warm, true))
                     });
-                    one.warm_up(rt);
+                    // The refill, a CLI starting, is waited out before the agent closes
+                    // (which stops it): a CLI stopped in the middle of its start could leave
+                    // its state files half-written for the rows after.
+                    OneShot::warm_up(rt, &warm);
+                    rt.block_on(warm.close());
                     measured
                 }
                 variant if variant < 4 + variants => {
                     let extra = &one.adaptor_variants[variant - 4];
                     self.on(cli, "adaptor run (variant)", 1, || {
-                        self.adaptor_run(one.driver, one.program, extra, one.env).0
+                        self.adaptor_run(one.driver, one.program, extra, one.env, false)
+                            .0
                     })
                 }
                 _ => {
@@ -321,6 +337,14 @@ impl Bench {
                     })
                 }
             };
+        }
+        if let Some(rss) = rss {
+            // Untimed, after the round's rows: a run of its own for the memory figures.
+            let (_, peaks) = self.on(cli, "adaptor run (RSS)", 1, || {
+                self.adaptor_run(one.driver, one.program, &json!({}), one.env, true)
+            });
+            let (peak, private) = peaks.expect("sampled");
+            rss.push((peak as f64 / 1024.0, private as f64 / 1024.0));
         }
         sample
     }
@@ -369,15 +393,19 @@ impl Bench {
     }
 
     /// `adaptor run --json` as a whole process, `extra` (an object) added to its driver
-    /// config: its sample (the host's own time from its result line's `provider_ms`), its
-    /// peak RSS and the largest private (anonymous) RSS seen (KiB), sampled until it exits.
+    /// config: its sample (the host's own time from its result line's `provider_ms`) and,
+    /// with `rss`, its peak RSS and the largest private (anonymous) RSS seen (KiB), sampled
+    /// every 5 ms until it exits. A run that samples is not one that is timed: polling the
+    /// process's `/proc` status beside it added about 0.5 ms to the host's own time (paired,
+    /// 30 rounds by hand).
     fn adaptor_run(
         &self,
         driver: &str,
         cli: &Path,
         extra: &Value,
         env: &[(String, String)],
-    ) -> (Sample, u64, u64) {
+        rss: bool,
+    ) -> (Sample, Option<(u64, u64)>) {
         let mut config = json!({ "command": cli.display().to_string() });
         if let (Some(config), Some(extra)) = (config.as_object_mut(), extra.as_object()) {
             config.extend(extra.clone());
@@ -394,22 +422,23 @@ impl Bench {
         }
         let start = Instant::now();
         let mut child = cmd.arg(PROMPT).spawn().expect("spawn adaptor");
-        // Sampled beside the wait, so the wall time is the process's, not a polling step's.
         let status = format!("/proc/{}/status", child.id());
         let done = std::sync::atomic::AtomicBool::new(false);
-        let (wall, output, (peak, private)) = std::thread::scope(|scope| {
-            let sampler = scope.spawn(|| {
-                let (mut peak, mut private) = (0, 0);
-                while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                    if let Some(kib) = proc_kib(&status, "VmHWM") {
-                        peak = peak.max(kib);
+        let (wall, output, peaks) = std::thread::scope(|scope| {
+            let sampler = rss.then(|| {
+                scope.spawn(|| {
+                    let (mut peak, mut private) = (0, 0);
+                    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                        if let Some(kib) = proc_kib(&status, "VmHWM") {
+                            peak = peak.max(kib);
+                        }
+                        if let Some(kib) = proc_kib(&status, "RssAnon") {
+                            private = private.max(kib);
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
                     }
-                    if let Some(kib) = proc_kib(&status, "RssAnon") {
-                        private = private.max(kib);
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                (peak, private)
+                    (peak, private)
+                })
             });
             let mut output = String::new();
             child
@@ -422,23 +451,15 @@ impl Bench {
             let wall = ms(start.elapsed());
             done.store(true, std::sync::atomic::Ordering::Relaxed);
             assert!(exit.success(), "adaptor run --driver {driver} failed");
-            (wall, output, sampler.join().expect("the RSS sampler"))
+            let peaks = sampler.map(|s| s.join().expect("the RSS sampler"));
+            (wall, output, peaks)
         });
-        let result: Value = output
-            .lines()
-            .last()
-            .and_then(|l| serde_json::from_str(l).ok())
-            .filter(|v: &Value| v["kind"] == "result")
-            .unwrap_or_else(|| panic!("adaptor run --json ends with its result: {output}"));
-        let provider = result["provider_ms"]
-            .as_f64()
-            .expect("the result line times the provider's exit");
         let sample = Sample {
             wall,
             first: None,
-            host: Some(wall - provider),
+            host: Some(own_time_of_json_run(&output, wall)),
         };
-        (sample, peak, private)
+        (sample, peaks)
     }
 
     /// An SDK script's `oneshot` (wall from outside) or `session` (its per-turn lines).
@@ -801,6 +822,8 @@ fn main() {
         }
     });
     codex_home(b.codex_home.path(), &b.openai.base_url(), b.ws.path()).unwrap();
+    // Every child starts in the workspace by inheriting it (see `Bench::command`).
+    std::env::set_current_dir(b.ws.path()).expect("enter the workspace");
     let node = PathBuf::from("node");
     let (claude_env, codex_env) = (b.claude_env(), b.codex_env());
     let ws = b.ws.path();
@@ -819,14 +842,9 @@ fn main() {
             ws,
         )
     };
-    let claude_warm = rt.block_on(async { claude_stream_json().prewarm(1).build() });
     let codex_cold =
         rt.block_on(async { agent_builder("codex", &b.codex, json!({}), &codex_env, ws).build() });
-    let codex_warm = rt.block_on(async {
-        agent_builder("codex", &b.codex, json!({}), &codex_env, ws)
-            .prewarm(1)
-            .build()
-    });
+    let codex_builder = || agent_builder("codex", &b.codex, json!({}), &codex_env, ws);
 
     let mut rows: Vec<(&str, Row)> = [
         "claude: raw `claude -p`",
@@ -853,7 +871,7 @@ fn main() {
         program: &b.claude,
         env: &claude_env,
         cold: &claude_cold,
-        warm: &claude_warm,
+        warm: &claude_stream_json,
         adaptor_variants: Vec::new(),
         sdks: vec![(&node, "claude_sdk.mjs"), (&b.python, "claude_sdk.py")],
     };
@@ -863,14 +881,14 @@ fn main() {
         program: &b.codex,
         env: &codex_env,
         cold: &codex_cold,
-        warm: &codex_warm,
+        warm: &codex_builder,
         adaptor_variants: vec![json!({"transport": "exec"})],
         sdks: vec![(&node, "codex_sdk.mjs")],
     };
     for round in 0..=rounds {
         let measured = round > 0;
-        let mut sample = b.one_shot_round(&rt, &claude_one, round, &mut rss);
-        sample.extend(b.one_shot_round(&rt, &codex_one, round, &mut Vec::new()));
+        let mut sample = b.one_shot_round(&rt, &claude_one, round, Some(&mut rss));
+        sample.extend(b.one_shot_round(&rt, &codex_one, round, None));
         if measured {
             for ((_, row), sample) in rows.iter_mut().zip(sample) {
                 row.push(sample);
@@ -966,14 +984,7 @@ fn main() {
         host_times[1].extend(later(&codex_host));
     }
     rt.block_on(async {
-        for agent in [
-            &claude_cold,
-            &claude_warm,
-            &codex_cold,
-            &codex_warm,
-            &claude_thread,
-            &codex_thread,
-        ] {
+        for agent in [&claude_cold, &codex_cold, &claude_thread, &codex_thread] {
             agent.close().await;
         }
     });
@@ -1061,10 +1072,10 @@ fn main() {
         );
     }
     println!(
-        "host RSS: `adaptor run --driver claude` peak {:.1} MiB, of which private {:.1} MiB (medians of {} runs; VmHWM of the adaptor process alone and its largest RssAnon, sampled every 5 ms; the rest is clean pages of the executable and libraries, shared and reclaimable)",
+        "host RSS: `adaptor run --driver claude` peak {:.1} MiB, of which private {:.1} MiB (medians of {} untimed runs; VmHWM of the adaptor process alone and its largest RssAnon, sampled every 5 ms; the rest is clean pages of the executable and libraries, shared and reclaimable)",
         median(rss.iter().map(|r| r.0).collect()),
         median(rss.iter().map(|r| r.1).collect()),
-        rounds + 1
+        rss.len()
     );
     for name in ["claude", "codex", "reference"] {
         let (size, cold, cached) = cold_and_cached(name);

@@ -25,7 +25,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use adaptor::{Agent, Driver, LoadOptions, Mcp, Tool};
-use adaptor_integration_tests::{bin_dir, driver_path, provider_path};
+use adaptor_integration_tests::{bin_dir, driver_path, own_time_of_json_run, provider_path};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const PROMPT: &str = "benchmark prompt";
@@ -106,19 +106,8 @@ fn cli(state: &Path, ws: &Path) -> (Duration, Duration) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let result: serde_json::Value = stdout
-        .lines()
-        .last()
-        .and_then(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| panic!("adaptor run --json ends with its result: {stdout}"));
-    let provider = result["provider_ms"]
-        .as_f64()
-        .unwrap_or_else(|| panic!("the result line times the provider's exit: {result}"));
-    (
-        wall,
-        wall.saturating_sub(Duration::from_secs_f64(provider / 1e3)),
-    )
+    let own = own_time_of_json_run(&String::from_utf8_lossy(&out.stdout), ms(wall));
+    (wall, Duration::from_secs_f64(own.max(0.0) / 1e3))
 }
 
 fn direct_process(state: &Path) -> Duration {

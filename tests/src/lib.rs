@@ -42,6 +42,23 @@ pub fn bin_dir() -> PathBuf {
     profile.to_path_buf()
 }
 
+/// The host's own time in one `adaptor run --json`: `wall` (as the caller measured it, ms)
+/// minus the provider process's life, the `provider_ms` of the `result` line that ends
+/// `stdout`. Panics, quoting the output, when the last line is not a result that times the
+/// provider's exit.
+pub fn own_time_of_json_run(stdout: &str, wall: f64) -> f64 {
+    let result: serde_json::Value = stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .filter(|v: &serde_json::Value| v["kind"] == "result")
+        .unwrap_or_else(|| panic!("adaptor run --json ends with its result: {stdout}"));
+    let provider = result["provider_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("the result line times the provider's exit: {result}"));
+    wall - provider
+}
+
 /// Path of the built reference provider.
 pub fn provider_path() -> PathBuf {
     let p = bin_dir().join("reference-provider");

@@ -1406,6 +1406,7 @@ mod tests {
     use std::io::Write;
     use std::os::unix::ffi::OsStringExt;
     use std::os::unix::process::ExitStatusExt;
+    use std::time::Instant;
 
     use super::*;
 
@@ -1531,6 +1532,47 @@ mod tests {
             assert_eq!(status.code(), Some(3), "{kind}");
 
             refuses_a_missing_program(&conn, 2, shell(""), kind).await;
+        }
+    }
+
+    /// A launch is timed when the reader thread reads the spawner's report, not when its
+    /// caller gets round to awaiting it: a caller whose thread is kept busy after its program
+    /// started (here blocked for 300 ms; a CLI that takes every CPU as it starts does this
+    /// to a real host) still learns when the program started. Stamped where it is awaited,
+    /// `at` would come after `awaited`.
+    #[tokio::test]
+    async fn a_launch_is_timed_when_its_report_is_read_not_when_it_is_awaited() {
+        let dir = tempfile::tempdir().unwrap();
+        for (kind, conn) in [
+            (
+                "process",
+                Connection::process().expect("the hook is linked into tests"),
+            ),
+            ("in-process", Connection::in_process().unwrap()),
+        ] {
+            let marker = dir.path().join(kind);
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let script = format!("touch '{}'; cat >/dev/null", marker.display());
+            conn.send(1, Outgoing::new(&shell(&script), reply));
+            // The program has run by the time its marker exists; the report of its launch
+            // was sent before that (once it exec'd). Block this thread meanwhile and on.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !marker.exists() {
+                assert!(Instant::now() < deadline, "{kind}: the program never ran");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            let awaited = Instant::now();
+            let launched = answer.await.expect("answered").expect("launched");
+            assert!(
+                launched.at < awaited,
+                "{kind}: the launch was timed {:?} after it was awaited",
+                launched.at - awaited
+            );
+            let [stdin, _stdout, _stderr] = launched.stdio;
+            drop(stdin);
+            let status = reported_exit(launched.exit).await;
+            assert_eq!(status.code(), Some(0), "{kind}");
         }
     }
 
