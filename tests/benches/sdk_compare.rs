@@ -97,8 +97,8 @@ struct OneShot<'a> {
     program: &'a Path,
     env: &'a [(String, String)],
     cold: &'a Agent,
-    /// The agent of the prewarmed row, without `prewarm`: built for that row alone and
-    /// closed after it, so that no warm process of ours idles beside the other rows (an idle
+    /// The builder of the prewarmed row's agent (`prewarm` is added there): the agent is
+    /// built for that row alone and closed after it, so that no warm process of ours idles beside the other rows (an idle
     /// Codex app-server's file-watcher thread woke during them, taking CPU from whatever was
     /// measured).
     warm: &'a dyn Fn() -> AgentBuilder,
@@ -266,9 +266,8 @@ impl Bench {
     }
 
     /// One round of one CLI's one-shot rows: raw CLI, `adaptor run`, `Agent::run` cold, then
-    /// on a prewarmed process, then
-    /// `adaptor run` with each of `adaptor_variants`, then each SDK script; wall and time to
-    /// first text of each, in the order of the table. They run in a different order each
+    /// on a prewarmed process, then `adaptor run` with each of `adaptor_variants`, then each
+    /// SDK script; wall and time to first text of each, in the order of the table. They run in a different order each
     /// round, shuffled ([`round_order`]): a fixed order measured every path right after the
     /// same neighbour, whose leftovers (the CLI's own background children, caches, a warm
     /// process just started) then counted against it alone — `adaptor run`, always right
