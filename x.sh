@@ -38,9 +38,9 @@ TEST_DRIVERS=("testbed-driver:testbed" "broken-driver:broken" "unstable-driver:u
 
 # The release build's target: the host, named explicitly. On Linux with glibc the release
 # executables are static (`-C target-feature=+crt-static`, static-pie: no dynamic loader,
-# no libc.so to map and relocate at every start; README, "The host's own overhead"). The
-# flag goes to the target's rustflags, and `--target` keeps it off the build scripts and
-# proc macros, which must stay dynamic. Output: $RELEASE_DIR ($TARGET/<host>/release).
+# no libc.so to map and relocate at every start; docs/performance.md, "The host's own
+# overhead"). The flag goes to the target's rustflags, and `--target` keeps it off the build
+# scripts and proc macros, which must stay dynamic. Output: $RELEASE_DIR ($TARGET/<host>/release).
 # `--target` also names the crates differently from a plain build (symbol-order.txt names
 # this build's functions). Callers pass "${RELEASE_TARGET[@]}" to each release cargo command.
 release_setup() {

@@ -11,8 +11,9 @@ use clap::{ArgMatches, Args, Command, Error, FromArgMatches, Subcommand};
 /// `Command` only when clap builds that command (`Command::defer`): when it is the one
 /// invoked, or for its help. Its name, description and settings stay on the variant, so
 /// `adaptor --help` and the suggestions for a mistyped command need none of it. Measured
-/// (README, "The host's own overhead"): short commands such as `adaptor --version` 0.16 ms
-/// faster; `adaptor run`, which builds its own large argument set anyway, no measurable change.
+/// (docs/performance.md, "The host's own overhead"): short commands such as
+/// `adaptor --version` 0.16 ms faster; `adaptor run`, which builds its own large argument set
+/// anyway, no measurable change.
 ///
 /// Completions are generated from the whole tree built at once ([`expanded`]): clap
 /// copies the tree as it stands into the `help` subcommand's, which completion scripts

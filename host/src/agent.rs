@@ -548,7 +548,7 @@ impl AgentBuilder {
     /// Linux: whether providers get `PR_SET_PDEATHSIG(SIGKILL)`, so they die even if the host
     /// is killed without any chance to clean up (default: on). It makes each launch use
     /// `fork` instead of `posix_spawn`, which cost about 1.2 ms per run on the 2-core CI
-    /// machine (see the README's benchmark). Process groups, cancel, timeout and drop
+    /// machine (see docs/performance.md). Process groups, cancel, timeout and drop
     /// handling stay in force either way.
     pub fn parent_death_signal(mut self, on: bool) -> Self {
         self.settings.parent_death_signal = on;

@@ -17,8 +17,8 @@
 //! config). A run on a fresh instance makes the same calls, `validate-config` first; the spare
 //! has had `describe` before it, a deterministic query the contract has the host call once
 //! per load. One instance instead of three took 0.1–0.5 ms off a one-shot `adaptor run` in
-//! interleaved rounds (README, "The host's own overhead"). Only one run takes it (later runs and
-//! later attempts instantiate), only with the limits it was made with
+//! interleaved rounds (docs/performance.md, "The host's own overhead"). Only one run takes it
+//! (later runs and later attempts instantiate), only with the limits it was made with
 //! ([`GuestLimits::default`]), and it is dropped with the last clone of the driver. Until
 //! then it holds the linear memory `describe` and `validate-config` grew it to (within
 //! `memory_bytes`, 64 MiB by default), which a

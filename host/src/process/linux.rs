@@ -578,7 +578,7 @@ impl ChildPlan<'_> {
             // with a byte (see `exec_error`) rather than by the pipe's end alone. A write
             // wakes the waiting spawner as a hand-over to this CPU, which this process
             // leaves at once; the pipe's end woke it on the CPU it last ran on, behind the
-            // starting provider (README, "The host's own overhead").
+            // starting provider (docs/performance.md, "The host's own overhead").
             //
             // The write's result is not needed: a spawner that no longer reads has given
             // up the launch (and a SIGPIPE ends this reaper, its namespace with it).

@@ -586,7 +586,7 @@ impl Run {
         self.announce_warm_pool().await;
         // The stages of a turn are boxed where they are large or rare: every enclosing future
         // then stays small, so none of them copies kilobytes per turn when it is moved (see
-        // "Per turn in a conversation" in the README).
+        // "Per turn in a conversation" in docs/performance.md).
         let mut result = Box::pin(self.supervise(attach)).await;
         // The provider rejected the stored session: one fresh attempt, announced.
         if let Err(Error::Run(e)) = &result
