@@ -98,9 +98,9 @@ struct OneShot<'a> {
     env: &'a [(String, String)],
     cold: &'a Agent,
     /// The builder of the prewarmed row's agent (`prewarm` is added there): the agent is
-    /// built for that row alone and closed after it, so that no warm process of ours idles beside the other rows (an idle
-    /// Codex app-server's file-watcher thread woke during them, taking CPU from whatever was
-    /// measured).
+    /// built for that row alone and closed after it, so that no warm process of ours idles
+    /// beside the other rows (an idle Codex app-server's file-watcher thread woke during
+    /// them, taking CPU from whatever was measured).
     warm: &'a dyn Fn() -> AgentBuilder,
     /// Driver config added to `adaptor run`'s for one more `adaptor run` row each (the Codex
     /// driver's exec transport: the raw row's own entry point, where its default for a
@@ -267,9 +267,9 @@ impl Bench {
 
     /// One round of one CLI's one-shot rows: raw CLI, `adaptor run`, `Agent::run` cold, then
     /// on a prewarmed process, then `adaptor run` with each of `adaptor_variants`, then each
-    /// SDK script; wall and time to first text of each, in the order of the table. They run in a different order each
-    /// round, shuffled ([`round_order`]): a fixed order measured every path right after the
-    /// same neighbour, whose leftovers (the CLI's own background children, caches, a warm
+    /// SDK script; wall and time to first text of each, in the order of the table. They run
+    /// in a different order each round, shuffled ([`round_order`]): a fixed order measured
+    /// every path right after the same neighbour, whose leftovers (the CLI's own background children, caches, a warm
     /// process just started) then counted against it alone — `adaptor run`, always right
     /// after the raw CLI, read 40–70 ms slower than it where an alternating A/B of the two
     /// showed none. Rotating the order is not enough: it keeps every path's neighbour (the
@@ -841,9 +841,8 @@ fn main() {
             ws,
         )
     };
-    let codex_cold =
-        rt.block_on(async { agent_builder("codex", &b.codex, json!({}), &codex_env, ws).build() });
     let codex_builder = || agent_builder("codex", &b.codex, json!({}), &codex_env, ws);
+    let codex_cold = rt.block_on(async { codex_builder().build() });
 
     let mut rows: Vec<(&str, Row)> = [
         "claude: raw `claude -p`",

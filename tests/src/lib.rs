@@ -637,3 +637,34 @@ pub fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
     found.sort();
     found
 }
+
+#[cfg(test)]
+mod tests {
+    use super::own_time_of_json_run;
+
+    #[test]
+    fn own_time_is_the_wall_minus_the_provider_life_of_the_last_result_line() {
+        let out = concat!(
+            r#"{"kind":"event","type":"text","text":"{\"kind\":\"result\"}"}"#,
+            "\n",
+            r#"{"kind":"result","duration_ms":7.5,"provider_ms":2.25}"#,
+            "\n"
+        );
+        assert_eq!(own_time_of_json_run(out, 9.0), 6.75);
+    }
+
+    #[test]
+    #[should_panic(expected = "ends with its result")]
+    fn output_without_a_final_result_line_is_refused() {
+        own_time_of_json_run(
+            "{\"kind\":\"result\",\"provider_ms\":1}\n{\"kind\":\"event\"}\n",
+            9.0,
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "times the provider's exit")]
+    fn a_result_without_the_provider_life_is_refused() {
+        own_time_of_json_run("{\"kind\":\"result\",\"duration_ms\":3}\n", 9.0);
+    }
+}
