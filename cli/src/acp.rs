@@ -59,7 +59,7 @@ pub async fn main(args: AcpArgs) -> ExitCode {
         store: args.store.as_deref(),
     };
     let (settings, mut builder) =
-        match crate::configured_builder(&flags, &args.containment, &args.provider_env) {
+        match crate::configured_builder(&flags, &args.containment, &args.provider_env, None) {
             Ok(configured) => configured,
             Err(code) => return code,
         };

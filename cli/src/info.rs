@@ -32,7 +32,7 @@ pub async fn inspect(
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let driver = match load_driver(&settings) {
+    let driver = match load_driver(&settings, None) {
         Ok(d) => d,
         Err(code) => return code,
     };

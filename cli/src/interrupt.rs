@@ -16,7 +16,12 @@
 //!    process (the spawner and the confinement's reaper have parent-death signals), but
 //!    the run's directory and result are not cleaned up or printed.
 //!
-//! Owns: SIGINT for the run, the watchdog thread, the unblocking of stdout. Must not: act
+//! A run that `adaptor serve` serves for another `adaptor run` gets its Ctrl-C from that
+//! client instead ([`Source::Remote`]: the client's Ctrl-C, or its hang-up), with the same
+//! three steps. The third ends the serving process, whose runs' providers end with it; its
+//! client, told nothing, exits 130 as it would have.
+//!
+//! Owns: SIGINT for the run (or its client's Ctrl-C), the watchdog thread, the unblocking of stdout. Must not: act
 //! before Ctrl-C, or end the process while the loop may still finish by itself.
 
 use std::io;
@@ -38,27 +43,80 @@ const CTRL_C: u8 = 1;
 /// Written when the watchdog is dropped: the run is over.
 const OVER: u8 = 0;
 
+/// Where a run's Ctrl-C comes from.
+pub(crate) enum Source {
+    /// SIGINT to this process: the terminal's Ctrl-C (`adaptor run`, `threads fork`).
+    Signal,
+    /// A run served for another `adaptor run` process (`adaptor serve`): its client's Ctrl-C
+    /// or hang-up, delivered through the [`RemoteCtrlC`] made with it. This process's own
+    /// SIGINT is then the server's, not the run's.
+    Remote(Remote),
+}
+
+/// The pipe a served run's watchdog listens on (see [`Source::Remote`]).
+pub(crate) struct Remote {
+    listen: OwnedFd,
+    tell: OwnedFd,
+}
+
+impl Remote {
+    /// A pipe for one served run, and the trigger that writes Ctrl-C into it.
+    pub(crate) fn new() -> io::Result<(Remote, RemoteCtrlC)> {
+        let (listen, tell) = pipe()?;
+        let trigger = RemoteCtrlC(tell.try_clone()?);
+        Ok((Remote { listen, tell }, trigger))
+    }
+}
+
+/// Ctrl-C for a served run, from any thread (see [`Source::Remote`]).
+pub(crate) struct RemoteCtrlC(OwnedFd);
+
+impl RemoteCtrlC {
+    /// A second trigger for the same run.
+    pub(crate) fn try_clone(&self) -> io::Result<RemoteCtrlC> {
+        Ok(RemoteCtrlC(self.0.try_clone()?))
+    }
+
+    /// Tell the run's watchdog that Ctrl-C came (as SIGINT would). After the run is over
+    /// nobody reads the pipe, and the byte is dropped with it.
+    pub(crate) fn ctrl_c(&self) {
+        let byte = CTRL_C;
+        // SAFETY: write(2) of one byte from a live local into our own pipe (a pipe without
+        // a reader fails with EPIPE: SIGPIPE is ignored in Rust programs).
+        unsafe { libc::write(self.0.as_raw_fd(), (&raw const byte).cast(), 1) };
+    }
+}
+
 /// The watchdog of one run's event loop; dropping it ends its thread.
 pub(crate) struct Watchdog {
     ctrl_c: Arc<AtomicBool>,
     tell: OwnedFd,
-    action: signal_hook_registry::SigId,
+    /// The SIGINT action (`Source::Signal` only).
+    action: Option<signal_hook_registry::SigId>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Watchdog {
-    /// Watch the event loop running on this thread; `cancel` stops its run.
-    pub(crate) fn start(cancel: adaptor::Canceller) -> io::Result<Watchdog> {
-        let (listen, tell) = pipe()?;
-        let raw = tell.as_raw_fd();
-        // SAFETY: the action calls only write(2), async-signal-safe, on `tell`, which stays
-        // open until the action is unregistered (in `drop`, before `tell` is closed).
-        let action = unsafe {
-            signal_hook_registry::register(libc::SIGINT, move || {
-                let byte = CTRL_C;
-                libc::write(raw, (&raw const byte).cast(), 1);
-            })
-        }?;
+    /// Watch the event loop running on this thread; `cancel` stops its run, on Ctrl-C from
+    /// `source`.
+    pub(crate) fn start(cancel: adaptor::Canceller, source: Source) -> io::Result<Watchdog> {
+        let (listen, tell, action) = match source {
+            Source::Signal => {
+                let (listen, tell) = pipe()?;
+                let raw = tell.as_raw_fd();
+                // SAFETY: the action calls only write(2), async-signal-safe, on `tell`, which
+                // stays open until the action is unregistered (in `drop`, before `tell` is
+                // closed).
+                let action = unsafe {
+                    signal_hook_registry::register(libc::SIGINT, move || {
+                        let byte = CTRL_C;
+                        libc::write(raw, (&raw const byte).cast(), 1);
+                    })
+                }?;
+                (listen, tell, Some(action))
+            }
+            Source::Remote(Remote { listen, tell }) => (listen, tell, None),
+        };
         // SAFETY: pthread_self(3) cannot fail.
         let event_loop = EventLoopThread(unsafe { libc::pthread_self() });
         let ctrl_c = Arc::new(AtomicBool::new(false));
@@ -74,7 +132,9 @@ impl Watchdog {
                 thread: Some(thread),
             }),
             Err(e) => {
-                signal_hook_registry::unregister(action);
+                if let Some(action) = action {
+                    signal_hook_registry::unregister(action);
+                }
                 Err(e)
             }
         }
@@ -92,7 +152,9 @@ impl Drop for Watchdog {
     /// run's end) would only delay this process's exit. Once Ctrl-C has been seen it is
     /// joined, so its messages are out before the exit code is.
     fn drop(&mut self) {
-        signal_hook_registry::unregister(self.action);
+        if let Some(action) = self.action {
+            signal_hook_registry::unregister(action);
+        }
         let byte = OVER;
         // SAFETY: write(2) of one byte from a live local into our own pipe.
         unsafe { libc::write(self.tell.as_raw_fd(), (&raw const byte).cast(), 1) };
@@ -189,8 +251,9 @@ fn next_byte(listen: &OwnedFd, timeout: Option<Duration>) -> io::Result<Option<u
 /// The thread running the event loop, as `pthread_kill` names it. A plain number on glibc, a
 /// pointer on musl (hence not `Send` by itself); either way a handle that any thread of the
 /// process may use while the thread it names lives. That thread is the main thread:
-/// `adaptor run` drives its loop with `block_on` on it (see `main`), and it lives until the
-/// process exits, which also ends the watchdog.
+/// `adaptor run` drives its loop with `block_on` on it (see `main`), and so does
+/// `adaptor serve` for every run it serves (see `serve`); it lives until the process exits,
+/// which also ends the watchdog.
 struct EventLoopThread(libc::pthread_t);
 
 // SAFETY: see above: the handle is only passed to `pthread_kill`, from the watchdog thread,

@@ -5,7 +5,7 @@
 //! settings name, the agent builder) and the exit codes. Modules: `run` (`adaptor run`),
 //! `view` (what a run prints), `status` (the live status line), `output` (stdout/stderr
 //! manners, colour, sanitising), `settings` (config file + flags), `info` (`inspect`,
-//! `drivers` lists, installs, verifies), `threads`, `approve` (`--approve`), `interrupt` (Ctrl-C for a run whose output is blocked), `acp` (`adaptor acp`, on `adaptor_bridges`), `deferred` (subcommand arguments built only when clap needs them). Everything else is the library's single
+//! `drivers` lists, installs, verifies), `threads`, `approve` (`--approve`), `interrupt` (Ctrl-C for a run whose output is blocked), `acp` (`adaptor acp`, on `adaptor_bridges`), `serve` (`adaptor serve`, and `adaptor run` handing its run to it), `deferred` (subcommand arguments built only when clap needs them). Everything else is the library's single
 //! pipeline; the CLI uses only the public `adaptor` API.
 //!
 //! Exit codes: 0 success · 1 the run failed · 2 usage, config or setup error · 3 driver fault
@@ -22,6 +22,7 @@ mod interrupt;
 mod output;
 mod run;
 mod scaffold;
+mod serve;
 mod settings;
 mod status;
 mod threads;
@@ -80,6 +81,10 @@ enum Command {
     /// The config file: defaults for driver, driver config, model, policy and store.
     #[command(subcommand)]
     Config(Deferred<ConfigCommand>),
+    /// Serve `adaptor run` from this process: runs started in this environment are handed
+    /// to it and skip loading the runtime and the driver (see `adaptor run` in the README).
+    #[command(after_help = serve::EXAMPLES)]
+    Serve,
     /// Print a shell completion script to stdout.
     #[command(after_help = "Examples:
   adaptor completions bash > ~/.local/share/bash-completion/completions/adaptor
@@ -150,13 +155,20 @@ pub(crate) const EXIT_DRIVER_FAULT: u8 = 3;
 pub(crate) const EXIT_INTERRUPTED: u8 = 130;
 
 fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // `adaptor run` is handed to a resident host (`adaptor serve`) if one serves this
+    // environment: first thing, before anything is started here that the host has done.
+    let not_served = match serve::hand_over(&args) {
+        serve::HandOver::Served(code) => return ExitCode::from(code),
+        serve::HandOver::Local(why) => why,
+    };
     // Commands that start providers fork their spawner first thing, while this process is
     // small and has one thread: every page it has touched by then is shared with the
     // spawner, and its first write here after the fork copies it (the host's heap after
     // clap has parsed made that measurable). The command is read from the raw arguments;
     // a wrong guess only costs a spawner that idles, or one started on first use. A
     // refusal changes nothing and is logged once logging is set up.
-    let starts = starts_providers(std::env::args_os());
+    let starts = starts_providers(args.iter().cloned());
     let refused = starts.then(adaptor::fork_spawner).and_then(Result::err);
     // The same commands load a driver and build an agent: their once-per-process work (the
     // engine, whose compiler settings detect the CPU's features, each `cpuid` a trap to the
@@ -172,7 +184,7 @@ fn main() -> ExitCode {
                 .ok()
         })
         .flatten();
-    let code = command(refused);
+    let code = command(args, refused, not_served);
     // The thread may still be removing a crashed host's run directory (a command that
     // ended early): ending the process under it could leave one half removed, without the
     // `lock` by which a later sweep knows it is dead. Long done after any run; a panic
@@ -183,8 +195,13 @@ fn main() -> ExitCode {
     code
 }
 
-/// Everything after the start-up of `main`: logging, parsing, the command.
-fn command(refused: Option<adaptor::SpawnerForkError>) -> ExitCode {
+/// Everything after the start-up of `main`: logging, parsing, the command. `not_served`:
+/// why a resident host did not serve this `adaptor run`, if one was asked.
+fn command(
+    args: Vec<std::ffi::OsString>,
+    refused: Option<adaptor::SpawnerForkError>,
+    not_served: Option<String>,
+) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ADAPTOR_LOG")
@@ -195,7 +212,10 @@ fn command(refused: Option<adaptor::SpawnerForkError>) -> ExitCode {
         .with_writer(output::log_writer())
         .with_ansi(output::stderr_styled())
         .init();
-    let cli = match parse_args() {
+    if let Some(why) = not_served {
+        tracing::debug!("not served by `adaptor serve`: {why}");
+    }
+    let cli = match parse_args(args) {
         Ok(cli) => cli,
         Err(e) => {
             // Help and version go to stdout (exit 0), usage errors to stderr (exit 2); a
@@ -226,7 +246,7 @@ fn command(refused: Option<adaptor::SpawnerForkError>) -> ExitCode {
             }
         });
     let configured = match &cli.command {
-        Command::Run(Deferred(args)) => Some(run::configure(args)),
+        Command::Run(Deferred(args)) => Some(run::configure(args, None)),
         _ => None,
     };
     let started = starting.and_then(|thread| {
@@ -243,10 +263,17 @@ fn command(refused: Option<adaptor::SpawnerForkError>) -> ExitCode {
     };
     let code = match cli.command {
         Command::Drivers(Deferred(DriversArgs { command, json })) => drivers::main(command, json),
-        Command::Run(Deferred(args)) => match configured.unwrap_or_else(|| run::configure(&args)) {
-            Ok(configured) => runtime.block_on(run::run(*args, configured, None, color)),
-            Err(code) => code,
-        },
+        Command::Run(Deferred(args)) => {
+            return run_command(
+                args,
+                configured,
+                None,
+                &runtime,
+                color,
+                interrupt::Source::Signal,
+            );
+        }
+        Command::Serve => serve::serve(&runtime),
         Command::Acp(Deferred(args)) => runtime.block_on(acp::main(*args)),
         Command::Threads(Deferred(cmd)) => runtime.block_on(threads::main(cmd, color)),
         Command::Inspect(Deferred(InspectArgs {
@@ -293,6 +320,27 @@ fn command(refused: Option<adaptor::SpawnerForkError>) -> ExitCode {
     }
 }
 
+/// `adaptor run` on its parsed arguments (and its settings and driver if `configured`
+/// already), on `runtime`, with Ctrl-C from `ctrl_c`: here, or served by `adaptor serve`
+/// (whose loads share what it loaded before: `shared`).
+fn run_command(
+    args: Box<run::RunArgs>,
+    configured: Option<Result<(Settings, adaptor::AgentBuilder), ExitCode>>,
+    shared: Option<&adaptor::LoadedDrivers>,
+    runtime: &tokio::runtime::Runtime,
+    color: ColorChoice,
+    ctrl_c: interrupt::Source,
+) -> ExitCode {
+    let code = match configured.unwrap_or_else(|| run::configure(&args, shared)) {
+        Ok(configured) => runtime.block_on(run::run(*args, configured, None, color, ctrl_c)),
+        Err(code) => code,
+    };
+    match output::stdout_closed() {
+        Some(lost) => ExitCode::from(lost.exit_code()),
+        None => code,
+    }
+}
+
 /// Whether `args` (the program's name first) name a command that starts providers: `run`,
 /// `acp` or `threads fork`. Read before clap parses: the first two words that are not
 /// options, skipping `--color`'s value (the only global option that takes one).
@@ -308,15 +356,15 @@ fn starts_providers(args: impl IntoIterator<Item = std::ffi::OsString>) -> bool 
         }
     }
     match words.as_slice() {
-        [first, ..] if first == "run" || first == "acp" => true,
+        [first, ..] if first == "run" || first == "acp" || first == "serve" => true,
         [first, second] => first == "threads" && second == "fork",
         _ => false,
     }
 }
 
-/// Parse the arguments, with clap's own colours following `--color` and `NO_COLOR`.
-fn parse_args() -> Result<Cli, clap::Error> {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+/// Parse the arguments (the program's name first), with clap's own colours following
+/// `--color` and `NO_COLOR`.
+fn parse_args(args: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
     let mut color = ColorChoice::Auto;
     for (i, arg) in args.iter().enumerate() {
         let value = match arg.to_str() {
@@ -336,9 +384,17 @@ fn parse_args() -> Result<Cli, clap::Error> {
     Cli::from_arg_matches(&matches)
 }
 
-/// Load the driver the settings name and apply its config.
-pub(crate) fn load_driver(settings: &Settings) -> Result<Driver, ExitCode> {
-    let driver = Driver::open(&settings.driver.value).map_err(|e| report(&e))?;
+/// Load the driver the settings name (sharing earlier loads through `shared`, if given) and
+/// apply its config.
+pub(crate) fn load_driver(
+    settings: &Settings,
+    shared: Option<&adaptor::LoadedDrivers>,
+) -> Result<Driver, ExitCode> {
+    let driver = match shared {
+        Some(shared) => shared.open(&settings.driver.value),
+        None => Driver::open(&settings.driver.value),
+    }
+    .map_err(|e| report(&e))?;
     match &settings.driver_config.value {
         Some(config) => driver.with_config(config.clone()).map_err(|e| report(&e)),
         None => Ok(driver),
@@ -372,19 +428,21 @@ pub(crate) struct ProviderEnvArgs {
     pub(crate) env: Vec<String>,
 }
 
-/// The settings `flags` resolve to and a builder for the driver they name, with the
-/// containment flags and the provider environment (`--pass-env`, `--env NAME=VALUE`)
-/// applied: the common start of `adaptor run` and `adaptor acp`.
+/// The settings `flags` resolve to and a builder for the driver they name (loaded sharing
+/// `shared`'s loads, if given), with the containment flags and the provider environment
+/// (`--pass-env`, `--env NAME=VALUE`) applied: the common start of `adaptor run` and
+/// `adaptor acp`.
 pub(crate) fn configured_builder(
     flags: &settings::Flags,
     containment: &confine::ContainmentArgs,
     provider_env: &ProviderEnvArgs,
+    shared: Option<&adaptor::LoadedDrivers>,
 ) -> Result<(Settings, adaptor::AgentBuilder), ExitCode> {
     let settings = settings::resolve(flags).map_err(|e| {
         errln!("adaptor: {}", sanitize(&e.0));
         ExitCode::from(EXIT_USAGE)
     })?;
-    let driver = load_driver(&settings)?;
+    let driver = load_driver(&settings, shared)?;
     let mut builder = containment.apply(agent_builder(driver));
     for name in &provider_env.pass_env {
         builder = builder.pass_env(name.clone());

@@ -57,6 +57,12 @@ pub fn stdout_closed() -> Option<StdoutLost> {
     }
 }
 
+/// Forget that stdout was lost: a run that `adaptor serve` serves starts with its client's
+/// stdout in place of the one a previous run lost.
+pub fn reset_stdout() {
+    STDOUT_STATE.store(OPEN, Ordering::Relaxed);
+}
+
 /// Write to stdout and flush; after a failed write, do nothing. Used by `out!`/`outln!`.
 pub fn write_stdout(args: fmt::Arguments<'_>) {
     if STDOUT_STATE.load(Ordering::Relaxed) != OPEN {
@@ -86,11 +92,34 @@ fn write_stdout_raw(text: &str) {
     }
 }
 
+thread_local! {
+    /// Where this thread's messages and log lines go instead of descriptor 2, if set (see
+    /// [`keep_stderr_of_this_thread`]).
+    static THREAD_STDERR: std::cell::RefCell<Option<std::fs::File>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Send this thread's messages and log lines to `stderr` instead of descriptor 2: for the
+/// threads of `adaptor serve` that work beside the run it serves, whose descriptor 2 is then
+/// the caller's.
+pub fn keep_stderr_of_this_thread(stderr: std::fs::File) {
+    THREAD_STDERR.set(Some(stderr));
+}
+
+/// `bytes` to this thread's stderr (see [`keep_stderr_of_this_thread`]), else descriptor 2.
+fn to_stderr(bytes: &[u8]) -> std::io::Result<()> {
+    THREAD_STDERR.with_borrow_mut(|own| match own {
+        Some(file) => file.write_all(bytes),
+        None => {
+            let mut err = std::io::stderr().lock();
+            err.write_all(bytes).and_then(|()| err.flush())
+        }
+    })
+}
+
 /// Write to stderr, sanitised, ignoring failures. Used by `errln!`.
 pub fn write_stderr(args: fmt::Arguments<'_>) {
-    let text = sanitize(&args.to_string());
-    let mut err = std::io::stderr().lock();
-    let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
+    let _ = to_stderr(sanitize(&args.to_string()).as_bytes());
 }
 
 /// Print to stdout (data), surviving a closed pipe.
@@ -178,11 +207,10 @@ pub struct LogLine {
 
 impl Write for LogLine {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let mut err = std::io::stderr().lock();
         if self.styled {
-            err.write_all(buf)?;
+            to_stderr(buf)?;
         } else {
-            err.write_all(sanitize(&String::from_utf8_lossy(buf)).as_bytes())?;
+            to_stderr(sanitize(&String::from_utf8_lossy(buf)).as_bytes())?;
         }
         Ok(buf.len())
     }

@@ -133,10 +133,13 @@ Examples:
   adaptor run --driver claude --mcp-config mcp.json \"Use the issue tracker\"
   adaptor run --approve ask \"Clean up the build scripts\"";
 
-/// The settings `args` resolve to and an agent builder for them, the driver loaded (or the
-/// exit code of what was wrong). Synchronous, so `main` can do it while the async runtime
-/// starts on another thread.
-pub fn configure(args: &RunArgs) -> Result<(Settings, adaptor::AgentBuilder), ExitCode> {
+/// The settings `args` resolve to and an agent builder for them, the driver loaded (sharing
+/// `shared`'s earlier loads, if given; or the exit code of what was wrong). Synchronous, so
+/// `main` can do it while the async runtime starts on another thread.
+pub fn configure(
+    args: &RunArgs,
+    shared: Option<&adaptor::LoadedDrivers>,
+) -> Result<(Settings, adaptor::AgentBuilder), ExitCode> {
     let flags = Flags {
         driver: args.driver.driver.as_deref(),
         config: args.driver.config.as_deref(),
@@ -144,17 +147,21 @@ pub fn configure(args: &RunArgs) -> Result<(Settings, adaptor::AgentBuilder), Ex
         policy: args.policy,
         store: args.store.as_deref(),
     };
-    crate::configured_builder(&flags, &args.containment, &args.provider_env)
+    crate::configured_builder(&flags, &args.containment, &args.provider_env, shared)
 }
 
 /// `adaptor run` on what [`configure`] made of `args`, and `adaptor threads fork` (which runs
-/// the fork's first turn from `fork_from`).
+/// the fork's first turn from `fork_from`); Ctrl-C comes from `ctrl_c` (this process's
+/// SIGINT, or a served run's client).
 pub async fn run(
     args: RunArgs,
     configured: (Settings, adaptor::AgentBuilder),
     fork_from: Option<String>,
     color: ColorChoice,
+    ctrl_c: crate::interrupt::Source,
 ) -> ExitCode {
+    // A served run's process goes on after it: its agent is dropped, not left to the exit.
+    let process_ends_after = matches!(ctrl_c, crate::interrupt::Source::Signal);
     let (settings, mut builder) = configured;
     for sha in &args.accept_checkpoints_from {
         if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -334,7 +341,7 @@ pub async fn run(
     // loop below is blocked writing to a stdout nobody reads (`adaptor run … | sleep 60`) —
     // the loop's runtime runs on that blocked thread. It cancels the run, and unblocks the
     // loop if it must, which then ends as any cancelled run (see `interrupt`).
-    let watchdog = match crate::interrupt::Watchdog::start(stream.canceller()) {
+    let watchdog = match crate::interrupt::Watchdog::start(stream.canceller(), ctrl_c) {
         Ok(watchdog) => watchdog,
         Err(e) => {
             errln!("adaptor: cannot watch for Ctrl-C ({e}); the run was stopped");
@@ -410,7 +417,7 @@ pub async fn run(
             Err(e) => report(&e),
         }
     };
-    if !store_open {
+    if !store_open && process_ends_after {
         leave_to_exit(agent);
     }
     code

@@ -161,8 +161,17 @@ pub(crate) async fn main(cmd: ThreadsCommand, color: ColorChoice) -> ExitCode {
                 errln!("adaptor: threads fork needs --thread NEW_KEY");
                 return ExitCode::from(EXIT_USAGE);
             }
-            match crate::run::configure(&run) {
-                Ok(configured) => crate::run::run(*run, configured, Some(parent), color).await,
+            match crate::run::configure(&run, None) {
+                Ok(configured) => {
+                    crate::run::run(
+                        *run,
+                        configured,
+                        Some(parent),
+                        color,
+                        crate::interrupt::Source::Signal,
+                    )
+                    .await
+                }
                 Err(code) => code,
             }
         }

@@ -10,6 +10,11 @@
 //! the driver store (`packages` opens installed drivers, and holds `Driver::open` and
 //! `Driver::reload`, which reach it).
 //!
+//! Shared loads: [`LoadedDrivers`] keeps the last files a long-lived process loaded through
+//! it, and a later load of the same unchanged file (by its stamp, as the compiled cache's
+//! records judge it) shares that load's component instead of reading, checking and
+//! describing it again. Opt-in: `Driver::open` and the other loads share nothing.
+//!
 //! The spare instance: loading instantiates the driver to call `describe`, and
 //! [`Driver::with_config`] calls `validate-config` on that same instance; the instance is then
 //! kept ([`Spare`]) for the driver's first run, which takes it instead of instantiating anew
@@ -30,6 +35,7 @@ use std::sync::Arc;
 use crate::descriptor::Descriptor;
 use crate::error::{Error, LoadError};
 use crate::wasm::engine::{CompileSource, Wasm, compile_cached, default_cache_dir};
+use crate::wasm::file_stamps::FileStamp;
 use crate::wasm::guest::{DriverPre, GuestInstance, GuestLimits, prepare};
 
 /// Options for loading a driver.
@@ -137,6 +143,93 @@ struct Preset {
 /// File name suffix of presets in driver directories.
 const PRESET_SUFFIX: &str = ".preset.json";
 
+/// The stamp of the file at `path` (following links), if it can be read.
+fn file_stamp(path: &Path) -> Option<FileStamp> {
+    std::fs::metadata(path)
+        .ok()
+        .as_ref()
+        .and_then(FileStamp::of)
+}
+
+/// Drivers a long-lived process loaded, shared with its later loads of the same unchanged
+/// files: [`LoadedDrivers::open`] is [`Driver::open`], but a driver file (a path, or a
+/// built-in name and the driver a preset names) loaded through the same `LoadedDrivers`
+/// before, and not changed since, is not read, checked against the compiled cache or
+/// instantiated again; the new driver shares that load's component, descriptor and compiled
+/// code. A resident host (`adaptor serve`) loads each run's driver this way in about
+/// 0.1 ms instead of a millisecond (see `docs/performance.md`).
+///
+/// Unchanged means the same stamp (device, inode, size, modification and status-change
+/// times) as when it was loaded, with both times then at least two seconds old, as the
+/// compiled cache's own records require: any write to the file since gives it a later
+/// status-change time, and a file replaced by another has another inode. The last eight
+/// files loaded are kept (each with its compiled code), until this value is dropped. Not
+/// shared: drivers of the driver store (each load checks the bytes against their pinned
+/// sha256), and loads without a compiled cache ([`LoadOptions::cache_dir`] `None`). A
+/// shared driver reports the [`compile_source`](Driver::compile_source) of the load it
+/// shares.
+#[derive(Default)]
+pub struct LoadedDrivers {
+    kept: std::sync::Mutex<Vec<Kept>>,
+}
+
+/// One driver file a [`LoadedDrivers`] keeps.
+struct Kept {
+    path: PathBuf,
+    cache_dir: PathBuf,
+    stamp: FileStamp,
+    loaded: Arc<LoadedDriver>,
+}
+
+impl std::fmt::Debug for LoadedDrivers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.kept().iter().map(|k| &k.path))
+            .finish()
+    }
+}
+
+impl LoadedDrivers {
+    /// How many driver files are kept.
+    const KEEP: usize = 8;
+
+    /// None loaded yet.
+    pub fn new() -> LoadedDrivers {
+        LoadedDrivers::default()
+    }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, Vec<Kept>> {
+        self.kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The component loaded from `path` with `cache_dir` when its stamp was `stamp`.
+    fn find(&self, path: &Path, cache_dir: &Path, stamp: &FileStamp) -> Option<Arc<LoadedDriver>> {
+        self.kept()
+            .iter()
+            .find(|k| k.path == path && k.cache_dir == cache_dir && k.stamp == *stamp)
+            .map(|k| k.loaded.clone())
+    }
+
+    /// Keep `loaded`, read from `path` (stamped `stamp`) with `cache_dir`, in place of any
+    /// earlier load of that path, dropping the oldest beyond [`Self::KEEP`].
+    fn keep(&self, path: &Path, cache_dir: &Path, stamp: FileStamp, loaded: &Arc<LoadedDriver>) {
+        let mut kept = self.kept();
+        kept.retain(|k| !(k.path == path && k.cache_dir == cache_dir));
+        kept.insert(
+            0,
+            Kept {
+                path: path.to_path_buf(),
+                cache_dir: cache_dir.to_path_buf(),
+                stamp,
+                loaded: loaded.clone(),
+            },
+        );
+        kept.truncate(Self::KEEP);
+    }
+}
+
 impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Driver")
@@ -162,10 +255,44 @@ impl Driver {
 
     /// Load a driver from a `.wasm` file with explicit options.
     pub fn from_file_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Driver, Error> {
-        let path = path.as_ref();
+        Self::from_file_sharing(path.as_ref(), options, None)
+    }
+
+    /// [`Driver::from_file_with`], sharing the component of an earlier load of the same,
+    /// unchanged file kept in `shared` (see [`LoadedDrivers`]), and keeping this one there.
+    pub(crate) fn from_file_sharing(
+        path: &Path,
+        options: &LoadOptions,
+        shared: Option<&LoadedDrivers>,
+    ) -> Result<Driver, Error> {
+        let kept = shared
+            .zip(options.cache_dir.as_deref())
+            .and_then(|(shared, dir)| {
+                let stamp = file_stamp(path).filter(|s| s.settled(std::time::SystemTime::now()))?;
+                Some((shared, dir, stamp))
+            });
+        if let Some((shared, dir, stamp)) = &kept
+            && let Some(loaded) = shared.find(path, dir, stamp)
+        {
+            return Ok(Driver {
+                loaded,
+                config: serde_json::Value::Object(Default::default()),
+                preset: None,
+                origin: Origin::File(path.to_path_buf()),
+                given: serde_json::Value::Object(Default::default()),
+                spare: Spare::kept(None),
+            });
+        }
         let mut driver = Self::load(&path.display().to_string(), Wasm::File(path), options)?;
         driver.origin = Origin::File(path.to_path_buf());
-        Ok(driver.with_path(path.to_path_buf()))
+        let driver = driver.with_path(path.to_path_buf());
+        // Kept only if the file read is the one stamped before the read.
+        if let Some((shared, dir, stamp)) = kept
+            && file_stamp(path) == Some(stamp)
+        {
+            shared.keep(path, dir, stamp, &driver.loaded);
+        }
+        Ok(driver)
     }
 
     /// Record the file the driver was read from.
@@ -243,6 +370,14 @@ impl Driver {
     /// preset (`gemini`, `qwen`, `opencode` are presets of `acp`): the driver it names, with
     /// its config as the base of every config (see [`Driver::with_config`]).
     pub fn builtin(name: &str) -> Result<Driver, Error> {
+        Self::builtin_sharing(name, None)
+    }
+
+    /// [`Driver::builtin`], sharing loads through `shared` (see [`LoadedDrivers`]).
+    pub(crate) fn builtin_sharing(
+        name: &str,
+        shared: Option<&LoadedDrivers>,
+    ) -> Result<Driver, Error> {
         // The candidates in order, each checked only as far as the lookup needs: the first
         // match is the one in `driver_dirs()`, without listing and resolving every directory
         // first (0.1 ms of every `adaptor run`).
@@ -250,9 +385,9 @@ impl Driver {
             let candidate = dir.join(format!("{name}.wasm"));
             let preset = dir.join(format!("{name}{PRESET_SUFFIX}"));
             let loaded = if candidate.is_file() {
-                Self::from_file(candidate)
+                Self::from_file_sharing(&candidate, &LoadOptions::default(), shared)
             } else if preset.is_file() && has_wasm(&dir) {
-                Self::from_preset(name, &preset)
+                Self::from_preset(name, &preset, shared)
             } else {
                 continue;
             };
@@ -263,8 +398,12 @@ impl Driver {
         Err(Self::unknown(name, &driver_dirs()))
     }
 
-    /// Load the preset file `path`, named `name`.
-    fn from_preset(name: &str, path: &Path) -> Result<Driver, Error> {
+    /// Load the preset file `path`, named `name` (its driver shared through `shared`).
+    fn from_preset(
+        name: &str,
+        path: &Path,
+        shared: Option<&LoadedDrivers>,
+    ) -> Result<Driver, Error> {
         let invalid = |reason: String| {
             Error::Load(LoadError::InvalidPreset {
                 path: path.display().to_string(),
@@ -293,7 +432,7 @@ impl Driver {
             .map(|d| d.join(format!("{}.wasm", file.driver)))
             .find(|p| p.is_file())
             .ok_or_else(|| Self::unknown(&file.driver, &driver_dirs()))?;
-        let base = Self::from_file(wasm)?;
+        let base = Self::from_file_sharing(&wasm, &LoadOptions::default(), shared)?;
         // A preset is a file beside the drivers, not the caller: like a descriptor's default
         // program, its `command` is a bare name (PATH decides where it is), and it sets no
         // field the host would grant a path for (`x-adaptor-path`: only the caller's own
@@ -634,7 +773,7 @@ pub fn available_drivers() -> Vec<(PathBuf, Result<Driver, Error>)> {
             };
             if names.insert(name.clone()) {
                 let loaded = if preset {
-                    Driver::from_preset(&name, &file)
+                    Driver::from_preset(&name, &file, None)
                 } else {
                     Driver::from_file(&file)
                 };

@@ -132,7 +132,7 @@ pub use descriptor::{
     PolicyCaps, ProfileFile, ProfilePart, ProfileSpec, SandboxLevels, SessionCaps, StreamingCaps,
     StructuredOutputCaps, VersionRange,
 };
-pub use driver::{Driver, LoadOptions, available_drivers, driver_dirs};
+pub use driver::{Driver, LoadOptions, LoadedDrivers, available_drivers, driver_dirs};
 pub use error::{
     Error, FailureReason, InputRefusal, InstallError, InstructionsError, LaunchRefusal, Limit,
     LoadError, ProfileError, RunError, SignatureError, SpawnerForkError, StartRefusal, SteerError,

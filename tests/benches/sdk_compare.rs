@@ -3,7 +3,9 @@
 //! (loopback only), every path interleaved, in an order shuffled each round.
 //!
 //! One-shot rows (a new CLI process per turn): the raw CLI; `adaptor run` (a whole process:
-//! start-up, driver load from the compiled cache, the run); `Agent::run` in process; the same
+//! start-up, driver load from the compiled cache, the run); `adaptor run` served by a resident
+//! host (`adaptor serve`, started once for the whole bench; the row checks that the host served
+//! each of its runs); `Agent::run` in process; the same
 //! with `AgentBuilder::prewarm(1)` (the measured run starts on a process started ≥ 1 s before
 //! it, as when requests arrive at least that far apart; for Claude Code with the driver's
 //! stream-json transport, since plain `-p` gives up after 3 s without stdin); for Codex,
@@ -56,6 +58,15 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 const PROMPT: &str = "Say hello";
+
+/// How an `adaptor run` row runs.
+#[derive(Clone, Copy)]
+enum Launch {
+    /// A process of its own, as without a resident host.
+    Local,
+    /// Handed to the bench's resident host (`adaptor serve`).
+    Served,
+}
 
 /// The order of `paths` paths in round `round`: a permutation that differs from round to
 /// round, neighbours included (shuffled by a generator seeded with the round, so a run is
@@ -212,9 +223,58 @@ struct Bench {
     ws: tempfile::TempDir,
     sdk_dir: PathBuf,
     python: PathBuf,
+    /// The resident host's socket and log directory.
+    serve_dir: tempfile::TempDir,
 }
 
+/// The log filter of the resident host and of the runs it serves (their environments must
+/// be the same): its line per served run, and warnings.
+const SERVE_LOG: &str = "adaptor::serve=debug,warn";
+
 impl Bench {
+    /// The environment of an `adaptor` served by the resident host, and of the host.
+    fn served_env(&self) -> Vec<(String, String)> {
+        vec![
+            (
+                "ADAPTOR_SOCKET".into(),
+                self.serve_dir
+                    .path()
+                    .join("serve.sock")
+                    .display()
+                    .to_string(),
+            ),
+            ("ADAPTOR_LOG".into(), SERVE_LOG.into()),
+        ]
+    }
+
+    /// How many runs the resident host has served.
+    fn served(&self) -> usize {
+        std::fs::read_to_string(self.serve_dir.path().join("serve.log"))
+            .unwrap_or_default()
+            .matches("adaptor serve: served a run (exit 0)")
+            .count()
+    }
+
+    /// Start `adaptor serve` (stopped by the caller: SIGTERM, then waited for).
+    fn start_host(&self) -> Child {
+        let log = std::fs::File::create(self.serve_dir.path().join("serve.log")).unwrap();
+        let child = self
+            .command(&bin_dir().join("adaptor"), &self.served_env())
+            .arg("serve")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn adaptor serve");
+        let socket = self.serve_dir.path().join("serve.sock");
+        let until = Instant::now() + Duration::from_secs(30);
+        while !socket.exists() {
+            assert!(Instant::now() < until, "adaptor serve did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child
+    }
+
     fn claude_env(&self) -> Vec<(String, String)> {
         claude_env(self.claude_home.path(), &self.anthropic.base_url())
     }
@@ -266,7 +326,8 @@ impl Bench {
     }
 
     /// One round of one CLI's one-shot rows: raw CLI, `adaptor run`, `Agent::run` cold, then
-    /// on a prewarmed process, then `adaptor run` with each of `adaptor_variants`, then each
+    /// on a prewarmed process, then `adaptor run` served by the resident host, then
+    /// `adaptor run` with each of `adaptor_variants`, then each
     /// SDK script; wall and time to first text of each, in the order of the table. They run
     /// in a different order each round, shuffled ([`round_order`]): a fixed order measured
     /// every path right after the same neighbour, whose leftovers (the CLI's own background children, caches, a warm
@@ -292,7 +353,7 @@ impl Bench {
     ) -> Vec<Sample> {
         let cli = one.cli;
         let variants = one.adaptor_variants.len();
-        let paths = 4 + variants + one.sdks.len();
+        let paths = 5 + variants + one.sdks.len();
         let mut sample = vec![Sample::default(); paths];
         for path in round_order(paths, round) {
             sample[path] = match path {
@@ -301,8 +362,7 @@ impl Bench {
                     Cli::Codex => self.raw_codex(),
                 })),
                 1 => self.on(cli, "adaptor run", 1, || {
-                    self.adaptor_run(one.driver, one.program, &json!({}), one.env, false)
-                        .0
+                    self.adaptor_run(one, &json!({}), Launch::Local, false).0
                 }),
                 2 => self.on(cli, "Agent::run", 1, || {
                     rt.block_on(agent_run(one.cold, false))
@@ -320,15 +380,26 @@ impl Bench {
                     rt.block_on(warm.close());
                     measured
                 }
-                variant if variant < 4 + variants => {
-                    let extra = &one.adaptor_variants[variant - 4];
+                4 => {
+                    let before = self.served();
+                    let sample = self.on(cli, "adaptor run, served", 1, || {
+                        self.adaptor_run(one, &json!({}), Launch::Served, false).0
+                    });
+                    assert_eq!(
+                        self.served(),
+                        before + 1,
+                        "the resident host served the run"
+                    );
+                    sample
+                }
+                variant if variant < 5 + variants => {
+                    let extra = &one.adaptor_variants[variant - 5];
                     self.on(cli, "adaptor run (variant)", 1, || {
-                        self.adaptor_run(one.driver, one.program, extra, one.env, false)
-                            .0
+                        self.adaptor_run(one, extra, Launch::Local, false).0
                     })
                 }
                 _ => {
-                    let (runner, script) = one.sdks[path - 4 - variants];
+                    let (runner, script) = one.sdks[path - 5 - variants];
                     self.on(cli, script, 1, || {
                         let (wall, lines) = self.sdk(runner, script, &["oneshot", PROMPT], one.env);
                         assert_eq!(lines.len(), 1);
@@ -340,7 +411,7 @@ impl Bench {
         if let Some(rss) = rss {
             // Untimed, after the round's rows: a run of its own for the memory figures.
             let (_, peaks) = self.on(cli, "adaptor run (RSS)", 1, || {
-                self.adaptor_run(one.driver, one.program, &json!({}), one.env, true)
+                self.adaptor_run(one, &json!({}), Launch::Local, true)
             });
             let (peak, private) = peaks.expect("sampled");
             rss.push((peak as f64 / 1024.0, private as f64 / 1024.0));
@@ -399,18 +470,22 @@ impl Bench {
     /// 30 rounds by hand).
     fn adaptor_run(
         &self,
-        driver: &str,
-        cli: &Path,
+        one: &OneShot<'_>,
         extra: &Value,
-        env: &[(String, String)],
+        launch: Launch,
         rss: bool,
     ) -> (Sample, Option<(u64, u64)>) {
-        let mut config = json!({ "command": cli.display().to_string() });
+        let (driver, env) = (one.driver, one.env);
+        let mut config = json!({ "command": one.program.display().to_string() });
         if let (Some(config), Some(extra)) = (config.as_object_mut(), extra.as_object()) {
             config.extend(extra.clone());
         }
         let config = config.to_string();
-        let mut cmd = self.command(&bin_dir().join("adaptor"), &[]);
+        let mut cmd = match launch {
+            Launch::Served => self.command(&bin_dir().join("adaptor"), &self.served_env()),
+            // Never served: the host's socket is in a directory of the bench's own.
+            Launch::Local => self.command(&bin_dir().join("adaptor"), &[]),
+        };
         cmd.args([
             "run", "--json", "--driver", driver, "--config", &config, "--cwd",
         ])
@@ -818,6 +893,7 @@ fn main() {
             ws: tempfile::tempdir().unwrap(),
             sdk_dir,
             python,
+            serve_dir: tempfile::tempdir().unwrap(),
         }
     });
     codex_home(b.codex_home.path(), &b.openai.base_url(), b.ws.path()).unwrap();
@@ -843,18 +919,21 @@ fn main() {
     };
     let codex_builder = || agent_builder("codex", &b.codex, json!({}), &codex_env, ws);
     let codex_cold = rt.block_on(async { codex_builder().build() });
+    let mut host = b.start_host();
 
     let mut rows: Vec<(&str, Row)> = [
         "claude: raw `claude -p`",
         "claude: `adaptor run`",
         "claude: Agent::run",
         "claude: Agent::run, prewarm(1) stream-json",
+        "claude: `adaptor run`, served (adaptor serve)",
         "claude: TS Agent SDK",
         "claude: Python Agent SDK",
         "codex: raw `codex exec --json`",
         "codex: `adaptor run`",
         "codex: Agent::run",
         "codex: Agent::run, prewarm(1)",
+        "codex: `adaptor run`, served (adaptor serve)",
         "codex: `adaptor run`, exec transport",
         "codex: TS Codex SDK",
     ]
@@ -986,6 +1065,10 @@ fn main() {
             agent.close().await;
         }
     });
+    // SAFETY: kill(2) on the host this bench started.
+    unsafe { libc::kill(host.id() as i32, libc::SIGTERM) };
+    let stopped = host.wait().expect("wait for adaptor serve");
+    assert!(stopped.success(), "adaptor serve stopped with {stopped:?}");
 
     // Report.
     let machine = format!(
@@ -1010,7 +1093,7 @@ fn main() {
         median(a.iter().zip(raw).map(|(&x, &r)| f(x, r)).collect())
     };
     for (i, (name, row)) in rows.iter().enumerate() {
-        let raw = &rows[if i < 6 { 0 } else { 6 }].1;
+        let raw = &rows[if i < 7 { 0 } else { 7 }].1;
         let wall = median(row.wall.clone());
         let first = if row.first_text.len() == rounds && raw.first_text.len() == rounds {
             format!(

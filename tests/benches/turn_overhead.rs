@@ -4,7 +4,8 @@
 //! 1. in-process `Agent::run` through the reference driver vs spawning the reference provider
 //!    directly (median ms each, difference, ratio);
 //! 2. the `adaptor run` CLI process vs the provider process run directly, and its own time
-//!    (its wall time minus the provider process's life, `--json`'s `provider_ms`);
+//!    (its wall time minus the provider process's life, `--json`'s `provider_ms`); the same
+//!    `adaptor run` handed to a resident host (`adaptor serve`, started once), interleaved;
 //! 3. driver cold compile vs cached load (from bytes, which are hashed every time, and from
 //!    the driver's file, as `Driver::builtin` and `adaptor run` load it: the file's stamps
 //!    recorded, neither file read), and instantiating a fresh sandboxed instance;
@@ -78,15 +79,27 @@ async fn direct(state: &Path) -> Duration {
     t.elapsed()
 }
 
-/// `adaptor run --json` as a process: its wall time and its own (the wall time minus the
-/// provider process's life, the result line's `provider_ms`).
-fn cli(state: &Path, ws: &Path) -> (Duration, Duration) {
+/// The log filter of the resident host and of the runs it serves (their environments must
+/// be the same): its line per served run, and warnings.
+const SERVE_LOG: &str = "adaptor::serve=debug,warn";
+
+/// `adaptor run --json` as a process, handed to the resident host on `served` (a socket)
+/// or not: its wall time and its own (the wall time minus the provider process's life, the
+/// result line's `provider_ms`).
+fn cli(state: &Path, ws: &Path, served: Option<&Path>) -> (Duration, Duration) {
     let config = serde_json::json!({
         "command": provider_path().display().to_string(),
         "state_dir": state.display().to_string(),
     });
+    let mut cmd = std::process::Command::new(bin_dir().join("adaptor"));
+    match served {
+        Some(socket) => cmd
+            .env("ADAPTOR_SOCKET", socket)
+            .env("ADAPTOR_LOG", SERVE_LOG),
+        None => cmd.env("ADAPTOR_SOCKET", ""),
+    };
     let t = Instant::now();
-    let out = std::process::Command::new(bin_dir().join("adaptor"))
+    let out = cmd
         .args([
             "run",
             "--json",
@@ -275,13 +288,64 @@ fn main() {
             l.push(t.elapsed());
         }
     });
-    cli(state.path(), ws.path());
-    for _ in 0..rounds.min(15) {
-        dp.push(direct_process(state.path()));
-        let (wall, own) = cli(state.path(), ws.path());
-        c.push(wall);
-        ch.push(own);
+    // A resident host, and how many runs it served (its log's line per run).
+    let serve_dir = tempfile::tempdir().unwrap();
+    let socket = serve_dir.path().join("serve.sock");
+    let serve_log = serve_dir.path().join("serve.log");
+    let mut host = std::process::Command::new(bin_dir().join("adaptor"))
+        .arg("serve")
+        .env("ADAPTOR_SOCKET", &socket)
+        .env("ADAPTOR_LOG", SERVE_LOG)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&serve_log).unwrap())
+        .spawn()
+        .expect("spawn adaptor serve");
+    let until = Instant::now() + Duration::from_secs(30);
+    while !socket.exists() {
+        assert!(Instant::now() < until, "adaptor serve did not start");
+        std::thread::sleep(Duration::from_millis(10));
     }
+    let served = || {
+        std::fs::read_to_string(&serve_log)
+            .unwrap_or_default()
+            .matches("adaptor serve: served a run (exit 0)")
+            .count()
+    };
+    let (mut s, mut sh) = (vec![], vec![]);
+    cli(state.path(), ws.path(), None);
+    cli(state.path(), ws.path(), Some(&socket));
+    let process_rounds = rounds.min(30);
+    for round in 0..process_rounds {
+        // The three in an order that turns each round.
+        for path in (0..3).map(|i| (i + round) % 3) {
+            match path {
+                0 => dp.push(direct_process(state.path())),
+                1 => {
+                    let (wall, own) = cli(state.path(), ws.path(), None);
+                    c.push(wall);
+                    ch.push(own);
+                }
+                _ => {
+                    let before = served();
+                    let (wall, own) = cli(state.path(), ws.path(), Some(&socket));
+                    assert_eq!(served(), before + 1, "the resident host served the run");
+                    s.push(wall);
+                    sh.push(own);
+                }
+            }
+        }
+    }
+    // SAFETY: kill(2) on the host this bench started.
+    unsafe { libc::kill(host.id() as i32, libc::SIGTERM) };
+    assert!(
+        host.wait().unwrap().success(),
+        "adaptor serve stopped cleanly"
+    );
+    // Per round: `adaptor run` alone minus served (ms; either may be the larger).
+    let mut paired_served: Vec<f64> = s.iter().zip(&c).map(|(s, c)| ms(*c) - ms(*s)).collect();
+    paired_served.sort_by(f64::total_cmp);
+    let saved = paired_served[paired_served.len() / 2];
     // Host tool round trips, interleaved with the bare server's, over one session each.
     let calls = (rounds * 20).max(200);
     let bare_url = rt.block_on(adaptor_integration_tests::mock_mcp::serve_http());
@@ -322,13 +386,15 @@ fn main() {
         resident_turns,
     ));
     let us = |server: &str, q: &str| report[server][q].as_f64().expect("a latency");
-    let (d, a, l, dp, c, ch) = (
+    let (d, a, l, dp, c, ch, s, sh) = (
         median(d),
         median(a),
         median(l),
         median(dp),
         median(c),
         median(ch),
+        median(s),
+        median(sh),
     );
     println!("turn overhead ({rounds} interleaved rounds, medians)");
     println!(
@@ -351,6 +417,14 @@ fn main() {
         ms(c) - ms(dp),
         ms(c) / ms(dp),
         ms(ch)
+    );
+    println!(
+        "  served:     `adaptor run` handed to `adaptor serve` {:.2} ms · adds {:.2} ms over the provider · ratio {:.2}x · its own time {:.2} ms · {:.2} ms less than `adaptor run` alone (paired, {process_rounds} rounds)",
+        ms(s),
+        ms(s) - ms(dp),
+        ms(s) / ms(dp),
+        ms(sh),
+        saved
     );
     println!(
         "driver load ({} KB component): cold compile {:.2} ms · cached load {:.3} ms · ratio {:.0}x",

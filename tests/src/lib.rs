@@ -282,9 +282,10 @@ pub fn assert_exit(out: &std::process::Output, code: i32) {
 }
 
 /// The built `adaptor` CLI (`cargo build -p adaptor-cli`) with stdin closed, looking up
-/// built-in drivers (`--driver claude`) in this build's `drivers/` directory only, and
-/// reading no config file (the developer's own `~/.config/agent-adaptor/config.toml` must not
-/// change what a test runs).
+/// built-in drivers (`--driver claude`) in this build's `drivers/` directory only, reading
+/// no config file (the developer's own `~/.config/agent-adaptor/config.toml` must not
+/// change what a test runs), and never handing a run to a resident host (`adaptor serve`:
+/// a developer's own must not serve a test's runs).
 pub fn adaptor_cli() -> std::process::Command {
     let exe = adaptor_exe();
     let mut cmd = std::process::Command::new(exe);
@@ -292,6 +293,7 @@ pub fn adaptor_cli() -> std::process::Command {
         .env("ADAPTOR_DRIVER_PATH", target_dir().join("drivers"))
         .env("XDG_CONFIG_HOME", NO_CONFIG_DIR)
         .env("ADAPTOR_DRIVER_STORE", NO_STORE_DIR)
+        .env("ADAPTOR_SOCKET", "")
         .env_remove("ADAPTOR_CONFIG");
     cmd
 }

@@ -2,7 +2,7 @@
 //! driver store as well as files and built-in names. They live here, above `driver`, so the
 //! driver module never depends on the store.
 
-use crate::driver::{Driver, Origin};
+use crate::driver::{Driver, LoadedDrivers, Origin};
 use crate::error::{Error, InstallError, LoadError};
 
 use super::DriverStore;
@@ -13,13 +13,22 @@ impl Driver {
     /// user's store); a plain `name` is a built-in driver, else the highest installed version
     /// of that name.
     pub fn open(name_or_path: &str) -> Result<Driver, Error> {
+        Self::open_sharing(name_or_path, None)
+    }
+
+    /// [`Driver::open`], sharing loads through `shared` (see [`LoadedDrivers`]).
+    fn open_sharing(name_or_path: &str, shared: Option<&LoadedDrivers>) -> Result<Driver, Error> {
         if name_or_path.ends_with(".wasm") || name_or_path.contains('/') {
-            return Self::from_file(name_or_path);
+            return Self::from_file_sharing(
+                std::path::Path::new(name_or_path),
+                &crate::driver::LoadOptions::default(),
+                shared,
+            );
         }
         if name_or_path.contains('@') {
             return DriverStore::user()?.open(name_or_path);
         }
-        match Self::builtin(name_or_path) {
+        match Self::builtin_sharing(name_or_path, shared) {
             Err(Error::Load(LoadError::UnknownDriver { name, searched })) => {
                 let Ok(store) = DriverStore::user() else {
                     return Err(Error::Load(LoadError::UnknownDriver { name, searched }));
@@ -57,5 +66,13 @@ impl Driver {
                 .open(spec)?,
         };
         fresh.with_config(self.given_config().clone())
+    }
+}
+
+impl LoadedDrivers {
+    /// Load by name or path as [`Driver::open`] does, sharing the component of an earlier
+    /// load through `self` of the same, unchanged file (see [`LoadedDrivers`]).
+    pub fn open(&self, name_or_path: &str) -> Result<Driver, Error> {
+        Driver::open_sharing(name_or_path, Some(self))
     }
 }

@@ -337,3 +337,50 @@ fn presets_may_not_grant_programs_or_paths() {
         assert!(line.contains(why), "{name}: {line}");
     }
 }
+
+/// `LoadedDrivers` (what `adaptor serve` loads through): a second load of the same,
+/// unchanged file shares the first one's component; a file written since, or written too
+/// recently to tell a later write by its stamp, is read again; `Driver::open` shares nothing.
+#[test]
+fn loaded_drivers_share_an_unchanged_file_and_read_a_changed_one_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reference.wasm");
+    std::fs::copy(driver_path("reference"), &path).unwrap();
+    let path = path.display().to_string();
+    let shared = adaptor::LoadedDrivers::new();
+    // Just written: its stamp cannot stand for its content yet (see `file_stamps`).
+    let fresh = shared.open(&path).unwrap();
+    let again = shared.open(&path).unwrap();
+    assert!(!std::ptr::eq(fresh.descriptor(), again.descriptor()));
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let first = shared.open(&path).unwrap();
+    let second = shared.open(&path).unwrap();
+    assert!(std::ptr::eq(first.descriptor(), second.descriptor()));
+    assert_eq!(second.compile_source(), first.compile_source());
+    let plain = Driver::open(&path).unwrap();
+    assert!(!std::ptr::eq(plain.descriptor(), second.descriptor()));
+    // A shared driver is configured and runs like any other.
+    let state = tmp();
+    let ws = tmp();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let result = rt
+        .block_on(
+            agent_builder(with_reference_provider(second, state.path()), ws.path())
+                .build()
+                .run("shared"),
+        )
+        .expect("a turn through the shared driver");
+    assert_eq!(result.text, "Reference reply: shared");
+    // Written again (the same bytes): read again.
+    std::fs::write(&path, std::fs::read(driver_path("reference")).unwrap()).unwrap();
+    let rewritten = shared.open(&path).unwrap();
+    assert!(!std::ptr::eq(rewritten.descriptor(), first.descriptor()));
+    // Built-in names share too.
+    let builtin = shared.open("reference").unwrap();
+    let builtin_again = shared.open("reference").unwrap();
+    assert!(std::ptr::eq(
+        builtin.descriptor(),
+        builtin_again.descriptor()
+    ));
+    assert_eq!(builtin_again.name(), "reference");
+}

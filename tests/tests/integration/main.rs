@@ -26,6 +26,7 @@ mod pipeline;
 mod prewarm;
 mod profiles;
 mod resident;
+mod serve;
 mod skills;
 mod steering;
 mod stores;
