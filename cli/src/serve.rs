@@ -32,7 +32,9 @@
 //! - one run at a time: a second caller meanwhile runs by itself.
 //!
 //! Lifetimes: the caller's Ctrl-C is sent to the host, which cancels the run as Ctrl-C
-//! does here; a caller that goes away (killed, hung up) cancels its run. The host's own
+//! does here; a caller that goes away (killed, hung up) cancels its run. A caller whose
+//! host has not ended the run 9 s after its Ctrl-C (as long as a run of its own could take
+//! to stop) exits 130 by itself. The host's own
 //! Ctrl-C or SIGTERM cancels the run it serves and stops it; its runs' providers never
 //! outlive it (the same spawner and reaper as every run).
 //!
@@ -219,14 +221,10 @@ fn await_exit(conn: &UnixStream) -> u8 {
         // Without it the terminal's Ctrl-C ends this process, and the hang-up its run.
         tracing::debug!("no Ctrl-C action for the served run: {e}");
     }
-    let mut reply = [0u8; 2];
-    match (&*conn).read_exact(&mut reply) {
-        Ok(()) if reply[0] == EXITED => reply[1],
-        Ok(()) => {
-            errln!(
-                "adaptor: the resident host sent {:#04x}, not an exit code",
-                reply[0]
-            );
+    match read_exit(conn, &cancelled) {
+        Ok([EXITED, code]) => code,
+        Ok([other, _]) => {
+            errln!("adaptor: the resident host sent {other:#04x}, not an exit code");
             EXIT_DRIVER_FAULT
         }
         Err(_) if cancelled.load(Ordering::SeqCst) => EXIT_INTERRUPTED,
@@ -235,6 +233,46 @@ fn await_exit(conn: &UnixStream) -> u8 {
             EXIT_DRIVER_FAULT
         }
     }
+}
+
+/// The host's last two bytes. Waits as long as the run lasts; once `cancelled` (Ctrl-C),
+/// only as long as a run of this process's own could take to stop (its watchdog's two
+/// patiences, and a second more; see `interrupt`), then gives up with `TimedOut`: the run
+/// is then left to the host, as a run of its own that does not stop is left to the kernel.
+fn read_exit(conn: &UnixStream, cancelled: &AtomicBool) -> io::Result<[u8; 2]> {
+    let patience = crate::interrupt::PATIENCE * 2 + Duration::from_secs(1);
+    // Wakes to look at `cancelled` (a signal does not interrupt the read: the action
+    // restarts it).
+    conn.set_read_timeout(Some(Duration::from_millis(250)))?;
+    let mut reply = [0u8; 2];
+    let mut got = 0;
+    let mut since_cancel = None;
+    while got < reply.len() {
+        match (&*conn).read(&mut reply[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                if cancelled.load(Ordering::SeqCst)
+                    && since_cancel
+                        .get_or_insert_with(std::time::Instant::now)
+                        .elapsed()
+                        > patience
+                {
+                    errln!("adaptor: the resident host did not end the run after Ctrl-C; exiting");
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(reply)
 }
 
 /// The first word of `args` that is not an option (skipping `--color`'s value).

@@ -100,6 +100,17 @@ fn config(state: &Path) -> String {
     serde_json::json!({"state_dir": state.display().to_string()}).to_string()
 }
 
+/// `adaptor run --json PROMPT` on the reference driver in the host's environment, its
+/// stdout piped.
+fn spawn_json_run(host: &Host, state: &Path, prompt: &str, stderr: Stdio) -> Child {
+    host.caller()
+        .args(["run", "--json", "--config", &config(state), prompt])
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn a_served_run_prints_and_exits_as_a_run_of_its_own() {
     let host = Host::start();
@@ -168,19 +179,12 @@ fn a_served_run_fails_with_its_own_message_and_exit_code() {
     host.wait_for_log("served a run (exit 2)");
     // A closed stdout: the run is cancelled and the caller exits 141, as `yes | head`.
     let state = tempfile::tempdir().unwrap();
-    let mut child = host
-        .caller()
-        .args([
-            "run",
-            "--json",
-            "--config",
-            &config(state.path()),
-            "[[spam 200000]] [[sleep 300]] a long answer",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_json_run(
+        &host,
+        state.path(),
+        "[[spam 200000]] [[sleep 300]] a long answer",
+        Stdio::piped(),
+    );
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     lines.next().expect("a first event").unwrap();
     drop(lines);
@@ -191,17 +195,25 @@ fn a_served_run_fails_with_its_own_message_and_exit_code() {
     host.wait_for_log("served a run (exit 141)");
 }
 
+/// `cmd` (an `adaptor` command in the host's environment) running `adaptor run` on the
+/// reference driver with `args` (the prompt last): its output, once it exited 0.
+fn run_ok(mut cmd: Command, state: &Path, args: &[&str]) -> std::process::Output {
+    let out = cmd
+        .args(["run", "--config", &config(state)])
+        .args(args)
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    out
+}
+
 #[test]
 fn a_caller_in_another_environment_or_asking_at_its_terminal_runs_by_itself() {
     let host = Host::start();
     let state = tempfile::tempdir().unwrap();
-    let out = host
-        .caller()
-        .env("SOME_TOKEN", "differs")
-        .args(["run", "--config", &config(state.path()), "Hello"])
-        .output()
-        .unwrap();
-    assert_exit(&out, 0);
+    let mut cmd = host.caller();
+    cmd.env("SOME_TOKEN", "differs");
+    let out = run_ok(cmd, state.path(), &["Hello"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("Reference reply: Hello"));
     host.wait_for_log("refused: the environment differs from the host's in SOME_TOKEN");
     assert!(
@@ -209,43 +221,16 @@ fn a_caller_in_another_environment_or_asking_at_its_terminal_runs_by_itself() {
         "a value must never be logged"
     );
     // The shell's own bookkeeping is not compared…
-    let out = host
-        .caller()
-        .env("OLDPWD", "/somewhere/else")
-        .args(["run", "--config", &config(state.path()), "Hello"])
-        .output()
-        .unwrap();
-    assert_exit(&out, 0);
+    let mut cmd = host.caller();
+    cmd.env("OLDPWD", "/somewhere/else");
+    run_ok(cmd, state.path(), &["Hello"]);
     assert_eq!(host.served(), 1, "{}", host.log());
     // …unless the run passes it on.
-    let out = host
-        .caller()
-        .env("OLDPWD", "/somewhere/else")
-        .args([
-            "run",
-            "--pass-env",
-            "OLDPWD",
-            "--config",
-            &config(state.path()),
-            "Hello",
-        ])
-        .output()
-        .unwrap();
-    assert_exit(&out, 0);
+    let mut cmd = host.caller();
+    cmd.env("OLDPWD", "/somewhere/else");
+    run_ok(cmd, state.path(), &["--pass-env", "OLDPWD", "Hello"]);
     host.wait_for_log("refused: the environment differs from the host's in OLDPWD");
-    let out = host
-        .caller()
-        .args([
-            "run",
-            "--approve",
-            "ask",
-            "--config",
-            &config(state.path()),
-            "Hello",
-        ])
-        .output()
-        .unwrap();
-    assert_exit(&out, 0);
+    run_ok(host.caller(), state.path(), &["--approve", "ask", "Hello"]);
     host.wait_for_log("refused: --approve ask asks on the caller's terminal");
     // Other commands are never handed over.
     let out = host.caller().args(["drivers", "--json"]).output().unwrap();
@@ -317,19 +302,7 @@ fn hanging_run(
     u32,
     std::io::Lines<BufReader<std::process::ChildStdout>>,
 ) {
-    let mut child = host
-        .caller()
-        .args([
-            "run",
-            "--json",
-            "--config",
-            &config(state),
-            "[[grandchild]] [[hang]] x",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_json_run(host, state, "[[grandchild]] [[hang]] x", Stdio::null());
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut spawned = None;
     let pids = loop {
@@ -404,6 +377,34 @@ fn ctrl_c_cancels_a_served_run_and_a_caller_that_goes_away_takes_its_run() {
         .unwrap();
     assert_exit(&out, 0);
     assert_eq!(host.served(), 3, "{}", host.log());
+}
+
+/// Ctrl-C always ends the caller: a host that does not answer it (stopped here) is given as
+/// long as a run of the caller's own would take to stop (its watchdog's two 4 s patiences,
+/// and a second), then left; once it runs again it cancels the run the caller left.
+#[test]
+fn a_caller_whose_host_does_not_answer_its_ctrl_c_ends_by_itself() {
+    let host = Host::start();
+    let state = tempfile::tempdir().unwrap();
+    let (mut child, provider, grandchild, _lines) = hanging_run(&host, state.path());
+    let host_pid = host.child.id() as i32;
+    // SAFETY: kill(2) on processes this test started.
+    unsafe {
+        libc::kill(host_pid, libc::SIGSTOP);
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let start = Instant::now();
+    let status = child.wait().unwrap();
+    let waited = start.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(host_pid, libc::SIGCONT) };
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        waited >= Duration::from_secs(8) && waited < Duration::from_secs(20),
+        "{waited:?}"
+    );
+    wait_gone(&[provider, grandchild]);
+    host.wait_for_log("served a run (exit 130)");
 }
 
 #[test]
