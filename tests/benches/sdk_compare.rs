@@ -223,7 +223,8 @@ struct Bench {
     ws: tempfile::TempDir,
     sdk_dir: PathBuf,
     python: PathBuf,
-    /// The resident host's socket and log directory.
+    /// The resident host's log, and the directory of its socket (`run/`, which the host
+    /// makes private: a temporary directory here is open to others).
     serve_dir: tempfile::TempDir,
 }
 
@@ -239,7 +240,7 @@ impl Bench {
                 "ADAPTOR_SOCKET".into(),
                 self.serve_dir
                     .path()
-                    .join("serve.sock")
+                    .join("run/serve.sock")
                     .display()
                     .to_string(),
             ),
@@ -266,7 +267,7 @@ impl Bench {
             .stderr(log)
             .spawn()
             .expect("spawn adaptor serve");
-        let socket = self.serve_dir.path().join("serve.sock");
+        let socket = self.serve_dir.path().join("run/serve.sock");
         let until = Instant::now() + Duration::from_secs(30);
         while !socket.exists() {
             assert!(Instant::now() < until, "adaptor serve did not start");

@@ -290,7 +290,8 @@ fn main() {
     });
     // A resident host, and how many runs it served (its log's line per run).
     let serve_dir = tempfile::tempdir().unwrap();
-    let socket = serve_dir.path().join("serve.sock");
+    // In a directory the host makes private (a temporary directory here is open to others).
+    let socket = serve_dir.path().join("run/serve.sock");
     let serve_log = serve_dir.path().join("serve.log");
     let mut host = std::process::Command::new(bin_dir().join("adaptor"))
         .arg("serve")
