@@ -34,9 +34,9 @@
 //! Lifetimes: the caller's Ctrl-C is sent to the host, which cancels the run as Ctrl-C
 //! does here; a caller that goes away (killed, hung up) cancels its run. A caller whose
 //! host has not ended the run 9 s after its Ctrl-C (as long as a run of its own could take
-//! to stop) exits 130 by itself. The host's own
-//! Ctrl-C or SIGTERM cancels the run it serves and stops it; its runs' providers never
-//! outlive it (the same spawner and reaper as every run).
+//! to stop) exits 130 by itself. The host's own Ctrl-C or SIGTERM cancels the run it serves
+//! and stops it; its runs' providers never outlive it (the same spawner and reaper as every
+//! run).
 //!
 //! The socket: `$ADAPTOR_SOCKET` (absolute; empty turns serving off for the callers that
 //! see it), else `$XDG_RUNTIME_DIR/agent-adaptor/serve.sock`, else
