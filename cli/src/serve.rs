@@ -327,7 +327,7 @@ fn private_dir(dir: &Path) -> io::Result<()> {
 /// `adaptor serve`: serve runs until Ctrl-C or SIGTERM (see the module docs).
 pub(crate) fn serve(runtime: &tokio::runtime::Runtime) -> ExitCode {
     match Host::open() {
-        Ok(host) => host.serve(runtime),
+        Ok((host, acceptor)) => host.serve(acceptor, runtime),
         Err(e) => {
             errln!("adaptor: cannot serve: {}", sanitize(&e.to_string()));
             ExitCode::from(EXIT_USAGE)
@@ -335,14 +335,13 @@ pub(crate) fn serve(runtime: &tokio::runtime::Runtime) -> ExitCode {
     }
 }
 
-/// The serving process's own side: its socket, identity, environment and descriptors.
+/// The serving process's own side: its socket and descriptors, and the drivers it keeps.
 struct Host {
     path: PathBuf,
-    listener: UnixListener,
     /// The socket file's inode, to remove only our own at the end.
     inode: u64,
-    identity: Identity,
-    env: BTreeMap<OsString, OsString>,
+    /// Whether a run is being served (the acceptor refuses callers meanwhile).
+    busy: Arc<AtomicBool>,
     /// The host's own descriptors 0–2 and working directory, put back after each run.
     own: [OwnedFd; 4],
     /// The drivers its runs loaded, shared with later runs while their files are unchanged.
@@ -363,8 +362,16 @@ enum Job {
     Stop,
 }
 
+/// The socket's listening side, and what it checks callers against: moved to the thread that
+/// accepts.
+struct Acceptor {
+    listener: UnixListener,
+    admission: Admission,
+}
+
 impl Host {
-    fn open() -> io::Result<Host> {
+    /// Check this process may serve, make the socket, and take what a served run puts back.
+    fn open() -> io::Result<(Host, Acceptor)> {
         if no_new_privs(Path::new("/proc/self"))? {
             return Err(io::Error::other(
                 "this process has no_new_privs set, so it could not tell its callers from \
@@ -389,26 +396,6 @@ impl Host {
             Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display()))),
         }
         private_dir(dir)?;
-        if let Ok(meta) = std::fs::symlink_metadata(&path) {
-            if !meta.file_type().is_socket() {
-                return Err(io::Error::other(format!(
-                    "{} exists and is not a socket",
-                    path.display()
-                )));
-            }
-            if UnixStream::connect(&path).is_ok() {
-                return Err(io::Error::other(format!(
-                    "another host already serves {}",
-                    path.display()
-                )));
-            }
-            // A host that ended without removing it.
-            std::fs::remove_file(&path)?;
-        }
-        let listener = UnixListener::bind(&path)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-        let inode = std::fs::symlink_metadata(&path)?.ino();
         let own = [
             dup(0)?,
             dup(1)?,
@@ -416,47 +403,75 @@ impl Host {
             open_dir(c".")
                 .map_err(|e| io::Error::new(e.kind(), format!("the working directory: {e}")))?,
         ];
-        Ok(Host {
-            path,
-            listener,
-            inode,
+        let busy = Arc::new(AtomicBool::new(false));
+        let admission = Admission {
+            namespaces: Namespaces::of(Path::new("/proc/self"))
+                .map_err(|e| io::Error::new(e.kind(), format!("this process's namespaces: {e}")))?,
             identity: Identity::of_this_executable()?,
             env: std::env::vars_os().collect(),
+            busy: busy.clone(),
+        };
+        if let Ok(meta) = std::fs::symlink_metadata(&path) {
+            if !meta.file_type().is_socket() {
+                return Err(io::Error::other(format!(
+                    "{} exists and is not a socket",
+                    path.display()
+                )));
+            }
+            match UnixStream::connect(&path) {
+                // Nobody listens: a host that ended without removing it.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                    std::fs::remove_file(&path)?
+                }
+                Ok(_) => {
+                    return Err(io::Error::other(format!(
+                        "another host already serves {}",
+                        path.display()
+                    )));
+                }
+                // A host too busy to take the connection now, or a socket we may not use:
+                // not ours to remove.
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("{} is in use or unusable: {e}", path.display()),
+                    ));
+                }
+            }
+        }
+        let listener = UnixListener::bind(&path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        let inode = std::fs::symlink_metadata(&path)?.ino();
+        let host = Host {
+            path,
+            inode,
+            busy,
             own,
             loaded: adaptor::LoadedDrivers::new(),
-        })
+        };
+        std::fs::set_permissions(&host.path, std::fs::Permissions::from_mode(0o600))
+            .inspect_err(|_| host.remove_socket())?;
+        Ok((
+            host,
+            Acceptor {
+                listener,
+                admission,
+            },
+        ))
     }
 
-    fn serve(self, runtime: &tokio::runtime::Runtime) -> ExitCode {
+    fn serve(self, acceptor: Acceptor, runtime: &tokio::runtime::Runtime) -> ExitCode {
         let (jobs, next_job) = mpsc::channel::<Job>();
-        let busy = Arc::new(AtomicBool::new(false));
         let serving: Arc<Mutex<Option<RemoteCtrlC>>> = Arc::default();
         if let Err(e) = stop_on_signals(jobs.clone(), serving.clone(), &self.own[2]) {
             errln!("adaptor: cannot watch for Ctrl-C and SIGTERM: {e}");
             self.remove_socket();
             return ExitCode::from(EXIT_DRIVER_FAULT);
         }
-        let admission = Admission {
-            namespaces: match Namespaces::of(Path::new("/proc/self")) {
-                Ok(namespaces) => namespaces,
-                Err(e) => {
-                    errln!("adaptor: cannot serve: this process's namespaces: {e}");
-                    self.remove_socket();
-                    return ExitCode::from(EXIT_DRIVER_FAULT);
-                }
-            },
-            identity: self.identity,
-            env: self.env.clone(),
-            busy: busy.clone(),
-        };
-        let listener = match self.listener.try_clone() {
-            Ok(listener) => listener,
-            Err(e) => {
-                errln!("adaptor: cannot serve: {e}");
-                self.remove_socket();
-                return ExitCode::from(EXIT_DRIVER_FAULT);
-            }
-        };
+        let Acceptor {
+            listener,
+            admission,
+        } = acceptor;
         let own_stderr = self.own[2].try_clone().map(std::fs::File::from);
         let acceptor = std::thread::Builder::new()
             .name("adaptor-serve-accept".into())
@@ -496,7 +511,7 @@ impl Host {
                 code = ExitCode::from(EXIT_DRIVER_FAULT);
                 break;
             }
-            busy.store(false, Ordering::SeqCst);
+            self.busy.store(false, Ordering::SeqCst);
         }
         self.remove_socket();
         errln!("adaptor: stopped serving {}", self.path.display());

@@ -298,6 +298,33 @@ pub fn adaptor_cli() -> std::process::Command {
     cmd
 }
 
+/// The reference driver's `--config` for an `adaptor` command: its state in `state`.
+pub fn reference_config(state: &Path) -> String {
+    serde_json::json!({"state_dir": state.display().to_string()}).to_string()
+}
+
+/// `cmd` (an `adaptor` command: [`adaptor_cli`], or one in a resident host's environment)
+/// started as `run --json PROMPT` on the reference driver with its state in `state`, its
+/// stdout piped and its stderr to `stderr`.
+pub fn spawn_json_run(
+    mut cmd: std::process::Command,
+    state: &Path,
+    prompt: &str,
+    stderr: std::process::Stdio,
+) -> std::process::Child {
+    cmd.args([
+        "run",
+        "--json",
+        "--config",
+        &reference_config(state),
+        prompt,
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(stderr)
+    .spawn()
+    .expect("spawn adaptor run --json")
+}
+
 /// An `ADAPTOR_DRIVER_STORE` with no installed drivers.
 pub const NO_STORE_DIR: &str = "/nonexistent/agent-adaptor-tests/store";
 

@@ -2,7 +2,8 @@
 //! drivers.
 //!
 //! Owns: engine configuration (Cranelift, no unneeded proposals, fuel for guest CPU, epoch
-//! interruption for the wall-clock bound), the 10 ms epoch ticker thread, and compile-or-load
+//! interruption for the wall-clock bound), the 10 ms epoch ticker thread (parked while no guest
+//! call runs), and compile-or-load
 //! with a cache keyed by the wasm's sha256, the wasmtime version, a hash of the engine
 //! configuration and the entry layout. Only files this module wrote are ever deserialized, and
 //! each carries a checksum that is verified before deserializing.
@@ -34,6 +35,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -86,18 +88,68 @@ pub(crate) fn engine() -> &'static Engine {
     ENGINE.get_or_init(|| {
         let engine = Engine::new(&engine_config()).expect("static engine configuration is valid");
         let weak = engine.weak();
-        std::thread::Builder::new()
+        let ticker = std::thread::Builder::new()
             .name("adaptor-epoch".into())
-            .spawn(move || {
-                while let Some(engine) = weak.upgrade() {
-                    engine.increment_epoch();
-                    drop(engine);
-                    std::thread::sleep(EPOCH_TICK);
-                }
-            })
+            .spawn(move || tick(weak))
             .expect("spawn epoch ticker thread");
+        TICKER
+            .set(ticker.thread().clone())
+            .expect("the engine is made once");
         engine
     })
+}
+
+/// Guest calls (instantiations included) running now in this process: the ticker ticks
+/// only while there is one.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// The ticker's thread, to wake when a guest call begins.
+static TICKER: OnceLock<std::thread::Thread> = OnceLock::new();
+
+/// The epoch ticker: one epoch every [`EPOCH_TICK`] while a guest call runs, parked while
+/// none does. An idle host (a resident `adaptor serve`, an embedder's agent between runs)
+/// then has no thread waking a hundred times a second for nothing. A call that begins
+/// wakes it ([`Ticking::begin`]); its first tick comes one tick later, as it would have
+/// with a ticker that never stopped, so the per-call bounds count the same. After the last
+/// call ends it ticks at most once more. Ends with the engine (never, as it is static).
+fn tick(engine: wasmtime::EngineWeak) {
+    loop {
+        if RUNNING.load(Ordering::SeqCst) == 0 {
+            // A `begin` between the load and the park leaves its token: no wake-up is lost.
+            std::thread::park();
+            continue;
+        }
+        std::thread::sleep(EPOCH_TICK);
+        match engine.upgrade() {
+            Some(engine) => engine.increment_epoch(),
+            None => return,
+        }
+    }
+}
+
+/// A guest call running (see [`tick`]): while one exists, the epochs that bound calls
+/// advance. Held by the instance from the start of each call to its end, so a call whose
+/// future was dropped keeps the ticker going only until its instance is dropped or calls
+/// again, never past that.
+pub(crate) struct Ticking(());
+
+impl Ticking {
+    /// A call begins: count it, and wake the ticker if it was the only one.
+    pub(crate) fn begin() -> Ticking {
+        engine();
+        if RUNNING.fetch_add(1, Ordering::SeqCst) == 0
+            && let Some(ticker) = TICKER.get()
+        {
+            ticker.unpark();
+        }
+        Ticking(())
+    }
+}
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Where compiled drivers are cached: `$ADAPTOR_CACHE_DIR`, else the user cache dir.

@@ -16,7 +16,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{DriverWorld, DriverWorldPre, wit, wit_session};
 use super::convert::{self, DriverRequest};
-use super::engine::engine;
+use super::engine::{Ticking, engine};
 use super::since_v0_1_0 as v0_1_0;
 use super::since_v0_2_0 as v0_2_0;
 use crate::error::{Error, Limit, LoadError, StartRefusal};
@@ -486,6 +486,8 @@ pub(crate) struct GuestInstance {
     /// The fuel the current call was given, and whether the per-turn budget (not the per-call
     /// one) set it.
     call_fuel: Option<(u64, bool)>,
+    /// Held from the start of a call to its end: the epoch ticker runs meanwhile.
+    ticking: Option<Ticking>,
 }
 
 impl GuestLimits {
@@ -552,11 +554,13 @@ impl GuestInstance {
             .expect("the engine consumes fuel");
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(on_epoch_tick);
+        let ticking = Ticking::begin();
         let instantiated = match pre {
             DriverPre::V0_3(pre) => pre.instantiate_async(&mut store).await.map(World::V0_3),
             DriverPre::V0_2(pre) => pre.instantiate_async(&mut store).await.map(World::V0_2),
             DriverPre::V0_1(pre) => pre.instantiate_async(&mut store).await.map(World::V0_1),
         };
+        drop(ticking);
         let world = instantiated.map_err(|e| Error::DriverTrap {
             driver: driver.to_string(),
             call: "instantiate",
@@ -571,6 +575,7 @@ impl GuestInstance {
             poisoned: false,
             fuel_used: 0,
             call_fuel: None,
+            ticking: None,
         })
     }
 
@@ -618,10 +623,12 @@ impl GuestInstance {
         data.ticks = 0;
         data.wall_ticks = self.limits.wall_ticks();
         data.interrupted = false;
+        self.ticking = Some(Ticking::begin());
         Ok(())
     }
 
     fn after_call<R>(&mut self, call: &'static str, r: wasmtime::Result<R>) -> Result<R, Error> {
+        self.ticking = None;
         let by_run = match self.call_fuel.take() {
             Some((given, by_run)) => {
                 let left = self.store.get_fuel().unwrap_or(0);

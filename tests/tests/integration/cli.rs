@@ -10,7 +10,7 @@ fn adaptor() -> Command {
 }
 
 fn config(state: &std::path::Path) -> String {
-    serde_json::json!({"state_dir": state.display().to_string()}).to_string()
+    reference_config(state)
 }
 
 #[test]
@@ -621,19 +621,12 @@ fn read_to_the_spawn(
 }
 
 /// `adaptor run --json PROMPT` with stdout piped (and stderr as given).
-fn spawn_json_run(state: &std::path::Path, prompt: &str, stderr: Stdio) -> std::process::Child {
-    adaptor()
-        .args(["run", "--json", "--config", &config(state), prompt])
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap()
-}
 
 #[test]
 fn a_closed_stdout_ends_the_run_quietly_with_141() {
     let state = tempfile::tempdir().unwrap();
     let mut child = spawn_json_run(
+        adaptor(),
         state.path(),
         "[[spam 200000]] [[sleep 300]] a long answer",
         Stdio::piped(),
@@ -899,6 +892,7 @@ fn completions_for_each_shell_and_help_with_examples() {
 fn ctrl_c_ends_a_run_whose_stdout_is_not_read() {
     let state = tempfile::tempdir().unwrap();
     let mut child = spawn_json_run(
+        adaptor(),
         state.path(),
         "[[spam 200000]] [[sleep 200]] nobody reads this",
         Stdio::piped(),

@@ -22,7 +22,11 @@ struct Host {
 
 impl Host {
     fn start() -> Host {
-        let dir = tempfile::tempdir().unwrap();
+        Host::start_in(tempfile::tempdir().unwrap())
+    }
+
+    /// A host on `run/serve.sock` in `dir`.
+    fn start_in(dir: tempfile::TempDir) -> Host {
         let log = dir.path().join("serve.log");
         let mut cmd = adaptor_cli();
         cmd.env("ADAPTOR_SOCKET", dir.path().join("run/serve.sock"))
@@ -97,18 +101,7 @@ impl Drop for Host {
 }
 
 fn config(state: &Path) -> String {
-    serde_json::json!({"state_dir": state.display().to_string()}).to_string()
-}
-
-/// `adaptor run --json PROMPT` on the reference driver in the host's environment, its
-/// stdout piped.
-fn spawn_json_run(host: &Host, state: &Path, prompt: &str, stderr: Stdio) -> Child {
-    host.caller()
-        .args(["run", "--json", "--config", &config(state), prompt])
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap()
+    reference_config(state)
 }
 
 #[test]
@@ -180,7 +173,7 @@ fn a_served_run_fails_with_its_own_message_and_exit_code() {
     // A closed stdout: the run is cancelled and the caller exits 141, as `yes | head`.
     let state = tempfile::tempdir().unwrap();
     let mut child = spawn_json_run(
-        &host,
+        host.caller(),
         state.path(),
         "[[spam 200000]] [[sleep 300]] a long answer",
         Stdio::piped(),
@@ -302,7 +295,12 @@ fn hanging_run(
     u32,
     std::io::Lines<BufReader<std::process::ChildStdout>>,
 ) {
-    let mut child = spawn_json_run(host, state, "[[grandchild]] [[hang]] x", Stdio::null());
+    let mut child = spawn_json_run(
+        host.caller(),
+        state,
+        "[[grandchild]] [[hang]] x",
+        Stdio::null(),
+    );
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut spawned = None;
     let pids = loop {
@@ -457,4 +455,117 @@ fn a_socket_directory_open_to_others_is_refused() {
         .unwrap();
     assert_exit(&out, 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("must be an absolute path"));
+}
+
+/// The context switches of each thread of process `pid` and of its descendants (the
+/// spawner), by process and thread name (threads of one name summed).
+fn wakeups_by_thread(pid: u32) -> std::collections::BTreeMap<String, u64> {
+    let mut by_name = std::collections::BTreeMap::new();
+    for process in std::iter::once(pid).chain(descendants(pid)) {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{process}/task")) else {
+            continue; // It ended meanwhile.
+        };
+        for task in tasks.flatten() {
+            let (Ok(name), Ok(status)) = (
+                std::fs::read_to_string(task.path().join("comm")),
+                std::fs::read_to_string(task.path().join("status")),
+            ) else {
+                continue;
+            };
+            let switches: u64 = status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+                .sum();
+            *by_name
+                .entry(format!("{process}/{}", name.trim()))
+                .or_insert(0) += switches;
+        }
+    }
+    by_name
+}
+
+/// A resident host that has run a driver does not wake while it waits: the epoch ticker,
+/// which bounds guest calls, is parked while none runs (it woke every 10 ms before), and no
+/// other thread of the host or of its spawner process polls. The next run works as before.
+#[test]
+fn an_idle_host_does_not_wake() {
+    let host = Host::start();
+    let state = tempfile::tempdir().unwrap();
+    let run = |prompt: &str| {
+        let out = host
+            .caller()
+            .args(["run", "--config", &config(state.path()), prompt])
+            .output()
+            .unwrap();
+        assert_exit(&out, 0);
+    };
+    run("first");
+    assert_eq!(host.served(), 1, "{}", host.log());
+    let pid = host.child.id();
+    // The ticker's last tick, and the run's leftovers (its threads ending), settle first.
+    std::thread::sleep(Duration::from_millis(300));
+    let before = wakeups_by_thread(pid);
+    assert!(
+        before.keys().any(|k| k.ends_with("/adaptor-epoch")),
+        "{before:?}"
+    );
+    assert!(
+        before.keys().any(|k| !k.starts_with(&format!("{pid}/"))),
+        "the spawner process is counted: {before:?}"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let after = wakeups_by_thread(pid);
+    let woke: Vec<(String, u64)> = after
+        .iter()
+        .map(|(name, n)| (name.clone(), n - before.get(name).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    // A stray wake-up (a signal, the kernel moving a thread) is not polling: a ticker that
+    // never stopped would show about 100 here.
+    assert!(
+        woke.iter().map(|(_, n)| n).sum::<u64>() <= 3,
+        "the idle host's threads woke: {woke:?}"
+    );
+    run("second");
+    assert_eq!(host.served(), 2, "{}", host.log());
+}
+
+/// A socket file nobody listens on (a host that was killed) is replaced by the next host;
+/// one that is not a socket is refused.
+#[test]
+fn a_dead_hosts_socket_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    std::fs::set_permissions(&run, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(run.join("serve.sock")).unwrap());
+    assert!(run.join("serve.sock").exists());
+    let host = Host::start_in(dir);
+    let state = tempfile::tempdir().unwrap();
+    let out = host
+        .caller()
+        .args([
+            "run",
+            "--config",
+            &config(state.path()),
+            "after a dead host",
+        ])
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    assert_eq!(host.served(), 1, "{}", host.log());
+    drop(host);
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    std::fs::set_permissions(&run, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::fs::write(run.join("serve.sock"), b"not a socket").unwrap();
+    let out = adaptor_cli()
+        .env("ADAPTOR_SOCKET", run.join("serve.sock"))
+        .arg("serve")
+        .output()
+        .unwrap();
+    assert_exit(&out, 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exists and is not a socket"));
 }
