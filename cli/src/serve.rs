@@ -512,6 +512,9 @@ impl Host {
                 break;
             }
             self.busy.store(false, Ordering::SeqCst);
+            // The next run's driver instance, made while no caller waits for it (one that
+            // comes meanwhile waits the fraction of a millisecond this takes).
+            self.loaded.make_spares();
         }
         self.remove_socket();
         errln!("adaptor: stopped serving {}", self.path.display());

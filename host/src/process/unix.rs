@@ -418,14 +418,14 @@ pub(crate) fn create_private_file(path: &std::path::Path, contents: &[u8]) -> io
     f.write_all(contents)
 }
 
-/// Create `path` and hold an exclusive `flock` on it for as long as the file stays open.
-pub(crate) fn lock_file(path: &std::path::Path) -> io::Result<std::fs::File> {
+/// Hold an exclusive `flock` on directory `path` for as long as the returned descriptor
+/// stays open (it is the only one taking it: the directory was just made, 0700).
+pub(crate) fn lock_dir(path: &std::path::Path) -> io::Result<std::fs::File> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
         .open(path)?;
     // SAFETY: flock(2) on a descriptor we own.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
@@ -434,8 +434,8 @@ pub(crate) fn lock_file(path: &std::path::Path) -> io::Result<std::fs::File> {
     Ok(f)
 }
 
-/// Whether nobody holds the `flock` of `path` (a missing or unreadable file is not free:
-/// only directories this host version made are swept).
+/// Whether nobody holds the `flock` of `path`, a file or a directory (a missing or
+/// unreadable one is not free).
 pub(crate) fn lock_is_free(path: &std::path::Path) -> bool {
     use std::os::fd::AsRawFd;
     let Ok(f) = std::fs::File::open(path) else {

@@ -732,7 +732,7 @@ impl Run {
             self.options.request_options(&delivery.servers, &skill_dirs),
             None,
             &workspace,
-            &r.private_dir.path(),
+            &crate::process::PrivateDir::files_for(r.private_dir.root()),
             resume,
             // A resident process keeps the resources it was started with: the signature
             // (the thread fingerprint) holds the profile and the bundle.

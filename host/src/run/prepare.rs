@@ -211,6 +211,7 @@ impl Run {
         };
         let bundle = resources.bundle.as_ref().map(|b| b.fingerprint());
         let tmp = PrivateDir::tmp_for(private_dir.root());
+        let files_dir = private_dir.files_dir();
         let read_only =
             self.options.policy.unwrap_or_default().sandbox == crate::policy::Sandbox::ReadOnly;
         // The host's MCP credentials come last: a driver cannot set them (refused above).
@@ -225,7 +226,7 @@ impl Run {
             &env,
             cwd,
             RunPaths {
-                files: Some(&private_dir.path()),
+                files: files_dir.as_deref(),
                 tmp: &tmp,
                 read_only,
                 state_read_only: false,

@@ -525,13 +525,51 @@ async fn a_path_the_caller_allows_must_exist_and_widens_the_reach() {
     );
 }
 
+/// Set directory `dir`'s modification time `ago` in the past.
+fn age(dir: &Path, ago: Duration) {
+    std::fs::File::open(dir)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - ago)
+        .unwrap();
+}
+
 #[test]
 fn run_directories_of_a_crashed_host_are_swept_on_the_next_start() {
-    // A directory shaped like a run's, whose lock nobody holds: what a crashed host leaves.
-    let stale = std::env::temp_dir().join("adaptor-run-run-crashed-host-test");
+    let temp = std::env::temp_dir();
+    // Directories shaped like a run's whose lock nobody holds: what a crashed host leaves,
+    // in this layout (the directory is the lock) and in the one before (a `lock` file).
+    let stale = temp.join("adaptor-run-run-crashed-host-test");
     std::fs::create_dir_all(stale.join("files")).unwrap();
-    std::fs::write(stale.join("lock"), "").unwrap();
     std::fs::write(stale.join("files").join("schema.json"), "{}").unwrap();
+    age(&stale, Duration::from_secs(120));
+    let stale_before = temp.join("adaptor-run-run-crashed-older-host-test");
+    std::fs::create_dir_all(stale_before.join("tmp")).unwrap();
+    std::fs::write(stale_before.join("lock"), "").unwrap();
+    age(&stale_before, Duration::from_secs(120));
+    // Not swept: a directory just made (its host may not have locked it yet), one whose
+    // host holds its lock, and one of the layout before whose host holds its `lock` file.
+    let young = temp.join("adaptor-run-run-just-made-test");
+    std::fs::create_dir_all(&young).unwrap();
+    let live = temp.join("adaptor-run-run-live-host-test");
+    std::fs::create_dir_all(live.join("tmp")).unwrap();
+    let live_lock = std::fs::File::open(&live).unwrap();
+    age(&live, Duration::from_secs(120));
+    let live_before = temp.join("adaptor-run-run-live-older-host-test");
+    std::fs::create_dir_all(&live_before).unwrap();
+    let live_before_lock = std::fs::File::create(live_before.join("lock")).unwrap();
+    age(&live_before, Duration::from_secs(120));
+    for held in [&live_lock, &live_before_lock] {
+        // SAFETY: flock(2) on a descriptor this test owns.
+        assert_eq!(
+            unsafe {
+                libc::flock(
+                    std::os::fd::AsRawFd::as_raw_fd(held),
+                    libc::LOCK_EX | libc::LOCK_NB,
+                )
+            },
+            0
+        );
+    }
     let ws = tmp();
     let out = adaptor_cli()
         .args(["run", "--dry-run", "hi"])
@@ -540,6 +578,14 @@ fn run_directories_of_a_crashed_host_are_swept_on_the_next_start() {
         .unwrap();
     assert_exit(&out, 0);
     assert!(!stale.exists(), "the stale run directory was swept");
+    assert!(
+        !stale_before.exists(),
+        "the stale older run directory was swept"
+    );
+    for kept in [&young, &live, &live_before] {
+        assert!(kept.exists(), "{} was kept", kept.display());
+        std::fs::remove_dir_all(kept).unwrap();
+    }
 }
 
 /// What a provider could try against the secrets of `/etc`: a clone of the mount tree

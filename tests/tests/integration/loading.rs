@@ -359,18 +359,27 @@ fn loaded_drivers_share_an_unchanged_file_and_read_a_changed_one_again() {
     assert_eq!(second.compile_source(), first.compile_source());
     let plain = Driver::open(&path).unwrap();
     assert!(!std::ptr::eq(plain.descriptor(), second.descriptor()));
-    // A shared driver is configured and runs like any other.
+    // An instance made ahead goes to the next load, once.
+    assert_eq!(shared.spares(), 0);
+    shared.make_spares();
+    assert_eq!(shared.spares(), 1);
+    let third = shared.open(&path).unwrap();
+    assert_eq!(shared.spares(), 0);
+    // A shared driver is configured and runs like any other, on its instance made ahead or
+    // on a fresh one.
     let state = tmp();
     let ws = tmp();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let result = rt
-        .block_on(
-            agent_builder(with_reference_provider(second, state.path()), ws.path())
-                .build()
-                .run("shared"),
-        )
-        .expect("a turn through the shared driver");
-    assert_eq!(result.text, "Reference reply: shared");
+    for (driver, prompt) in [(third, "made ahead"), (second, "shared")] {
+        let result = rt
+            .block_on(
+                agent_builder(with_reference_provider(driver, state.path()), ws.path())
+                    .build()
+                    .run(prompt),
+            )
+            .expect("a turn through the shared driver");
+        assert_eq!(result.text, format!("Reference reply: {prompt}"));
+    }
     // Written again (the same bytes): read again.
     std::fs::write(&path, std::fs::read(driver_path("reference")).unwrap()).unwrap();
     let rewritten = shared.open(&path).unwrap();
