@@ -503,8 +503,6 @@ fn an_idle_host_does_not_wake() {
     run("first");
     assert_eq!(host.served(), 1, "{}", host.log());
     let pid = host.child.id();
-    // The ticker's last tick, and the run's leftovers (its threads ending), settle first.
-    std::thread::sleep(Duration::from_millis(300));
     let before = wakeups_by_thread(pid);
     assert!(
         before.keys().any(|k| k.ends_with("/adaptor-epoch")),
@@ -514,18 +512,32 @@ fn an_idle_host_does_not_wake() {
         before.keys().any(|k| !k.starts_with(&format!("{pid}/"))),
         "the spawner process is counted: {before:?}"
     );
-    std::thread::sleep(Duration::from_secs(1));
-    let after = wakeups_by_thread(pid);
-    let woke: Vec<(String, u64)> = after
-        .iter()
-        .map(|(name, n)| (name.clone(), n - before.get(name).copied().unwrap_or(0)))
-        .filter(|(_, n)| *n > 0)
-        .collect();
-    // A stray wake-up (a signal, the kernel moving a thread) is not polling: a ticker that
-    // never stopped would show about 100 here.
+    // Quiet for a whole second, within a few: the run's leftovers (its threads ending, the
+    // next run's driver instance being made, the ticker's last tick) may take a moment on
+    // a busy machine. A ticker that never stops shows about 100 wake-ups in every second.
+    let mut seconds = Vec::new();
+    let quiet = (0..5).any(|_| {
+        let before = wakeups_by_thread(pid);
+        std::thread::sleep(Duration::from_secs(1));
+        let after = wakeups_by_thread(pid);
+        let woke: Vec<(String, u64)> = after
+            .iter()
+            .map(|(name, n)| {
+                (
+                    name.clone(),
+                    n.saturating_sub(before.get(name).copied().unwrap_or(0)),
+                )
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        // A stray wake-up (a signal, the kernel moving a thread) is not polling.
+        let quiet = woke.iter().map(|(_, n)| n).sum::<u64>() <= 3;
+        seconds.push(woke);
+        quiet
+    });
     assert!(
-        woke.iter().map(|(_, n)| n).sum::<u64>() <= 3,
-        "the idle host's threads woke: {woke:?}"
+        quiet,
+        "the idle host's threads woke, second by second: {seconds:?}"
     );
     run("second");
     assert_eq!(host.served(), 2, "{}", host.log());
