@@ -128,9 +128,8 @@ fn tick(engine: wasmtime::EngineWeak) {
 }
 
 /// A guest call running (see [`tick`]): while one exists, the epochs that bound calls
-/// advance. Held by the instance from the start of each call to its end, so a call whose
-/// future was dropped keeps the ticker going only until its instance is dropped or calls
-/// again, never past that.
+/// advance. Held by the code making the call, across the call's `await`: a call whose
+/// future is dropped drops it too.
 pub(crate) struct Ticking(());
 
 impl Ticking {

@@ -463,7 +463,7 @@ enum World {
 /// which do not, are called by hand).
 macro_rules! driver_call {
     ($self:ident, $name:literal, $method:ident $(, $arg:expr)*) => {{
-        $self.before_call($name)?;
+        let _ticking = $self.before_call($name)?;
         let r = match &$self.world {
             World::V0_3(w) => w.adaptor_driver_driver().$method(&mut $self.store $(, $arg)*).await,
             World::V0_2(w) => w.adaptor_driver_driver().$method(&mut $self.store $(, $arg)*).await,
@@ -486,8 +486,6 @@ pub(crate) struct GuestInstance {
     /// The fuel the current call was given, and whether the per-turn budget (not the per-call
     /// one) set it.
     call_fuel: Option<(u64, bool)>,
-    /// Held from the start of a call to its end: the epoch ticker runs meanwhile.
-    ticking: Option<Ticking>,
 }
 
 impl GuestLimits {
@@ -575,7 +573,6 @@ impl GuestInstance {
             poisoned: false,
             fuel_used: 0,
             call_fuel: None,
-            ticking: None,
         })
     }
 
@@ -605,7 +602,10 @@ impl GuestInstance {
         }
     }
 
-    fn before_call(&mut self, call: &'static str) -> Result<(), Error> {
+    /// Ready the store for a call: its fuel, deadline and per-call counters. The returned
+    /// guard keeps the epoch ticker running; the caller holds it across the call, so a call
+    /// whose future is dropped stops counting with it.
+    fn before_call(&mut self, call: &'static str) -> Result<Ticking, Error> {
         if self.poisoned {
             return Err(Error::DriverTrap {
                 driver: self.driver.to_string(),
@@ -623,12 +623,10 @@ impl GuestInstance {
         data.ticks = 0;
         data.wall_ticks = self.limits.wall_ticks();
         data.interrupted = false;
-        self.ticking = Some(Ticking::begin());
-        Ok(())
+        Ok(Ticking::begin())
     }
 
     fn after_call<R>(&mut self, call: &'static str, r: wasmtime::Result<R>) -> Result<R, Error> {
-        self.ticking = None;
         let by_run = match self.call_fuel.take() {
             Some((given, by_run)) => {
                 let left = self.store.get_fuel().unwrap_or(0);
@@ -693,7 +691,7 @@ impl GuestInstance {
     pub(crate) async fn describe(
         &mut self,
     ) -> Result<Result<crate::descriptor::Descriptor, String>, Error> {
-        self.before_call("describe")?;
+        let _ticking = self.before_call("describe")?;
         let r = match &self.world {
             World::V0_3(w) => w
                 .adaptor_driver_driver()
@@ -713,7 +711,7 @@ impl GuestInstance {
         };
         let mut info = self.after_call("describe", r)?;
         if let convert::DriverInfo::V0_3(_, profile) = &mut info {
-            self.before_call("profile")?;
+            let _ticking = self.before_call("profile")?;
             let r = match &self.world {
                 World::V0_3(w) => {
                     w.adaptor_driver_driver()
@@ -774,7 +772,7 @@ impl GuestInstance {
         request: &DriverRequest,
     ) -> Result<GuestSession, Error> {
         let (turn, resources) = (&request.0, &request.1);
-        self.before_call("session.constructor")?;
+        let _ticking = self.before_call("session.constructor")?;
         let r = match &self.world {
             World::V0_3(w) => {
                 w.adaptor_driver_driver()
@@ -882,7 +880,7 @@ impl GuestSession {
 
 macro_rules! session_call {
     ($self:ident, $name:literal, $method:ident $(, $arg:expr)*) => {{
-        $self.instance.before_call($name)?;
+        let _ticking = $self.instance.before_call($name)?;
         let inst = &mut $self.instance;
         let r = match &inst.world {
             World::V0_3(w) => {
@@ -986,7 +984,7 @@ impl GuestSession {
     ) -> Result<Result<Vec<Action>, (StartRefusal, String)>, Error> {
         self.instance.fuel_used = 0;
         let turn = &request.0;
-        self.instance.before_call("session.next-turn")?;
+        let _ticking = self.instance.before_call("session.next-turn")?;
         let inst = &mut self.instance;
         let r = match &inst.world {
             World::V0_3(w) => {
@@ -1021,7 +1019,7 @@ impl GuestSession {
         &mut self,
         text: &str,
     ) -> Result<Result<Vec<Action>, (crate::error::InputRefusal, String)>, Error> {
-        self.instance.before_call("session.on-input")?;
+        let _ticking = self.instance.before_call("session.on-input")?;
         let inst = &mut self.instance;
         let r = match &inst.world {
             World::V0_3(w) => {
