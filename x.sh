@@ -255,14 +255,14 @@ build_workspace() {
   cargo build --workspace --all-targets >&2
 }
 
-# Copy the installable files into a prefix: bin/{adaptor,adaptortest,adaptortest-provider,
+# Copy the installable files into a prefix: bin/{adaptor,adaptor-host,adaptortest,adaptortest-provider,
 # reference-provider} and share/agent-adaptor/drivers/*.wasm (where `adaptor` looks,
 # relative to its own bin/). Files are replaced atomically (copy, then rename).
 install_into() {
   local prefix="$1" bin_src="$2"
   mkdir -p "$prefix/bin" "$prefix/share/agent-adaptor/drivers"
   local exe
-  for exe in adaptor adaptortest adaptortest-provider reference-provider; do
+  for exe in adaptor adaptor-host adaptortest adaptortest-provider reference-provider; do
     install -m 0755 "$bin_src/$exe" "$prefix/bin/.$exe.tmp"
     mv "$prefix/bin/.$exe.tmp" "$prefix/bin/$exe"
   done
@@ -388,7 +388,7 @@ case "$cmd" in
       release)
         release_setup
         release_build
-        python3 cli/symbol-order.py coverage "$RELEASE_DIR/adaptor" cli/symbol-order.txt >&2 \
+        python3 cli/symbol-order.py coverage "$RELEASE_DIR/adaptor-host" cli/symbol-order.txt >&2 \
           || echo "x.sh: warning: installing an adaptor laid out in the default order (more resident memory)" >&2
         install_into "$prefix" "$RELEASE_DIR" ;;
       dev)
@@ -452,20 +452,20 @@ PY
     command -v perf >/dev/null || apt_install linux-perf
     for round in 1 2 3; do
       release_build
-      added="$(python3 cli/symbol-order.py faults "$RELEASE_DIR/adaptor" "$TARGET" \
+      added="$(python3 cli/symbol-order.py faults "$RELEASE_DIR/adaptor-host" "$TARGET" \
         "$work/runs" cli/symbol-order.txt)"
       [[ "$added" -eq 0 ]] && break
     done
     release_build
     # How many listed functions the final build has, for `coverage` to compare with later.
-    python3 cli/symbol-order.py record "$RELEASE_DIR/adaptor" cli/symbol-order.txt
+    python3 cli/symbol-order.py record "$RELEASE_DIR/adaptor-host" cli/symbol-order.txt
     ;;
   bench)
     build_drivers
     release_setup
     release_build
     # The figures must be those of the build that ships: with its function order.
-    python3 cli/symbol-order.py coverage "$RELEASE_DIR/adaptor" cli/symbol-order.txt >&2
+    python3 cli/symbol-order.py coverage "$RELEASE_DIR/adaptor-host" cli/symbol-order.txt >&2
     # All three benches in one build: their link-time-optimised links run side by side. They
     # build for the release's target too, so they sit beside (and run) its adaptor. (Cargo
     # warns that it drops the `cdylib` crate type of the driver crates they link natively: a

@@ -1,4 +1,6 @@
-//! Link settings of the `adaptor` executable (nothing else is built here).
+//! Link settings of the `adaptor-host` executable, the whole command (nothing else is built
+//! here). The `adaptor` launcher is linked with the same arguments: it has few relocations
+//! to pack, and the function list names none of its functions (the linker ignores them).
 //!
 //! On Linux with glibc 2.36 or later, in a native build, the executable's relative
 //! relocations are packed (`-z pack-relative-relocs`, `DT_RELR`): the position-independent

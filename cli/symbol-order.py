@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Regenerate cli/symbol-order.txt (run by `./x.sh symbol-order`).
 
-The release `adaptor` is linked with the functions listed in cli/symbol-order.txt first and
-together (see cli/build.rs). Both modes run an `adaptor` through the usual commands — runs on
+The release `adaptor-host` (the whole command; `adaptor` is its launcher) is linked with the
+functions listed in cli/symbol-order.txt first and together (see cli/build.rs). Both modes
+run an `adaptor-host` through the usual commands — runs on
 the reference driver (plain, `--json`, a thread's two turns), on Claude Code and Codex
 against the project's mocks, the driver list. The drivers' cold compile is left out: the
 compiled cache is filled by an unwatched pass first, as `./x.sh install` does, so the

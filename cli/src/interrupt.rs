@@ -35,8 +35,8 @@ use crate::{EXIT_INTERRUPTED, errln};
 
 /// After Ctrl-C, how long the event loop has to finish by itself before the watchdog
 /// unblocks its output, and again before it ends the process (the run's own grace period
-/// is 2 s).
-pub(crate) const PATIENCE: Duration = Duration::from_secs(4);
+/// is 2 s). The library's, which a served caller's wait counts with too.
+pub(crate) const PATIENCE: Duration = adaptor_cli::PATIENCE;
 
 /// Written by the signal action: Ctrl-C.
 const CTRL_C: u8 = 1;

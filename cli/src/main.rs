@@ -149,19 +149,19 @@ enum ConfigCommand {
     Path,
 }
 
-pub(crate) const EXIT_RUN_FAILED: u8 = 1;
-pub(crate) const EXIT_USAGE: u8 = 2;
-pub(crate) const EXIT_DRIVER_FAULT: u8 = 3;
-pub(crate) const EXIT_INTERRUPTED: u8 = 130;
+pub(crate) use adaptor_cli::{EXIT_DRIVER_FAULT, EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_USAGE};
 
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    // `adaptor run` is handed to a resident host (`adaptor serve`) if one serves this
-    // environment: first thing, before anything is started here that the host has done.
-    let not_served = match serve::hand_over(&args) {
-        serve::HandOver::Served(code) => return ExitCode::from(code),
-        serve::HandOver::Local(why) => why,
-    };
+    // The launcher (`adaptor`) asked a resident host first; why it did not serve this run,
+    // if one was asked, is logged once logging is set up. No run sees the variable.
+    let not_served =
+        std::env::var_os(adaptor_cli::NOT_SERVED_ENV).map(|why| why.to_string_lossy().into_owned());
+    if not_served.is_some() {
+        // SAFETY: this process has one thread so far: nothing reads the environment
+        // concurrently.
+        unsafe { std::env::remove_var(adaptor_cli::NOT_SERVED_ENV) };
+    }
     // Commands that start providers fork their spawner first thing, while this process is
     // small and has one thread: every page it has touched by then is shared with the
     // spawner, and its first write here after the fork copies it (the host's heap after

@@ -230,7 +230,7 @@ struct Bench {
 
 /// The log filter of the resident host and of the runs it serves (their environments must
 /// be the same): its line per served run, and warnings.
-const SERVE_LOG: &str = "adaptor::serve=debug,warn";
+const SERVE_LOG: &str = "adaptor_host::serve=debug,warn";
 
 impl Bench {
     /// The environment of an `adaptor` served by the resident host, and of the host.

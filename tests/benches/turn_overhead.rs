@@ -81,7 +81,7 @@ async fn direct(state: &Path) -> Duration {
 
 /// The log filter of the resident host and of the runs it serves (their environments must
 /// be the same): its line per served run, and warnings.
-const SERVE_LOG: &str = "adaptor::serve=debug,warn";
+const SERVE_LOG: &str = "adaptor_host::serve=debug,warn";
 
 /// `adaptor run --json` as a process, handed to the resident host on `served` (a socket)
 /// or not: its wall time and its own (the wall time minus the provider process's life, the

@@ -13,6 +13,27 @@ fn config(state: &std::path::Path) -> String {
     reference_config(state)
 }
 
+/// `adaptor` is a launcher for `adaptor-host` beside it: without it, a clear error.
+#[test]
+fn the_launcher_without_its_host_executable_says_so() {
+    let alone = tempfile::tempdir().unwrap();
+    std::fs::copy(adaptor_exe(), alone.path().join("adaptor")).unwrap();
+    let out = Command::new(alone.path().join("adaptor"))
+        .env("ADAPTOR_SOCKET", "")
+        .args(["run", "Hello"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "adaptor: cannot run {}: No such file or directory",
+            alone.path().join("adaptor-host").display()
+        )) && stderr.contains("install or build both"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn run_prints_text_tools_and_a_final_line() {
     let state = tempfile::tempdir().unwrap();

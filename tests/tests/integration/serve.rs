@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use adaptor_integration_tests::*;
 
 /// The host's log filter, which its callers must share (the environment is compared).
-const LOG: &str = "adaptor::serve=debug";
+const LOG: &str = "adaptor_host::serve=debug";
 
 /// A running `adaptor serve` on a socket of its own, its stderr in a file; stopped with
 /// SIGTERM on drop.
@@ -213,6 +213,19 @@ fn a_caller_in_another_environment_or_asking_at_its_terminal_runs_by_itself() {
         !host.log().contains("differs\""),
         "a value must never be logged"
     );
+    // The caller's own log says why it was not served (the launcher hands the reason to
+    // `adaptor-host`, which logs it once its logging is set up).
+    let mut cmd = host.caller();
+    cmd.env("ADAPTOR_LOG", "adaptor_host=debug");
+    let out = run_ok(cmd, state.path(), &["Hello"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "not served by `adaptor serve`: refused: the environment differs from the host's \
+             in ADAPTOR_LOG"
+        ),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // The shell's own bookkeeping is not compared…
     let mut cmd = host.caller();
     cmd.env("OLDPWD", "/somewhere/else");
@@ -270,7 +283,7 @@ fn a_process_confined_by_a_run_is_never_served() {
 fn another_build_of_adaptor_is_not_served() {
     let host = Host::start();
     let copy = tempfile::tempdir().unwrap();
-    for name in ["adaptor", "reference-provider"] {
+    for name in ["adaptor", "adaptor-host", "reference-provider"] {
         std::fs::copy(bin_dir().join(name), copy.path().join(name)).unwrap();
     }
     let state = tempfile::tempdir().unwrap();
