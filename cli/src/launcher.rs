@@ -8,10 +8,11 @@
 //! environment and descriptors), with why a host did not serve it, if one was asked, in
 //! `ADAPTOR_NOT_SERVED`.
 //!
-//! Why a second executable: `adaptor-host` spends about 0.9 ms before its `main`
-//! (relocating 670 KB of pointers, 280 page faults), which is most of a served run's cost at
-//! the caller; this one starts in about 0.3 ms. A command that is not served pays this
-//! launcher's start on top (about 0.4 ms, measured in docs/performance.md).
+//! Why a second executable: `adaptor-host` takes about 0.7 ms longer than a small
+//! executable to start and exit (relocating 670 KB of pointers before `main`: 284 page
+//! faults against 38), which was most of a served run's cost at the caller. A command that
+//! is not served pays this launcher's start on top, about 0.4 ms (both measured in
+//! docs/performance.md).
 //!
 //! Owns: choosing between the two. Must not: parse more of the command line than its first
 //! word (the host and `adaptor-host` parse it), or link anything but the library.

@@ -4,8 +4,9 @@
 //! host (`adaptor serve`) when one serves it, and otherwise executes `adaptor-host`, the
 //! whole command (`main.rs`), in its own place — same process, arguments and environment.
 //! The split exists for speed: `adaptor-host` is a 39 MB executable (wasmtime, Cranelift,
-//! both thread stores) that takes about 0.9 ms to start before its `main`, most of it
-//! relocating its pointers; a served run needs none of that (see docs/performance.md).
+//! both thread stores) that takes about 0.7 ms longer than a small one to start and exit,
+//! most of it relocating its pointers before `main`; a served run needs none of that (see
+//! docs/performance.md).
 //!
 //! This library holds the exit codes both report, the names the two agree on, and
 //! [`handover`] (the caller's side of the resident host's protocol). Must not: depend on
