@@ -68,7 +68,7 @@ fn symbol_order_is_one_linkable_symbol_per_line() {
 /// one that lost more than 5 % of them, saying how to regenerate the list.
 #[test]
 fn coverage_fails_a_build_that_no_longer_has_the_listed_functions() {
-    let adaptor = env!("CARGO_BIN_EXE_adaptor");
+    let adaptor = env!("CARGO_BIN_EXE_adaptor-host");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/symbol-order.py");
     let nm = std::process::Command::new("nm")
         .args(["--defined-only", adaptor])
@@ -81,7 +81,11 @@ fn coverage_fails_a_build_that_no_longer_has_the_listed_functions() {
         .take(20)
         .map(str::to_owned)
         .collect();
-    assert_eq!(present.len(), 20, "functions of the CLI crate in {adaptor}");
+    assert_eq!(
+        present.len(),
+        20,
+        "functions of the runtime crate in {adaptor}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let coverage = |names: &[String]| {
         let list = dir.path().join("symbol-order.txt");
