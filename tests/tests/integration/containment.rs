@@ -649,6 +649,8 @@ fn a_host_that_is_not_root_gets_the_same_confinement() {
     }
     let exe = bin.join("adaptor");
     std::fs::copy(adaptor_exe(), &exe).unwrap();
+    // The launcher runs the command installed beside it.
+    std::fs::copy(bin_dir().join("adaptor-host"), bin.join("adaptor-host")).unwrap();
     let driver = bin.join("hostile.wasm");
     std::fs::copy(test_driver_path("hostile"), &driver).unwrap();
     if root {
